@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import pytest
+
+from xgrad_amd import plugin
+
+
+def test_plugin_offers_amd_device_and_renderers() -> None:
+    (device,) = plugin.xgrad_devices()
+    assert device.name == "AMD"
+    assert [r.name for r in plugin.xgrad_renderers()] == "HIP".split(",")
+    assert plugin.xgrad_api_version() == 1
+
+
+def test_stub_is_unavailable_and_refuses_to_open() -> None:
+    (device,) = plugin.xgrad_devices()
+    assert device.available() == (False, "AMD backend not built yet")
+    with pytest.raises(NotImplementedError, match="not built yet"):
+        device.factory("AMD")

@@ -1,0 +1,184 @@
+"""C source -> shared-object bytes with the system C compiler (clang or gcc), cached on disk.
+
+The cache is content-addressed: the key hashes the source, the compiler (path and `--version` text), the flags, the
+machine (`-march=native` output differs per CPU) and every knob that changes generated code. Entries are written
+atomically (temp file + `os.replace`) so parallel processes never read a half-written binary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import pathlib
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+
+from xgrad.errors import CompileError, DeviceError
+from xgrad.helpers import CACHELEVEL, CC, DEBUG, cache_dir, codegen_knobs_key
+
+BASE_FLAGS: tuple[str, ...] = (
+    "-O2",
+    "-march=native",
+    "-fPIC",
+    "-shared",
+    "-fno-math-errno",  # lets sqrt and friends compile to single instructions
+    "-ffp-contract=fast",  # a*b+c -> fma where the CPU has it
+    "-fno-plt",
+)
+# libm goes after the source so the linker sees the kernel's references to expf/logf/...; it adds a DT_NEEDED entry,
+# which keeps kernels loadable even in a host process that did not link libm itself.
+LINK_FLAGS: tuple[str, ...] = ("-lm",)
+
+
+class CompilerNotFoundError(DeviceError):
+    """No usable C compiler: neither $CC, clang nor gcc could be found."""
+
+
+def find_compiler(cc: str = "") -> list[str]:
+    """The compiler command line: `cc` (or the CC knob) if set, else clang if on PATH, else gcc."""
+    override = cc or CC.value
+    if override:
+        cmd = shlex.split(override)
+        path = shutil.which(cmd[0]) if cmd else None
+        if path is None:
+            raise CompilerNotFoundError(
+                f"CC={override!r} is not an executable on PATH; "
+                "set CC to an installed C compiler (clang or gcc) or unset it"
+            )
+        return [path, *cmd[1:]]
+    for name in ("clang", "gcc"):
+        if (path := shutil.which(name)) is not None:
+            return [path]
+    raise CompilerNotFoundError(
+        "the CPU backend needs a C compiler but neither clang nor gcc is on PATH; "
+        "install one (e.g. `apt-get install gcc` or `apt-get install clang`) or set CC=/path/to/cc"
+    )
+
+
+@functools.cache
+def compiler_version(cmd: tuple[str, ...]) -> str:
+    """The `--version` text of a compiler (part of the cache key: an upgraded compiler must not reuse old binaries)."""
+    try:
+        out = subprocess.run([*cmd, "--version"], check=False, capture_output=True, text=True, timeout=60)
+    except OSError as e:
+        raise CompilerNotFoundError(f"cannot run C compiler {cmd[0]!r}: {e}; install gcc or clang or set CC") from None
+    if out.returncode != 0:
+        raise CompilerNotFoundError(
+            f"{cmd[0]!r} --version failed (exit {out.returncode}): {out.stderr.strip()}; "
+            "set CC to a working gcc or clang"
+        )
+    return out.stdout
+
+
+@functools.cache
+def machine_key() -> str:
+    """What `-march=native` depends on: the architecture and the CPU's feature flags."""
+    flags = ""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features", "model name")):
+                flags += line + "\n"
+            if line.strip() == "":  # the first CPU's block is enough
+                break
+    except OSError:
+        pass
+    return f"{platform.machine()}\n{flags}"
+
+
+def _name_from_version(path: str, version: str) -> str:
+    first = version.splitlines()[0] if version else ""
+    if "clang" in version:
+        family = "clang"
+    elif "gcc" in first or "Free Software Foundation" in version:
+        family = "gcc"
+    else:
+        family = os.path.basename(path)
+    major = m.group(1) if (m := re.search(r"(\d+)\.\d+", first)) else ""
+    return f"{family}-{major}" if major else family
+
+
+class CCompiler:
+    """Compiles C source to a shared object and returns its bytes.
+
+    `CCompiler()` picks `$CC`, else clang, else gcc, and raises `CompilerNotFoundError` if none exists.
+    `compiles` counts how many times this instance actually ran the compiler (cache misses).
+    """
+
+    def __init__(self, cc: str = "", extra_flags: Sequence[str] = ()) -> None:
+        self.cmd: list[str] = find_compiler(cc)
+        self.flags: tuple[str, ...] = (*BASE_FLAGS, *extra_flags)
+        self.version: str = compiler_version(tuple(self.cmd))
+        self.name: str = _name_from_version(self.cmd[0], self.version)
+        self.compiles = 0
+
+    def __repr__(self) -> str:
+        return f"CCompiler({self.name}, {' '.join(self.cmd)})"
+
+    def cache_key(self, src: str) -> str:
+        parts = (
+            src,
+            " ".join(self.cmd),
+            self.version,
+            " ".join(self.flags + LINK_FLAGS),
+            codegen_knobs_key(),
+            machine_key(),
+        )
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+    def compile(self, src: str) -> bytes:
+        """The shared object's bytes for `src`, from the disk cache when possible. Raises `CompileError` on failure."""
+        if CACHELEVEL.value <= 0:
+            return self._compile(src)
+        path = cache_dir() / "cpu" / f"{self.cache_key(src)}.so"
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            pass
+        lib = self._compile(src)
+        write_atomic(path, lib)
+        return lib
+
+    def _compile(self, src: str) -> bytes:
+        self.compiles += 1
+        with tempfile.TemporaryDirectory(prefix="xgrad-cc-") as tmp:
+            src_path = os.path.join(tmp, "kernel.c")
+            out_path = os.path.join(tmp, "kernel.so")
+            with open(src_path, "w") as f:
+                f.write(src)
+            cmd = [*self.cmd, *self.flags, src_path, "-o", out_path, *LINK_FLAGS]
+            if DEBUG >= 5:
+                print(" ".join(shlex.quote(c) for c in cmd))
+            try:
+                out = subprocess.run(cmd, check=False, capture_output=True, text=True)
+            except OSError as e:
+                raise CompilerNotFoundError(
+                    f"cannot run C compiler {self.cmd[0]!r}: {e}; install gcc or clang or set CC"
+                ) from None
+            if out.returncode != 0:
+                log = (out.stderr + out.stdout).replace(src_path, "kernel.c")
+                raise CompileError(
+                    f"{self.name} failed to compile a kernel (exit {out.returncode})", source=src, log=log
+                )
+            with open(out_path, "rb") as f:
+                return f.read()
+
+
+def write_atomic(path: pathlib.Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see either no file or the whole file (parallel processes share caches)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,69 @@
+"""Plugin hooks of the CPU backend: device "CPU" and renderer "C". Modules are imported only when first used."""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import shutil
+from typing import Any
+
+from xgrad.helpers import CC
+from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, RendererSpec, hookimpl, module_exists
+
+DEVICE_MODULE = "xgrad_cpu.device"
+RENDERER_MODULE = "xgrad_cpu.renderer"
+
+
+def find_c_compiler() -> str | None:
+    """The C compiler to use: $CC if set (must exist), else clang, else gcc; None when there is none."""
+    if CC.value:
+        words = shlex.split(CC.value)
+        return CC.value if words and shutil.which(words[0]) else None
+    return next((cc for cc in ("clang", "gcc") if shutil.which(cc)), None)
+
+
+def cpu_available() -> tuple[bool, str]:
+    if not module_exists(DEVICE_MODULE):
+        return False, f"CPU device not built yet (module {DEVICE_MODULE} missing)"
+    if find_c_compiler() is None:
+        if CC.value:
+            return False, f"CC={CC.value!r} is not an executable on PATH; fix CC or unset it to use clang or gcc"
+        return False, "no C compiler found: install clang or gcc (apt-get install clang), or set CC"
+    return True, ""
+
+
+def renderer_available() -> tuple[bool, str]:
+    if not module_exists(RENDERER_MODULE):
+        return False, f"C renderer not built yet (module {RENDERER_MODULE} missing)"
+    return True, ""
+
+
+def _open_cpu(name: str) -> Any:
+    return importlib.import_module(DEVICE_MODULE).CPUDevice(name)
+
+
+def _make_renderer(arch: str | None) -> Any:
+    return importlib.import_module(RENDERER_MODULE).CRenderer(arch)
+
+
+@hookimpl
+def xgrad_api_version() -> int:
+    return PLUGIN_API_VERSION
+
+
+@hookimpl
+def xgrad_devices() -> list[DeviceSpec]:
+    return [
+        DeviceSpec(
+            "CPU",
+            _open_cpu,
+            priority=10,
+            available=cpu_available,
+            description="C kernels compiled with clang or gcc, multithreaded",
+        )
+    ]
+
+
+@hookimpl
+def xgrad_renderers() -> list[RendererSpec]:
+    return [RendererSpec("C", _make_renderer, available=renderer_available, description="C99 with clang/gcc vectors")]

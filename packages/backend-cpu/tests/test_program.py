@@ -1,0 +1,226 @@
+import math
+import os
+import signal
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xgrad.errors import XgradError
+from xgrad.helpers import Context
+from xgrad_cpu.allocator import CPUAllocator, CPUBuffer
+from xgrad_cpu.compiler import CCompiler
+from xgrad_cpu.program import CPUProgram
+
+HEADER = "#define _GNU_SOURCE\n#include <math.h>\n#include <unistd.h>\n#include <sys/syscall.h>\n"
+KERNELS = (
+    HEADER
+    + """
+void add(void** restrict bufs, const int* restrict vars, int start, int end) {
+  float* out = bufs[0]; const float* a = bufs[1]; const float* b = bufs[2];
+  for (int i = start; i < end; i++) out[i] = a[i] + b[i];
+}
+void affine(void** restrict bufs, const int* restrict vars, int start, int end) {
+  int* out = bufs[0]; const int* a = bufs[1];
+  for (int i = start; i < end; i++) out[i] = a[i] * vars[0] + vars[1];
+}
+void expsin(void** restrict bufs, const int* restrict vars, int start, int end) {
+  float* out = bufs[0]; const float* a = bufs[1];
+  for (int i = start; i < end; i++) out[i] = expf(a[i]) + sinf(a[i]);
+}
+/* bufs[0]: per-index hit counts; bufs[1]: [ncalls, start0, end0, start1, end1, ...]; bufs[2]: thread id per call */
+void cover(void** restrict bufs, const int* restrict vars, int start, int end) {
+  int* hits = bufs[0]; int* calls = bufs[1]; long* tids = bufs[2];
+  int c = __atomic_fetch_add(&calls[0], 1, __ATOMIC_SEQ_CST);
+  calls[1 + 2 * c] = start; calls[2 + 2 * c] = end;
+  tids[c] = syscall(SYS_gettid);
+  if (hits) for (int i = start; i < end; i++) __atomic_fetch_add(&hits[i], 1, __ATOMIC_SEQ_CST);
+}
+void empty(void** restrict bufs, const int* restrict vars, int start, int end) {}
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    with Context(XGRAD_CACHE_DIR=str(tmp_path_factory.mktemp("cache"))):
+        return CCompiler().compile(KERNELS)
+
+
+@pytest.fixture(autouse=True)
+def cache_in_tmp(tmp_path: Path) -> Iterator[None]:
+    with Context(XGRAD_CACHE_DIR=str(tmp_path)):
+        yield
+
+
+alloc = CPUAllocator()
+
+
+def buffer_from(arr: np.ndarray) -> CPUBuffer:
+    buf = alloc.alloc(arr.nbytes)
+    alloc.copyin(buf, memoryview(np.ascontiguousarray(arr).tobytes()))
+    return buf
+
+
+def read(buf: CPUBuffer, dtype: type, count: int) -> np.ndarray:
+    return np.frombuffer(alloc.as_memoryview(buf), dtype=dtype, count=count).copy()
+
+
+def run_cover(lib: bytes, global_size: int, threads: int) -> tuple[np.ndarray, list[tuple[int, int]], list[int]]:
+    hits = alloc.alloc(4 * max(global_size, 1))
+    alloc.copyin(hits, memoryview(bytes(hits.nbytes)))
+    calls = buffer_from(np.zeros(1 + 2 * 512, np.int32))
+    tids = buffer_from(np.zeros(512, np.int64))
+    with Context(NUM_CPU_THREADS=threads):
+        CPUProgram("cover", lib)(hits, calls, tids, global_size=global_size)
+    c = read(calls, np.int32, 1 + 2 * 512)
+    chunks = sorted((int(c[1 + 2 * i]), int(c[2 + 2 * i])) for i in range(int(c[0])))
+    return read(hits, np.int32, global_size), chunks, [int(t) for t in read(tids, np.int64, int(c[0]))]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_add_kernel_matches_numpy_any_thread_count(lib: bytes, threads: int) -> None:
+    rng = np.random.default_rng(threads)
+    a, b = rng.standard_normal(1001, dtype=np.float32), rng.standard_normal(1001, dtype=np.float32)
+    out = alloc.alloc(a.nbytes)
+    with Context(NUM_CPU_THREADS=threads):
+        CPUProgram("add", lib)(out, buffer_from(a), buffer_from(b), global_size=a.size)
+    np.testing.assert_array_equal(read(out, np.float32, a.size), a + b)
+
+
+def test_vars_kernel_uses_symbolic_ints_in_order(lib: bytes) -> None:
+    a = np.arange(-50, 50, dtype=np.int32)
+    out = alloc.alloc(a.nbytes)
+    CPUProgram("affine", lib)(out, buffer_from(a), global_size=a.size, vals=(3, -7))
+    assert read(out, np.int32, a.size).tolist() == [x * 3 - 7 for x in range(-50, 50)]
+
+
+def test_math_kernel_links_libm_functions(lib: bytes) -> None:
+    xs = [0.0, 0.5, -1.25, 3.0]
+    out = alloc.alloc(16)
+    CPUProgram("expsin", lib)(out, buffer_from(np.array(xs, np.float32)), global_size=4)
+    got = struct.unpack("4f", alloc.as_memoryview(out))
+    for x, y in zip(xs, got, strict=True):
+        assert math.isclose(y, math.exp(x) + math.sin(x), rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4, 7, 16])
+@pytest.mark.parametrize("global_size", [0, 1, 2, 3, 5, 7, 8, 16, 100, 1001])
+def test_split_covers_every_index_once_any_size_and_threads(lib: bytes, global_size: int, threads: int) -> None:
+    hits, chunks, _ = run_cover(lib, global_size, threads)
+    assert hits.tolist() == [1] * global_size
+    assert len(chunks) <= max(1, min(threads, global_size))
+    # contiguous, in order, no gaps or overlaps, each chunk non-empty
+    edges = [0]
+    for start, end in chunks:
+        assert start == edges[-1] and (end > start or global_size == 0)
+        edges.append(end)
+    assert edges[-1] == global_size
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_split_chunk_bounds_exact_when_global_size_near_int_max(lib: bytes, threads: int) -> None:
+    total = 2**31 - 1  # "cover" with a NULL hits buffer only records bounds, so this is fast
+    calls = buffer_from(np.zeros(1 + 2 * 512, np.int32))
+    tids = buffer_from(np.zeros(512, np.int64))
+    null = CPUBuffer(0, 0, memoryview(b""))
+    with Context(NUM_CPU_THREADS=threads):
+        CPUProgram("cover", lib)(null, calls, tids, global_size=total)
+    c = read(calls, np.int32, 1 + 2 * threads)
+    chunks = sorted((int(c[1 + 2 * i]), int(c[2 + 2 * i])) for i in range(int(c[0])))
+    assert chunks == [(total * i // threads, total * (i + 1) // threads) for i in range(threads)]
+
+
+def test_inline_runs_in_caller_thread_when_one_thread(lib: bytes) -> None:
+    _, chunks, tids = run_cover(lib, 100, 1)
+    assert chunks == [(0, 100)]
+    assert tids == [threading.get_native_id()]
+
+
+def test_inline_runs_in_caller_thread_when_global_size_1(lib: bytes) -> None:
+    _, chunks, tids = run_cover(lib, 1, 8)
+    assert chunks == [(0, 1)]
+    assert tids == [threading.get_native_id()]
+
+
+def test_pool_runs_chunks_on_distinct_threads_caller_included(lib: bytes) -> None:
+    for _ in range(3):  # again once the workers exist
+        _, chunks, tids = run_cover(lib, 64, 4)
+        assert len(chunks) == 4
+        assert len(set(tids)) == 4
+        assert threading.get_native_id() in tids
+
+
+def test_wait_returns_elapsed_seconds_only_when_asked(lib: bytes) -> None:
+    prg = CPUProgram("empty", lib)
+    buf = alloc.alloc(4)
+    with Context(NUM_CPU_THREADS=2):
+        assert prg(buf, global_size=8) is None
+        elapsed = prg(buf, global_size=8, wait=True)
+    assert isinstance(elapsed, float) and 0.0 <= elapsed < 10.0
+
+
+def test_same_bytes_load_library_once(lib: bytes) -> None:
+    assert CPUProgram("add", lib)._dll is CPUProgram("empty", lib)._dll
+
+
+def test_different_bytes_load_distinct_libraries() -> None:
+    src = "int value(void) { return %d; }\n"
+    c = CCompiler()
+    one, two = CPUProgram("value", c.compile(src % 1)), CPUProgram("value", c.compile(src % 2))
+    assert one._dll is not two._dll and one.fxn_ptr != two.fxn_ptr
+
+
+def test_missing_function_raises_xgrad_error(lib: bytes) -> None:
+    with pytest.raises(XgradError, match="no_such_kernel"):
+        CPUProgram("no_such_kernel", lib)
+
+
+def test_pool_correct_when_python_threads_launch_concurrently(lib: bytes) -> None:
+    n = 4096
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+        ba, bb, out = buffer_from(a), buffer_from(b), alloc.alloc(a.nbytes)
+        prg = CPUProgram("add", lib)
+        for _ in range(200):
+            prg(out, ba, bb, global_size=n)
+        if not np.array_equal(read(out, np.float32, n), a + b):
+            errors.append(f"thread {seed} got a wrong result")
+
+    with Context(NUM_CPU_THREADS=3):
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_pool_works_in_forked_child_after_parent_used_it(lib: bytes) -> None:
+    hits, _, _ = run_cover(lib, 50, 4)  # the parent's pool has workers now
+    assert hits.tolist() == [1] * 50
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child_hits, chunks, _ = run_cover(lib, 50, 4)
+            os._exit(0 if child_hits.tolist() == [1] * 50 and len(chunks) == 4 else 1)
+        except BaseException:
+            os._exit(2)
+    for _ in range(300):  # a deadlocked child must fail the test, not hang it
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("forked child did not finish within 30 s (pool deadlocked after fork?)")
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -1,0 +1,102 @@
+"""`CompiledDevice`: the base of devices that compile kernels. A backend gives it an allocator, a renderer, a compiler
+and a program loader; this class runs the codegen pipeline, caches programs per kernel AST and launches them."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from xgrad.buffer import Allocator, ProgramInfo
+from xgrad.dtype import dtypes
+from xgrad.helpers import DEBUG, prod
+from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
+
+from xgrad_codegen.pipeline import full_rewrite
+
+
+class Compiler(Protocol):
+    def compile(self, src: str) -> bytes: ...
+
+
+RawProgram = Any
+ProgramFactory = Callable[[str, bytes], RawProgram]
+
+
+def program_info(name: str, uops: list[UOp], src: str) -> ProgramInfo:
+    """Estimated operations and bytes moved (trip counts times ops), the parallel size and the variables."""
+    ops = mem = 0
+    trips: list[int] = []
+    global_size: Any = 1
+    var_names: list[str] = []
+    for u in uops:
+        mult = int(prod(trips))
+        if u.op is Ops.RANGE:
+            end = u.src[0]
+            size = int(end.arg) if end.op is Ops.CONST else 1
+            if u.arg[1] is AxisType.GLOBAL and global_size == 1:
+                global_size = size if end.op is Ops.CONST else end
+            trips.append(size)
+        elif u.op is Ops.END:
+            trips.pop()
+        elif u.op is Ops.DEFINE_VAR:
+            var_names.append(str(u.arg[0]))
+        elif u.op in GroupOp.ALU and u.dtype.scalar() != dtypes.index and u.dtype.scalar() != dtypes.bool:
+            ops += mult * u.dtype.count
+        elif u.op in (Ops.LOAD, Ops.STORE):
+            dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
+            mem += mult * dt.itemsize
+    outs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE}))
+    return ProgramInfo(name, src, ops, mem, global_size, tuple(var_names), outs)
+
+
+class CompiledProgram:
+    """A kernel ready to launch: the backend's raw program plus its `ProgramInfo`."""
+
+    def __init__(self, device: CompiledDevice, raw: RawProgram, info: ProgramInfo):
+        self.device = device
+        self.raw = raw
+        self.info = info
+
+    def __call__(self, bufs: list[Any], vals: dict[str, int], wait: bool = False) -> float | None:
+        return self.device.launch(self.raw, bufs, self.info, vals, wait)
+
+
+class CompiledDevice:
+    """A device that runs generated kernels. Subclasses set the parts; `compile` and `launch` do the rest."""
+
+    def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler,
+                 program_factory: ProgramFactory):
+        self.name = name
+        self.allocator = allocator
+        self.renderer = renderer
+        self.compiler = compiler
+        self.program_factory = program_factory
+        self._programs: dict[UOp, CompiledProgram] = {}
+
+    def compile(self, ast: UOp) -> CompiledProgram:
+        if (hit := self._programs.get(ast)) is not None:
+            return hit
+        info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+        uops = full_rewrite(ast, self.renderer)
+        src = self.renderer.render(info.name, uops)
+        if DEBUG >= 4:
+            print(src)
+        lib = self.compiler.compile(src)
+        prg = CompiledProgram(self, self.program_factory(info.name, lib), program_info(info.name, uops, src))
+        self._programs[ast] = prg
+        return prg
+
+    def launch(self, raw: RawProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int],
+               wait: bool) -> float | None:
+        """Default launch: the raw program takes buffers, the parallel size and the variable values."""
+        gs = info.global_size if isinstance(info.global_size, int) else _eval_size(info.global_size, vals)
+        result: float | None = raw(*bufs, global_size=gs, vals=tuple(vals[n] for n in info.var_names), wait=wait)
+        return result
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _eval_size(expr: UOp, vals: dict[str, int]) -> int:
+    from xgrad.uop.symbolic import sym_infer
+
+    return int(sym_infer(expr, vals))

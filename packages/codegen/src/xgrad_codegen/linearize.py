@@ -1,0 +1,142 @@
+"""Linearization: a kernel graph with RANGEs and REDUCEs becomes a list of UOps in execution order with explicit loops.
+
+IR in: SINK of STOREs whose values may hold REDUCE(value, *ranges). IR out: a linear program (see xgrad.uop.ops):
+REDUCE is replaced by DEFINE_ACC (before its loops), ASSIGN_ACC (inside) and a NOOP(acc, END) read after the loop;
+every RANGE gets an END. `END` sources after the first and `DEFINE_ACC`/`NOOP` sources after the first are
+ordering dependencies only; renderers and the executor read `src[0]`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from xgrad.dtype import DType, dtypes
+from xgrad.uop.ops import AxisType, Ops, UOp
+from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
+
+_KIND_ORDER = {AxisType.GLOBAL: 0, AxisType.LOCAL: 1, AxisType.LOOP: 2, AxisType.GROUP: 3, AxisType.REDUCE: 4,
+               AxisType.UPCAST: 5, AxisType.UNROLL: 6}
+
+
+def identity_element(op: Ops, dtype: DType) -> UOp:
+    if op is Ops.ADD:
+        return UOp.const(dtype, 0)
+    if op is Ops.MUL:
+        return UOp.const(dtype, 1)
+    return UOp.const(dtype, dtypes.min(dtype))
+
+
+@dataclass
+class AccCtx:
+    counter: itertools.count[int] = field(default_factory=itertools.count)
+    outer: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # DEFINE_ACC -> the loops it lives in
+
+
+def lower_reduce(ctx: AccCtx, red: UOp) -> UOp:
+    value, ranges = red.src[0], sorted(red.src[1:], key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0]))
+    acc = UOp(Ops.DEFINE_ACC, red.dtype, (identity_element(red.arg, red.dtype),), next(ctx.counter))
+    ctx.outer[acc] = frozenset(r for r in _ranges_in(value) if r not in ranges)
+    step: UOp = UOp(Ops.ASSIGN_ACC, red.dtype, (acc, UOp(red.arg, red.dtype, (acc, value))))
+    for rng in reversed(ranges):
+        step = UOp(Ops.END, dtypes.void, (rng, step))
+    return UOp(Ops.NOOP, red.dtype, (acc, step))
+
+
+def _ranges_in(u: UOp) -> set[UOp]:
+    return {x for x in u.toposort if x.op is Ops.RANGE}
+
+
+pm_lower_reduce = PatternMatcher([
+    (UPat(Ops.REDUCE, name="red"), lower_reduce),
+])
+
+
+def close_output_loops(sink: UOp) -> UOp:
+    """Wrap each STORE in ENDs of the output loops it runs in (innermost first)."""
+    ends = []
+    for st in sink.src:
+        rngs = sorted(_open_ranges_of(st), key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0]))
+        node = st
+        for rng in reversed(rngs):
+            node = UOp(Ops.END, dtypes.void, (rng, node))
+        ends.append(node)
+    return sink.replace(src=tuple(ends))
+
+
+def _open_ranges_of(u: UOp) -> set[UOp]:
+    rs: dict[UOp, frozenset[UOp]] = {}
+    for x in u.toposort:
+        rs[x] = _range_set(x, rs, {})
+    return set(rs[u])
+
+
+def _range_set(x: UOp, rs: dict[UOp, frozenset[UOp]], acc_outer: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
+    if x.op is Ops.DEFINE_ACC and x in acc_outer:
+        return acc_outer[x]
+    out: frozenset[UOp] = frozenset().union(*(rs[s] for s in x.src)) if x.src else frozenset()
+    if x.op is Ops.RANGE:
+        return out | {x}
+    if x.op is Ops.END:
+        return out - {x.src[0]}
+    return out
+
+
+def linearize(sink: UOp) -> list[UOp]:
+    """Order the graph into a program: each node inside exactly the loops it needs, loops properly nested."""
+    ctx = AccCtx()
+    sink = graph_rewrite(sink, pm_lower_reduce, ctx=ctx, name="lower reduce")
+    sink = close_output_loops(sink)
+    nodes = list(sink.toposort)
+    position = {u: i for i, u in enumerate(nodes)}
+    rs: dict[UOp, frozenset[UOp]] = {}
+    for x in nodes:
+        rs[x] = _range_set(x, rs, ctx.outer)
+    users: dict[UOp, list[UOp]] = {u: [] for u in nodes}
+    for u in nodes:
+        for s in u.src:
+            users[s].append(u)
+    waiting = {u: len(set(u.src)) for u in nodes}
+    ready = {u for u in nodes if waiting[u] == 0}
+    # how many not-yet-emitted nodes still need each range open
+    need = {r: sum(1 for u in nodes if r in rs[u] and u is not r) for r in nodes if r.op is Ops.RANGE}
+    stack: list[UOp] = []
+    out: list[UOp] = []
+
+    def emit(u: UOp) -> None:
+        out.append(u)
+        ready.discard(u)
+        for r in rs[u]:
+            if u is not r:
+                need[r] -= 1
+        for user in set(users[u]):
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                ready.add(user)
+
+    while ready:
+        open_set = frozenset(stack)
+        body = [u for u in ready if u.op not in (Ops.RANGE, Ops.END, Ops.SINK) and
+                (rs[u] == open_set if u.op in (Ops.DEFINE_ACC, Ops.STORE) else rs[u] <= open_set)]
+        if body:
+            emit(min(body, key=lambda u: (u.op is not Ops.DEFINE_ACC, position[u])))
+            continue
+        if stack:
+            end = next((u for u in ready if u.op is Ops.END and u.src[0] is stack[-1]), None)
+            if end is not None and need[stack[-1]] == 0:
+                stack.pop()
+                emit(end)
+                continue
+        opens = [u for u in ready if u.op is Ops.RANGE and rs[u] - {u} <= open_set and need[u] > 0]
+        if opens:
+            rng = min(opens, key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0]))
+            stack.append(rng)
+            emit(rng)
+            continue
+        if not stack and sink in ready:
+            emit(sink)
+            break
+        raise AssertionError(f"linearize is stuck with loops {[r.arg for r in stack]} and ready "
+                             f"{[u.op for u in ready]}")
+    assert out[-1] is sink and len(out) == len(nodes), "linearize did not place every node"
+    return out

@@ -1,0 +1,55 @@
+"""The codegen pipeline: one function that lists every pass from kernel AST to linear program, in order.
+
+IR in: a kernel AST from the scheduler. IR out: a linear program for a renderer (see xgrad.uop.ops, stage 3).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from xgrad.helpers import DEBUG
+from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.symbolic import simplify
+
+from xgrad_codegen.linearize import linearize
+from xgrad_codegen.opt import Opt, expand_lanes, optimize
+
+PassHook = Callable[[str, UOp, float], None]
+_hooks: list[PassHook] = []
+
+
+def add_pass_hook(hook: PassHook) -> None:
+    """Call `hook(pass_name, graph_after, seconds)` after every pass (timing, dumps)."""
+    _hooks.append(hook)
+
+
+def _run(name: str, fn: Callable[[UOp], UOp], ast: UOp) -> UOp:
+    start = time.perf_counter()
+    out = fn(ast)
+    for hook in _hooks:
+        hook(name, out, time.perf_counter() - start)
+    if DEBUG >= 6:
+        print(f"--- after {name} ---\n{out}")
+    return out
+
+
+def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list[UOp]:
+    """Kernel AST -> linear program for `renderer`."""
+    ast = _run("simplify indexes", simplify, ast)  # movement-op index math collapses before choosing opts
+    ast = _run("optimize", lambda a: optimize(a, opts), ast)  # split and re-kind ranges (parallel, upcast, unroll)
+    ast = _run("expand lanes", expand_lanes, ast)  # UPCAST/UNROLL ranges become straight-line lanes
+    ast = _run("simplify lanes", simplify, ast)  # each lane's constant index folds
+    for name, pm in getattr(renderer, "decompositions", lambda: [])():  # ops/dtypes the target lacks
+        ast = _run(name, lambda a, pm=pm: _rewrite(a, pm, name), ast)
+    uops = linearize(ast)  # loops, accumulators, order
+    if DEBUG >= 5:
+        print("\n".join(f"{i:4d} {u.op.name:12s} {u.dtype.name:10s} {u.arg!r}" for i, u in enumerate(uops)))
+    assert uops[-1].op is Ops.SINK
+    return uops
+
+
+def _rewrite(ast: UOp, pm: Any, name: str) -> UOp:
+    from xgrad.uop.pattern import graph_rewrite
+
+    return graph_rewrite(ast, pm, name=name)

@@ -1,0 +1,91 @@
+"""The PYTHON device: host memory in `bytearray`s and the reference interpreter (`xgrad_codegen.pyexec`) as its
+"compiler". It is slow; it exists to define what every op means and to check the other backends against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xgrad.uop.ops import AxisType, Ops, UOp
+
+from xgrad_codegen.pyexec import ProgramError, run_program
+
+
+class PythonAllocator:
+    """Buffers are `memoryview`s (format 'B') of `bytearray`s; an offset view is a slice sharing the memory, so it
+    keeps its base alive without bookkeeping. `free` only drops the reference: Python reclaims the memory."""
+
+    def alloc(self, nbytes: int) -> memoryview:
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate a negative number of bytes: {nbytes}")
+        return memoryview(bytearray(nbytes))
+
+    def free(self, handle: memoryview, nbytes: int) -> None:
+        assert nbytes == handle.nbytes, f"free of {nbytes} bytes but the buffer has {handle.nbytes}"
+
+    def copyin(self, dest: memoryview, src: memoryview) -> None:
+        src = _as_bytes(src)
+        if src.nbytes != dest.nbytes:
+            raise ValueError(f"copyin of {src.nbytes} bytes into a buffer of {dest.nbytes} bytes")
+        dest[:] = src
+
+    def copyout(self, dest: memoryview, src: memoryview) -> None:
+        dest = _as_bytes(dest)
+        if dest.nbytes != src.nbytes:
+            raise ValueError(f"copyout of a buffer of {src.nbytes} bytes into {dest.nbytes} bytes")
+        dest[:] = src
+
+    def offset(self, handle: memoryview, offset: int, nbytes: int) -> memoryview:
+        if offset < 0 or nbytes < 0 or offset + nbytes > handle.nbytes:
+            raise ValueError(f"view [{offset}, {offset + nbytes}) is outside a buffer of {handle.nbytes} bytes")
+        return handle[offset : offset + nbytes]
+
+    def as_memoryview(self, handle: memoryview) -> memoryview:
+        return handle[:]
+
+
+def _as_bytes(mv: memoryview) -> memoryview:
+    return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+
+
+class PythonDevice:
+    """The `PYTHON` device. It has no renderer yet: it runs linear programs (lists of UOps) directly."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.allocator = PythonAllocator()
+        self.renderer = None
+
+    def run_linear(self, uops: Sequence[UOp], handles: Sequence[memoryview], vals: dict[str, int] | None = None,
+                   global_size: Sequence[int] | None = None) -> None:
+        """Run a linear program with `handles[i]` as PARAM i. The interpreter runs the program's GLOBAL range
+        itself, so `global_size` (launch dimensions, as other devices take them) is only checked when given: its
+        product must be the GLOBAL range's size (1 for a program without one)."""
+        if global_size is not None:
+            _check_global_size(uops, vals or {}, global_size)
+        run_program(uops, handles, vals)
+
+    def synchronize(self) -> None:
+        """Runs are synchronous: nothing to wait for."""
+
+    def __repr__(self) -> str:
+        return f"<PythonDevice {self.name}>"
+
+
+def _check_global_size(uops: Sequence[UOp], vals: dict[str, int], global_size: Sequence[int]) -> None:
+    want = 1
+    for n in global_size:
+        want *= n
+    rng = next((u for u in uops if u.op is Ops.RANGE and u.arg[1] is AxisType.GLOBAL), None)
+    end = rng.src[0] if rng is not None else None
+    if end is None:
+        have = 1
+    elif end.op is Ops.CONST:
+        have = int(end.arg)
+    elif end.op is Ops.DEFINE_VAR and end.arg[0] in vals:
+        have = vals[end.arg[0]]
+    else:
+        return  # a computed size: the interpreter checks the split when it evaluates it
+    if have != want:
+        raise ProgramError(f"global_size {tuple(global_size)} ({want} items) does not match the program's GLOBAL "
+                           f"range of {have} items")

@@ -1,0 +1,141 @@
+"""What a device must provide (typing Protocols) and `Buffer`, a lazily allocated piece of device memory.
+
+A backend's device object satisfies `RuntimeDevice`: a name, an `Allocator`, and `compile(ast)` that turns a kernel
+AST (see `xgrad.uop.ops`) into a `Program` it can launch. Core only talks to devices through these protocols.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from xgrad.dtype import DType
+from xgrad.uop.ops import UOp
+
+
+class Allocator(Protocol):
+    """Device memory. Handles are opaque to core."""
+
+    def alloc(self, nbytes: int) -> Any: ...
+
+    def free(self, handle: Any, nbytes: int) -> None: ...
+
+    def copyin(self, dest: Any, src: memoryview) -> None: ...
+
+    def copyout(self, dest: memoryview, src: Any) -> None: ...
+
+    def offset(self, handle: Any, offset: int, nbytes: int) -> Any: ...
+
+
+@runtime_checkable
+class HostVisible(Protocol):
+    """An allocator whose memory the host can map directly (CPU, DISK): zero-copy reads."""
+
+    def as_memoryview(self, handle: Any) -> memoryview: ...
+
+
+@dataclass
+class ProgramInfo:
+    """Facts about a compiled kernel, for DEBUG output and GlobalCounters."""
+
+    name: str
+    src: str = ""
+    ops: int = 0  # estimated operations (per launch)
+    mem: int = 0  # estimated bytes moved
+    global_size: Any = 1  # int, or an index expression in the kernel's variables
+    var_names: tuple[str, ...] = ()
+    outs: tuple[int, ...] = (0,)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Program(Protocol):
+    """A compiled kernel. `bufs` are allocator handles in PARAM order, `vals` the variable values by name."""
+
+    info: ProgramInfo
+
+    def __call__(self, bufs: list[Any], vals: dict[str, int], wait: bool = False) -> float | None: ...
+
+
+class RuntimeDevice(Protocol):
+    """What `Device[name]` returns for a device that runs kernels."""
+
+    name: str
+    allocator: Allocator
+
+    def compile(self, ast: UOp) -> Program: ...
+
+    def synchronize(self) -> None: ...
+
+
+class Buffer:
+    """`size` elements of `dtype` on `device`, allocated on first use. A view (`base` given) shares its base's memory
+    from byte `offset`."""
+
+    def __init__(self, device: str, size: int, dtype: DType, base: Buffer | None = None, offset: int = 0):
+        self.device = device
+        self.size = size
+        self.dtype = dtype
+        self.base = base
+        self.offset = offset
+        self._handle: Any = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def is_allocated(self) -> bool:
+        return self._handle is not None
+
+    def _runtime(self) -> Any:
+        from xgrad.device import Device
+
+        return Device[self.device]
+
+    @property
+    def allocator(self) -> Allocator:
+        return self._runtime().allocator  # type: ignore[no-any-return]
+
+    def ensure_allocated(self) -> Buffer:
+        if self._handle is None:
+            if self.base is not None:
+                self.base.ensure_allocated()
+                self._handle = self.allocator.offset(self.base._handle, self.offset, self.nbytes)
+            else:
+                self._handle = self.allocator.alloc(self.nbytes)
+        return self
+
+    @property
+    def handle(self) -> Any:
+        return self.ensure_allocated()._handle
+
+    def copyin(self, data: memoryview) -> Buffer:
+        data = data.cast("B") if data.format != "B" or data.ndim != 1 else data
+        assert data.nbytes == self.nbytes, f"copyin of {data.nbytes} bytes into a buffer of {self.nbytes}"
+        self.allocator.copyin(self.handle, data)
+        return self
+
+    def copyout(self, dest: memoryview) -> memoryview:
+        dest = dest.cast("B") if dest.format != "B" or dest.ndim != 1 else dest
+        assert dest.nbytes == self.nbytes, f"copyout of {self.nbytes} bytes into {dest.nbytes}"
+        self._runtime().synchronize()
+        self.allocator.copyout(dest, self.handle)
+        return dest
+
+    def as_bytes(self) -> memoryview:
+        """The contents as host bytes (zero-copy where the memory is host visible)."""
+        alloc = self.allocator
+        if isinstance(alloc, HostVisible):
+            self._runtime().synchronize()
+            return alloc.as_memoryview(self.handle)
+        return self.copyout(memoryview(bytearray(self.nbytes)))
+
+    def __del__(self) -> None:
+        if self._handle is not None and self.base is None:
+            try:
+                self.allocator.free(self._handle, self.nbytes)
+            except Exception:  # interpreter shutdown: the device may be gone
+                pass
+
+    def __repr__(self) -> str:
+        return f"<Buffer {self.device} {self.size} {self.dtype.name}{' view' if self.base is not None else ''}>"

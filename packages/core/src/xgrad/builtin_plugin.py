@@ -1,0 +1,57 @@
+"""Core's own plugin: the NULL device (compile-only, runs nothing) and the DISK device (files as buffers).
+
+Registered by the registry before any other plugin, whatever the plugin knobs say.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, hookimpl
+
+NULL_MODULE = "xgrad.runtime.null"
+DISK_MODULE = "xgrad.runtime.disk"
+
+
+def _module_imports(modname: str) -> tuple[bool, str]:
+    try:
+        importlib.import_module(modname)
+    except Exception as e:
+        return False, f"module {modname} does not import ({type(e).__name__}: {e})"
+    return True, ""
+
+
+def _open_null(name: str) -> Any:
+    return importlib.import_module(NULL_MODULE).NullDevice(name)
+
+
+def _open_disk(name: str) -> Any:
+    return importlib.import_module(DISK_MODULE).DiskDevice(name)
+
+
+@hookimpl
+def xgrad_api_version() -> int:
+    return PLUGIN_API_VERSION
+
+
+@hookimpl
+def xgrad_devices() -> list[DeviceSpec]:
+    return [
+        DeviceSpec(
+            name="NULL",
+            factory=_open_null,
+            priority=0,
+            available=lambda: _module_imports(NULL_MODULE),
+            runs_kernels=False,
+            description="compiles kernels (NULL:<renderer>:<arch>) but runs nothing",
+        ),
+        DeviceSpec(
+            name="DISK",
+            factory=_open_disk,
+            priority=0,
+            available=lambda: _module_imports(DISK_MODULE),
+            runs_kernels=False,
+            description="a file as a buffer: DISK:/path/to/file",
+        ),
+    ]

@@ -1,0 +1,190 @@
+"""`Device`: names, the default device, and opening devices through the plugin registry.
+
+Device names read `TYPE[:index][:renderer[:arch]]` ("CPU", "CPU:1", "NULL:CUDA:sm_90", "NULL:HIP:gfx90a:xnack-"),
+or `DISK:<path>` with the path kept verbatim. The type is upper-cased; index 0 is dropped ("cpu:0" -> "CPU").
+Core never imports a backend: every device comes from a plugin's `DeviceSpec` (see xgrad.plugin).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from xgrad.errors import DeviceError
+from xgrad.helpers import DEV
+
+if TYPE_CHECKING:
+    from xgrad.plugin import Registry
+
+INSTALL_HINT = "e.g. from an xgrad checkout: pip install packages/core packages/codegen packages/backend-cpu"
+
+
+@dataclass(frozen=True)
+class DeviceName:
+    """A parsed device name; `str()` gives the canonical form."""
+
+    type: str  # "CPU", "NULL", "DISK"
+    index: int = 0
+    renderer: str | None = None
+    arch: str | None = None
+    path: str | None = None  # DISK only
+
+    def __str__(self) -> str:
+        if self.path is not None:
+            return f"{self.type}:{self.path}"
+        parts = [self.type]
+        if self.index:
+            parts.append(str(self.index))
+        if self.renderer is not None:
+            parts.append(self.renderer)
+        if self.arch is not None:
+            parts.append(self.arch)
+        return ":".join(parts)
+
+
+def parse_device(name: str) -> DeviceName:
+    """Split a device name into its parts; raises DeviceError for malformed names."""
+    if not isinstance(name, str) or not name.strip():
+        raise DeviceError(f"device name must be a non-empty string like 'CPU' or 'CPU:1', got {name!r}")
+    typ, _, rest = name.strip().partition(":")
+    typ = typ.upper()
+    if not typ:
+        raise DeviceError(f"device name {name!r} has no type before ':'; write it like 'CPU:1'")
+    if typ == "DISK":
+        return DeviceName(typ, path=rest or None)
+    parts = rest.split(":") if rest else []
+    index = 0
+    if parts and _is_int(parts[0]):
+        index = int(parts.pop(0))
+        if index < 0:
+            raise DeviceError(f"device index in {name!r} must be >= 0")
+    if any(not p for p in parts[:1]):
+        raise DeviceError(f"device name {name!r} has an empty renderer; write it like 'NULL:CUDA:sm_90'")
+    renderer = parts[0] if parts else None
+    arch = ":".join(parts[1:]) if len(parts) > 1 else None  # AMD targets carry ':' (gfx90a:xnack-)
+    return DeviceName(typ, index, renderer, arch or None)
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+class _Device:
+    """The device singleton: `Device["CPU"]` opens (once) and returns a device object; `Device.DEFAULT` names one."""
+
+    def __init__(self) -> None:
+        self._opened: dict[str, Any] = {}
+        self._opened_from: Registry | None = None
+        self._lock = threading.RLock()
+
+    @staticmethod
+    def canonicalize(name: str) -> str:
+        """The canonical spelling of a device name: `Device.canonicalize("cpu:0") == "CPU"`."""
+        return str(parse_device(name))
+
+    @staticmethod
+    def parse(name: str) -> DeviceName:
+        """The parts of a device name (type, index, renderer, arch, path)."""
+        return parse_device(name)
+
+    def __getitem__(self, name: str) -> Any:
+        canonical = self.canonicalize(name)
+        registry = _registry()
+        with self._lock:
+            if self._opened_from is not registry:  # the registry was rebuilt: forget devices of the old one
+                self._opened, self._opened_from = {}, registry
+            if canonical in self._opened:
+                return self._opened[canonical]
+            typ = parse_device(canonical).type
+            available, reason = registry.device_available(typ)
+            if not available:
+                raise DeviceError(f"device {canonical} is not available: {reason}\n{_describe_devices(registry)}")
+            spec, record = registry.devices[typ]
+            try:
+                device = spec.factory(canonical)
+            except Exception as e:
+                raise DeviceError(
+                    f"opening device {canonical} (plugin {record.name}) failed: {type(e).__name__}: {e}"
+                ) from e
+            self._opened[canonical] = device
+            return device
+
+    @property
+    def DEFAULT(self) -> str:  # noqa: N802 (the tinygrad spelling)
+        """The DEV knob if set, else the available device that runs kernels with the highest priority."""
+        if DEV.value:
+            return self.canonicalize(DEV.value)
+        candidates = self.get_available_devices(runs_kernels_only=True)
+        if not candidates:
+            raise DeviceError(no_default_reason(_registry()))
+        return candidates[0]
+
+    @DEFAULT.setter
+    def DEFAULT(self, name: str) -> None:  # noqa: N802
+        DEV.value = self.canonicalize(name)
+
+    def get_available_devices(self, runs_kernels_only: bool = False) -> list[str]:
+        """Names of the available device types, highest priority first (ties by name)."""
+        registry = _registry()
+        names = [
+            name
+            for name, (spec, _) in registry.devices.items()
+            if (spec.runs_kernels or not runs_kernels_only) and registry.device_available(name)[0]
+        ]
+        return sorted(names, key=lambda n: (-registry.devices[n][0].priority, n))
+
+    def renderer(self, name: str, arch: str | None = None) -> Any:
+        """Build renderer `name` ("CUDA", "C", ...) for `arch` (None = the renderer's default_arch)."""
+        registry = _registry()
+        key = (
+            name
+            if name in registry.renderers
+            else next((r for r in registry.renderers if r.upper() == name.upper()), None)
+        )
+        if key is None:
+            raise DeviceError(
+                f"no installed plugin offers a renderer named {name}; "
+                f"renderers: {', '.join(sorted(registry.renderers)) or 'none'}"
+            )
+        available, reason = registry.renderer_available(key)
+        if not available:
+            raise DeviceError(f"renderer {key} is not available: {reason}")
+        spec, record = registry.renderers[key]
+        try:
+            return spec.factory(arch if arch is not None else spec.default_arch)
+        except Exception as e:
+            raise DeviceError(f"building renderer {key} (plugin {record.name}) failed: {type(e).__name__}: {e}") from e
+
+
+def _registry() -> Registry:
+    from xgrad.plugin import get_registry  # imported on first use so that `import xgrad` stays fast
+
+    return get_registry()
+
+
+def _describe_devices(registry: Registry) -> str:
+    lines = []
+    for name in sorted(registry.devices):
+        available, reason = registry.device_available(name)
+        plugin = registry.devices[name][1].name
+        lines.append(f"  {name} (plugin {plugin}): " + ("available" if available else f"unavailable: {reason}"))
+    failed = [r for r in registry.plugins if r.status != "loaded"]
+    lines += [f"  plugin {r.name} {r.status}: {r.reason}" for r in failed]
+    return "devices:\n" + "\n".join(lines) + "\nrun `xgrad info` for details"
+
+
+def no_default_reason(registry: Registry) -> str:
+    """Why no device can be the default, with the fix (used by Device.DEFAULT and `xgrad info`)."""
+    runnable = sorted(name for name, (spec, _) in registry.devices.items() if spec.runs_kernels)
+    if not runnable:
+        return f"no runnable backend is installed; install one, {INSTALL_HINT}"
+    reasons = "; ".join(f"{name}: {registry.device_available(name)[1]}" for name in runnable)
+    return f"no runnable backend is available ({reasons}); fix one of these or install another backend, {INSTALL_HINT}"
+
+
+Device = _Device()

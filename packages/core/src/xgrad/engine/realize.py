@@ -1,0 +1,97 @@
+"""The realize engine: schedule a set of tensors, compile each kernel on its device, run the list.
+
+IR in: tensor-graph UOps of the tensors to realize. Out: filled buffers; each tensor's uop becomes a view of its
+buffer, and every later graph that reaches the same node reads that buffer instead of recomputing it.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from xgrad.device import Device
+from xgrad.engine.memory import plan_memory
+from xgrad.engine.schedule import ScheduleItem, create_schedule
+from xgrad.helpers import DEBUG
+from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.pattern import substitute
+
+if TYPE_CHECKING:
+    from xgrad.tensor import Tensor
+
+
+class GlobalCounters:
+    """Totals since the last `reset()`: kernels run, operations, bytes moved, kernel seconds (DEBUG>=2)."""
+
+    global_ops: int = 0
+    global_mem: int = 0
+    time_sum_s: float = 0.0
+    kernel_count: int = 0
+    mem_used: int = 0
+
+    @staticmethod
+    def reset() -> None:
+        GlobalCounters.global_ops = GlobalCounters.global_mem = GlobalCounters.kernel_count = 0
+        GlobalCounters.time_sum_s = 0.0
+
+
+# nodes already computed, to the view of the buffer that holds them (weak: forgotten with the graph)
+_realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+def _with_known_results(roots: list[UOp]) -> list[UOp]:
+    """Replace nodes computed by an earlier realize with their buffers."""
+    sink = UOp(Ops.SINK, src=tuple(roots))
+    known = {u: _realized[u] for u in sink.toposort if u in _realized}
+    if not known:
+        return roots
+    return list(substitute(sink, known).src)
+
+
+def realize_tensors(tensors: list[Tensor]) -> None:
+    pending = [t for t in tensors if t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN]
+    if not pending:
+        return
+    roots = _with_known_results([t.uop for t in pending])
+    items, becomes = create_schedule(roots)
+    run_schedule(plan_memory(items, [becomes[r] for r in roots if r in becomes]))
+    for t, original, root in zip(pending, [t.uop for t in pending], roots):
+        new = becomes.get(root, root)
+        _realized[original] = new
+        t.uop = new
+
+
+def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:
+    vals = var_vals or {}
+    if DEBUG >= 1 and items:
+        kernels = sum(not it.is_copy for it in items)
+        print(f"*** realize: {kernels} kernel{'s' if kernels != 1 else ''}, {len(items) - kernels} copies")
+    for item in items:
+        if item.is_copy:
+            dst, src = item.bufs
+            dst.copyin(src.as_bytes())
+            GlobalCounters.global_mem += dst.nbytes
+            continue
+        run_kernel(item, vals)
+
+
+def run_kernel(item: ScheduleItem, vals: dict[str, int]) -> Any:
+    runtime = Device[item.device]
+    program = runtime.compile(item.ast)
+    handles = [b.handle for b in item.bufs]
+    wait = DEBUG >= 2
+    start = time.perf_counter()
+    elapsed = program(handles, vals, wait=wait)
+    info = program.info
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += int(info.ops)
+    GlobalCounters.global_mem += int(info.mem)
+    if wait:
+        et = elapsed if elapsed is not None else time.perf_counter() - start
+        GlobalCounters.time_sum_s += et
+        gflops = info.ops / et * 1e-9 if et > 0 else 0.0
+        gbs = info.mem / et * 1e-9 if et > 0 else 0.0
+        print(f"{GlobalCounters.kernel_count:4d} {item.device:8s} {info.name:32s} {et * 1e6:9.2f} us "
+              f"{gflops:8.2f} GFLOPS {gbs:8.2f} GB/s")
+    return elapsed

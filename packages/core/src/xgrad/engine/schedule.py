@@ -1,0 +1,336 @@
+"""The scheduler: tensor graph in, an ordered list of kernels and copies out.
+
+IR in: the tensor graph (BUFFER, CONST, movement ops, ALU, REDUCE_AXIS, CONTIGUOUS, COPY, ASSIGN).
+IR out: `ScheduleItem`s. A kernel item holds a kernel AST: SINK(STORE(INDEX(PARAM(0), index), value)) where
+movement ops have become index expressions over RANGEs and reductions are REDUCE(value, *ranges).
+
+Pipeline (`create_schedule`):
+1. `find_realizes`: decide the kernel boundaries (outputs, contiguous, copies, assigns, reductions that would be
+   recomputed behind an expand or that have several users).
+2. `lower_kernel`: for each boundary, push output indices down through movement ops (`pm_push_index` table) until
+   they reach buffers: movement ops never copy.
+3. order the items so that every kernel runs after the kernels whose outputs it reads.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from xgrad.buffer import Buffer
+from xgrad.dtype import DType, dtypes
+from xgrad.errors import XgradError
+from xgrad.helpers import DEBUG, SPEC, prod
+from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
+
+_buffer_ids = itertools.count()
+
+
+def new_buffer_uop(device: str, size: int, dtype: DType) -> UOp:
+    """A BUFFER node with a fresh Buffer attached (allocated when first used)."""
+    uop = UOp.buffer(device, size, dtype, next(_buffer_ids))
+    uop.__dict__["buffer"] = Buffer(device, size, dtype)
+    return uop
+
+
+def buffer_of(u: UOp) -> Buffer:
+    buf: Buffer = u.base.__dict__["buffer"]
+    return buf
+
+
+@dataclass
+class ScheduleItem:
+    """One step: a kernel (`ast` is its SINK) or a copy (`ast.op` is COPY). `bufs[0]` is the output."""
+
+    ast: UOp
+    bufs: tuple[Buffer, ...]
+    device: str
+
+    @property
+    def is_copy(self) -> bool:
+        return self.ast.op is Ops.COPY
+
+
+# ---- 1. kernel boundaries ----
+def is_realized(u: UOp) -> bool:
+    """A node that already has memory: a BUFFER, or movement ops on one."""
+    return u.base.op is Ops.BUFFER
+
+
+def find_realizes(roots: list[UOp]) -> set[UOp]:
+    sink_order = list(UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort)[:-1]
+    users: dict[UOp, set[UOp]] = {u: set() for u in sink_order}
+    for u in sink_order:
+        for s in u.src:
+            users[s].add(u)
+    realizes: set[UOp] = {r for r in roots if not is_realized(r)}
+    for u in sink_order:
+        if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY):
+            realizes.add(u)
+        if u.op is Ops.COPY and not (is_realized(u.src[0]) and _is_contiguous_view(u.src[0])):
+            realizes.add(u.src[0])
+    # reductions: realize when reached through an expand (it would be recomputed per broadcast element) or when
+    # several nodes use it. Walk users before sources, tracking "an expand lies between here and a boundary".
+    behind_expand: dict[UOp, bool] = {}
+    for u in reversed(sink_order):
+        flag = False
+        for user in users[u]:
+            if user in realizes:
+                continue
+            if user.op is Ops.EXPAND and prod(user.shape or ()) > prod(u.shape or ()):
+                flag = True
+            elif behind_expand.get(user, False):
+                flag = True
+        if u.op is Ops.REDUCE_AXIS and u not in realizes and (flag or len(users[u]) > 1):
+            realizes.add(u)
+            flag = False
+        behind_expand[u] = flag
+    return {r for r in realizes if not (is_realized(r) and _is_contiguous_view(r))}
+
+
+# ---- 2. lowering one kernel ----
+@dataclass
+class KernelCtx:
+    realizes: dict[UOp, UOp]  # tensor node -> its output BUFFER uop
+    params: list[UOp]  # BUFFER uops in PARAM order; params[0] is the output
+    axis: Any  # iterator of fresh axis ids
+    memo: dict[tuple[UOp, tuple[UOp, ...], UOp | None], UOp]
+
+    def param(self, buf: UOp) -> UOp:
+        if buf not in self.params:
+            self.params.append(buf)
+        return UOp(Ops.PARAM, buf.dtype, (), self.params.index(buf))
+
+
+def strides_for(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc if s != 1 else 0)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def flat_index(idxs: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
+    ret = UOp.const(dtypes.index, 0)
+    for i, st in zip(idxs, strides_for(shape)):
+        if st != 0:
+            ret = ret + i * st
+    return ret
+
+
+def and_gate(a: UOp | None, b: UOp | None) -> UOp | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a.logical_and(b)
+
+
+def lower_buffer(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    return UOp(Ops.LOAD, u.dtype, (ctx.param(u).index(idxs[0], gate),))
+
+
+def lower_const(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    return UOp.const(u.dtype, u.arg)
+
+
+def lower_iota(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    return idxs[0].cast(u.dtype)
+
+
+def lower_reshape(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    in_shape = _shape(u.src[0])
+    flat = flat_index(idxs, _shape(u))
+    new: list[UOp] = []
+    acc = 1
+    for axis in reversed(range(len(in_shape))):
+        dim = in_shape[axis]
+        idx = flat // acc if acc != 1 else flat
+        new.append(UOp.const(dtypes.index, 0) if dim == 1 else idx % dim if axis != 0 else idx)
+        acc *= dim
+    return lower(ctx, u.src[0], tuple(reversed(new)), gate)
+
+
+def lower_permute(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    new = [idxs[0]] * len(idxs)
+    for out_axis, in_axis in enumerate(u.arg):
+        new[in_axis] = idxs[out_axis]
+    return lower(ctx, u.src[0], tuple(new), gate)
+
+
+def lower_expand(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    in_shape = _shape(u.src[0])
+    new = tuple(UOp.const(dtypes.index, 0) if s == 1 else i for i, s in zip(idxs, in_shape))
+    return lower(ctx, u.src[0], new, gate)
+
+
+def lower_pad(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    in_shape = _shape(u.src[0])
+    valid: UOp | None = None
+    new = []
+    for i, (before, after), dim in zip(idxs, u.arg, in_shape):
+        new.append(i - before if before else i)
+        if before:
+            valid = and_gate(valid, i.ge(before))
+        if after:
+            valid = and_gate(valid, i.lt(before + dim))
+    inner = lower(ctx, u.src[0], tuple(new), and_gate(gate, valid))
+    return inner if valid is None else valid.where(inner, inner.const_like(0))
+
+
+def lower_shrink(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    return lower(ctx, u.src[0], tuple(i + s if s else i for i, (s, _) in zip(idxs, u.arg)), gate)
+
+
+def lower_flip(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    in_shape = _shape(u.src[0])
+    return lower(ctx, u.src[0], tuple((s - 1) - i if f else i for i, f, s in zip(idxs, u.arg, in_shape)), gate)
+
+
+def lower_reduce(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    op, axes = u.arg
+    in_shape = _shape(u.src[0])
+    new = list(idxs)
+    ranges = []
+    for a in axes:
+        rng = UOp.range(in_shape[a], next(ctx.axis), AxisType.REDUCE)
+        new[a] = rng
+        ranges.append(rng)
+    value = lower(ctx, u.src[0], tuple(new), gate)
+    return UOp(Ops.REDUCE, u.dtype, (value, *ranges), op)
+
+
+def lower_elementwise(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    return u.replace(src=tuple(lower(ctx, s, idxs, gate) for s in u.src))
+
+
+def lower_identity(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    return lower(ctx, u.src[0], idxs, gate)
+
+
+LowerFn = Callable[[KernelCtx, UOp, tuple[UOp, ...], "UOp | None"], UOp]
+# how each tensor-graph op turns an output index into kernel IR: the table of this pass
+pm_push_index: dict[Ops, LowerFn] = {
+    Ops.BUFFER: lower_buffer,
+    Ops.CONST: lower_const,
+    Ops.IOTA: lower_iota,
+    Ops.RESHAPE: lower_reshape,
+    Ops.PERMUTE: lower_permute,
+    Ops.EXPAND: lower_expand,
+    Ops.PAD: lower_pad,
+    Ops.SHRINK: lower_shrink,
+    Ops.FLIP: lower_flip,
+    Ops.REDUCE_AXIS: lower_reduce,
+    Ops.CONTIGUOUS_BACKWARD: lower_identity,
+    Ops.DETACH: lower_identity,
+    **{op: lower_elementwise for op in GroupOp.Elementwise},
+}
+
+
+def _shape(u: UOp) -> tuple[int, ...]:
+    assert u.shape is not None, f"{u.op} has no shape"
+    return tuple(int(s) for s in u.shape)
+
+
+def lower(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    key = (u, idxs, gate)
+    if (hit := ctx.memo.get(key)) is not None:
+        return hit
+    if (buf := ctx.realizes.get(u)) is not None:
+        ret = lower_buffer(ctx, buf, (flat_index(idxs, _shape(u)),), gate)
+    else:
+        fn = pm_push_index.get(u.op)
+        if fn is None:
+            raise XgradError(f"the scheduler cannot lower {u.op} here; this is a bug in xgrad")
+        ret = fn(ctx, u, idxs, gate)
+    ctx.memo[key] = ret
+    return ret
+
+
+def lower_kernel(node: UOp, out: UOp, realizes: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
+    """The kernel AST that computes `node` into BUFFER `out`, and the BUFFERs it uses in PARAM order."""
+    ctx = KernelCtx(realizes, [out], itertools.count(), {})
+    shape = _shape(node)
+    value_node = node.src[0] if node.op is Ops.CONTIGUOUS else node
+    target: UOp | None = None
+    if node.op is Ops.ASSIGN:
+        target, value_node = node.src
+    ranges = tuple(UOp.range(s, next(ctx.axis)) if s != 1 else UOp.const(dtypes.index, 0) for s in shape)
+    # build the value with the output's own realization hidden, so it is computed, not loaded
+    own = ctx.realizes.pop(node, None)
+    value = lower(ctx, value_node, ranges, None)
+    if own is not None:
+        ctx.realizes[node] = own
+    if target is not None:
+        store_idx = _assign_index(ctx, target, ranges)
+    else:
+        store_idx = ctx.param(out).index(flat_index(ranges, shape))
+    name = kernel_name(value, shape)
+    ast = UOp(Ops.SINK, dtypes.void, (store_idx.store(value),), KernelInfo(name))
+    if SPEC:
+        from xgrad.uop.spec import check_kernel_ast
+
+        check_kernel_ast(ast)
+    return ast, ctx.params
+
+
+def _assign_index(ctx: KernelCtx, target: UOp, ranges: tuple[UOp, ...]) -> UOp:
+    """Where an ASSIGN writes: through the target's movement ops into its buffer."""
+    fake_load = lower(ctx, target, ranges, None)
+    assert fake_load.op is Ops.LOAD, "assign target must be a view of a buffer"
+    return fake_load.src[0]
+
+
+def kernel_name(value: UOp, shape: tuple[int, ...]) -> str:
+    """E_<output shape> for elementwise kernels, r_<output shape>_<reduced sizes> for reductions."""
+    reduced = [int(r.src[0].arg) for u in value.toposort if u.op is Ops.REDUCE for r in u.src[1:]]
+    dims = [str(s) for s in shape if s != 1] or ["1"]
+    return "_".join(["r" if reduced else "E", *dims, *map(str, reduced)])
+
+
+# ---- 3. the whole schedule ----
+def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """Kernels and copies that realize `roots`, in order, and what each root becomes (a view of its new buffer)."""
+    boundaries = find_realizes(roots)
+    order = [u for u in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort if u in boundaries]
+    realizes: dict[UOp, UOp] = {}
+    items: list[ScheduleItem] = []
+    for node in order:
+        shape = _shape(node)
+        device = node.device
+        assert device is not None, f"{node.op} has no device"
+        if node.op is Ops.ASSIGN:
+            target_buf = node.src[0].base
+            realizes[node] = target_buf
+            ast, params = lower_kernel(node, target_buf, realizes)
+            items.append(ScheduleItem(ast, tuple(buffer_of(p) for p in params), device))
+            continue
+        out = new_buffer_uop(device, prod(shape), node.dtype)
+        if node.op is Ops.COPY:
+            src = node.src[0]
+            src_buf = realizes.get(src, src.base if is_realized(src) and _is_contiguous_view(src) else None)
+            assert src_buf is not None, "copy source must be realized contiguously"
+            items.append(ScheduleItem(node, (buffer_of(out), buffer_of(src_buf)), device))
+        else:
+            ast, params = lower_kernel(node, out, realizes)
+            items.append(ScheduleItem(ast, tuple(buffer_of(p) for p in params), device))
+        realizes[node] = out
+    becomes = {}
+    for r in roots:
+        if r in realizes:
+            buf = realizes[r]
+            becomes[r] = buf.reshape(_shape(r)) if r.op is not Ops.ASSIGN else r.src[0]
+    if DEBUG >= 3:
+        for i, it in enumerate(items):
+            print(f"schedule {i}: {'copy' if it.is_copy else it.ast.arg.name} on {it.device} bufs={list(it.bufs)}")
+    return items, becomes
+
+
+def _is_contiguous_view(u: UOp) -> bool:
+    x = u
+    while x.op in GroupOp.Movement:
+        if x.op is not Ops.RESHAPE:
+            return False
+        x = x.src[0]
+    return True

@@ -1,0 +1,44 @@
+"""The one error hierarchy of xgrad: every user-facing failure is an `XgradError` that says what went wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class XgradError(Exception):
+    """Base of every error xgrad raises on purpose."""
+
+
+class DeviceError(XgradError):
+    """A device name is unknown, unavailable, or failed to open."""
+
+
+class PluginError(XgradError):
+    """A backend plugin failed to load, raised in a hook, or targets another plugin API version."""
+
+
+class CompileError(XgradError):
+    """A generated kernel failed to compile; carries the source and the compiler's log."""
+
+    def __init__(self, message: str, source: str = "", log: str = "") -> None:
+        super().__init__(f"{message}\n--- compiler log ---\n{log}\n--- source ---\n{source}" if (source or log) else message)
+        self.source = source
+        self.log = log
+
+
+class ShapeError(XgradError, ValueError):
+    """Shapes do not fit together (broadcast, reshape, pad, matmul, ...); the message names both."""
+
+
+class DTypeError(XgradError, TypeError):
+    """A dtype is unknown or not supported by this operation or device."""
+
+
+class IndexingError(XgradError, IndexError):
+    """An index is out of range or of an unsupported kind."""
+
+
+class JitError(XgradError):
+    """A TinyJit call does not match what was captured, or cannot be captured."""
+
+
+class KnobError(XgradError, ValueError):
+    """An environment knob has a value that cannot be parsed."""

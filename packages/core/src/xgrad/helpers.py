@@ -1,0 +1,214 @@
+"""Small shared helpers and the one registry of environment knobs.
+
+Every environment variable xgrad reads is declared here once with `knob(...)`: name, default (its type is the
+knob's type), one line of help, and whether it changes generated code (then it is part of the compile-cache key).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import pathlib
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
+
+from xgrad.errors import KnobError
+
+T = TypeVar("T")
+KnobValue = TypeVar("KnobValue", int, str, float)
+
+
+def _parse(name: str, raw: str, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            return raw.lower() not in ("", "0", "false", "no", "off")
+        return type(default)(raw)
+    except ValueError:
+        raise KnobError(f"environment variable {name}={raw!r} is not a valid {type(default).__name__}; "
+                        f"unset it or give a value like {default!r}") from None
+
+
+class ContextVar(Generic[KnobValue]):
+    """A knob: initial value from the environment (typed like its default), changeable with `Context`."""
+
+    def __init__(self, key: str, default: KnobValue):
+        self.key = key
+        self.default = default
+        raw = os.environ.get(key)
+        self.value: KnobValue = default if raw is None else _parse(key, raw, default)
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __ge__(self, x: Any) -> bool:
+        return bool(self.value >= x)
+
+    def __gt__(self, x: Any) -> bool:
+        return bool(self.value > x)
+
+    def __le__(self, x: Any) -> bool:
+        return bool(self.value <= x)
+
+    def __lt__(self, x: Any) -> bool:
+        return bool(self.value < x)
+
+    def __eq__(self, x: object) -> bool:
+        return bool(self.value == x)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"{self.key}={self.value!r}"
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: Any
+    help: str
+    codegen: bool  # changes generated code -> part of the compile-cache key
+    var: ContextVar[Any]
+
+
+KNOBS: dict[str, Knob] = {}
+
+
+def knob(name: str, default: KnobValue, help: str, codegen: bool = False) -> ContextVar[KnobValue]:
+    """Declare an environment knob once; returns its ContextVar."""
+    assert name not in KNOBS, f"knob {name} declared twice"
+    var = ContextVar(name, default)
+    KNOBS[name] = Knob(name, default, help, codegen, var)
+    return var
+
+
+def changed_knobs() -> dict[str, Any]:
+    """Knobs whose current value differs from the default (shown by `xgrad info`)."""
+    return {k.name: k.var.value for k in KNOBS.values() if k.var.value != k.default}
+
+
+def codegen_knobs_key() -> str:
+    """The values of every knob that changes generated code, as a cache-key fragment."""
+    return ",".join(f"{k.name}={k.var.value}" for k in sorted(KNOBS.values(), key=lambda k: k.name) if k.codegen)
+
+
+class Context:
+    """Temporarily set knobs by name: `with Context(DEBUG=2): ...`, also usable as a decorator."""
+
+    def __init__(self, **kwargs: Any):
+        unknown = [k for k in kwargs if k not in KNOBS]
+        if unknown:
+            raise KnobError(f"unknown knob(s) {unknown}; known knobs: {sorted(KNOBS)}")
+        self.kwargs = kwargs
+        self.saved: list[dict[str, Any]] = []
+
+    def __enter__(self) -> Context:
+        self.saved.append({k: KNOBS[k].var.value for k in self.kwargs})
+        for k, v in self.kwargs.items():
+            KNOBS[k].var.value = v
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self.saved.pop().items():
+            KNOBS[k].var.value = v
+
+    def __call__(self, fn: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> T:
+            with Context(**self.kwargs):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+@functools.cache
+def getenv(key: str, default: Any = 0) -> Any:
+    """A cached plain environment read, typed like `default` (for rarely used switches)."""
+    raw = os.environ.get(key)
+    return default if raw is None else _parse(key, raw, default)
+
+
+# ---- the knobs (keep this list short; each line is the documentation) ----
+DEBUG = knob("DEBUG", 0, "1 kernel counts, 2 per-kernel time/GFLOPS/GB/s, 3 schedule, 4 generated source, 5+ graphs")
+DEV = knob("DEV", "", "default device, optionally with renderer and target for compile-only work: CPU, NULL:CUDA:sm_90")
+BEAM = knob("BEAM", 0, "beam width for kernel optimization search (0 = heuristics)", codegen=True)
+NOOPT = knob("NOOPT", 0, "1 = skip kernel optimizations (plain loops)", codegen=True)
+JIT = knob("JIT", 1, "0 turns TinyJit off, 1 captures and replays")
+DEFAULT_FLOAT = knob("DEFAULT_FLOAT", "float32", "dtype of Python floats and float results of int ops")
+DEFAULT_INT = knob("DEFAULT_INT", "int32", "dtype of Python ints")
+TRAINING = knob("TRAINING", 0, "training mode: optimizer steps, dropout, BatchNorm statistics")
+SPEC = knob("SPEC", 1, "1 check the IR at stage boundaries, 0 skip")
+CACHELEVEL = knob("CACHELEVEL", 2, "0 disables the on-disk compile cache")
+XGRAD_CACHE_DIR = knob("XGRAD_CACHE_DIR", "", "directory of the on-disk caches (default ~/.cache/xgrad)")
+SCACHE = knob("SCACHE", 1, "0 disables the in-memory schedule cache")
+NO_MEMORY_PLANNER = knob("NO_MEMORY_PLANNER", 0, "1 disables buffer reuse inside a schedule")
+TRANSCENDENTAL = knob("TRANSCENDENTAL", 1, "1 software exp/log/sin only where the renderer lacks them, 2 always",
+                      codegen=True)
+DISALLOW_BROADCAST = knob("DISALLOW_BROADCAST", 0, "1 makes implicit broadcasting an error")
+CC = knob("CC", "", "C compiler for the CPU backend (default: clang if present, else gcc)", codegen=True)
+NUM_CPU_THREADS = knob("NUM_CPU_THREADS", 0, "CPU worker threads (0 = the cores this process may use)")
+XGRAD_DISABLE_PLUGIN_AUTOLOAD = knob("XGRAD_DISABLE_PLUGIN_AUTOLOAD", 0, "1 = load no entry-point plugins")
+XGRAD_PLUGINS = knob("XGRAD_PLUGINS", "", "comma list of modules to load as plugins explicitly")
+XGRAD_BLOCK_PLUGINS = knob("XGRAD_BLOCK_PLUGINS", "", "comma list of plugin names not to load")
+
+
+def cache_dir() -> pathlib.Path:
+    base = XGRAD_CACHE_DIR.value or os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "xgrad")
+    path = pathlib.Path(base)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+# ---- small generic helpers ----
+def prod(xs: Iterable[Any], start: Any = 1) -> Any:
+    return functools.reduce(lambda a, b: a * b, xs, start)
+
+
+def all_same(xs: Sequence[Any]) -> bool:
+    return all(x == xs[0] for x in xs)
+
+
+def dedup(xs: Iterable[T]) -> list[T]:
+    return list(dict.fromkeys(xs))
+
+
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
+    return [x for xs in xss for x in xs]
+
+
+def argsort(xs: Sequence[Any]) -> list[int]:
+    return sorted(range(len(xs)), key=xs.__getitem__)
+
+
+def ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round_up(a: int, b: int) -> int:
+    return ceildiv(a, b) * b
+
+
+def make_tuple(x: int | Sequence[int], n: int) -> tuple[int, ...]:
+    return (x,) * n if isinstance(x, int) else tuple(x)
+
+
+def argfix(*x: Any) -> tuple[Any, ...]:
+    """Accept both f(1, 2) and f((1, 2)) / f([1, 2])."""
+    if x and x[0].__class__ in (tuple, list):
+        if len(x) != 1:
+            raise ValueError(f"pass the sizes either as one sequence or as separate arguments, not both: {x}")
+        return tuple(x[0])
+    return x
+
+
+def is_pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+def log2_int(x: int) -> int:
+    return int(math.log2(x))
+
+
+def pairwise(xs: Sequence[T]) -> Iterator[tuple[T, T]]:
+    return zip(xs, xs[1:])

@@ -1,0 +1,67 @@
+"""The DISK device: a file as a flat uint8 tensor (`Tensor(pathlib.Path(...))` or `DISK:/abs/path`), mapped with mmap.
+
+DISK memory is host visible, so copies to another device read the mapping directly. DISK runs no kernels: compute
+on a real device after `.to("CPU")`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Any
+
+from xgrad.device import parse_device
+from xgrad.errors import DeviceError
+from xgrad.uop.ops import UOp
+
+
+class DiskAllocator:
+    def __init__(self, path: str):
+        self.path = path
+        self._map: mmap.mmap | None = None
+        self._file_size = 0
+
+    def _mapping(self, nbytes: int) -> memoryview:
+        if self._map is None or self._file_size < nbytes:
+            mode = "r+b" if os.path.exists(self.path) else "w+b"
+            with open(self.path, mode) as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < nbytes:
+                    f.truncate(nbytes)
+                    size = nbytes
+                self._file_size = size
+                self._map = mmap.mmap(f.fileno(), size) if size else None
+        return memoryview(self._map) if self._map is not None else memoryview(bytearray(0))
+
+    def alloc(self, nbytes: int) -> Any:
+        return self._mapping(nbytes)[:nbytes]
+
+    def free(self, handle: Any, nbytes: int) -> None:
+        pass
+
+    def copyin(self, dest: Any, src: memoryview) -> None:
+        dest[:] = src
+
+    def copyout(self, dest: memoryview, src: Any) -> None:
+        dest[:] = src
+
+    def offset(self, handle: Any, offset: int, nbytes: int) -> Any:
+        return handle[offset:offset + nbytes]
+
+    def as_memoryview(self, handle: Any) -> memoryview:
+        return memoryview(handle)
+
+
+class DiskDevice:
+    def __init__(self, name: str):
+        path = parse_device(name).path
+        if not path:
+            raise DeviceError(f"DISK device needs a file path, like DISK:/tmp/weights.bin (got {name!r})")
+        self.name = name
+        self.allocator = DiskAllocator(path)
+
+    def compile(self, ast: UOp) -> Any:
+        raise DeviceError(f"the DISK device cannot compute; move the tensor first: t.to('CPU') ({self.name})")
+
+    def synchronize(self) -> None:
+        pass

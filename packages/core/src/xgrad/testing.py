@@ -1,0 +1,67 @@
+"""pytest plugin for backend conformance tests (loaded by pytest through the `pytest11` entry point `xgrad`).
+
+A test that takes the fixture `xgrad_device` runs once per available device that runs kernels, with the canonical
+device name as its value and as its test id:
+
+    def test_add(xgrad_device):
+        assert (Tensor([1]) + 1).to(xgrad_device).tolist() == [2]
+
+Third-party backends reuse the suite the same way. `pytest --xgrad-devices=CPU,FAKE` picks devices explicitly
+(also ones that run no kernels). With no runnable device the tests are skipped, saying why.
+This module is imported by pytest only; `import xgrad` does not import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from xgrad.errors import DeviceError
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--xgrad-devices",
+        default="",
+        help="comma list of xgrad devices for the xgrad_device fixture (default: every available runnable device)",
+    )
+
+
+def device_params(selected: str = "") -> list[Any]:
+    """The parameters of `xgrad_device`: one per device, or one skipped parameter saying why there is none."""
+    from xgrad.device import Device, no_default_reason
+    from xgrad.plugin import get_registry
+
+    if selected:
+        names = [Device.canonicalize(n) for n in selected.split(",") if n.strip()]
+        return [_param_for(name) for name in names]
+    names = Device.get_available_devices(runs_kernels_only=True)
+    if not names:
+        return [pytest.param(None, id="no-device", marks=pytest.mark.skip(reason=no_default_reason(get_registry())))]
+    return [pytest.param(name, id=name) for name in names]
+
+
+def _param_for(name: str) -> Any:
+    from xgrad.device import Device
+    from xgrad.plugin import get_registry
+
+    available, reason = get_registry().device_available(Device.parse(name).type)
+    if available:
+        return pytest.param(name, id=name)
+    return pytest.param(name, id=name, marks=pytest.mark.skip(reason=f"device {name} is not available: {reason}"))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "xgrad_device" in metafunc.fixturenames:
+        try:
+            params = device_params(str(metafunc.config.getoption("--xgrad-devices")))
+        except DeviceError as e:
+            raise pytest.UsageError(str(e)) from e
+        metafunc.parametrize("xgrad_device", params, indirect=True)
+
+
+@pytest.fixture
+def xgrad_device(request: pytest.FixtureRequest) -> str:
+    """The canonical name of the device under test (see the module docstring)."""
+    return str(request.param)

@@ -1,0 +1,579 @@
+"""The UOp IR: one immutable, hash-consed graph node type for every stage of xgrad.
+
+Stages (each has a spec table in `xgrad.uop.spec`):
+
+1. Tensor graph (built by `Tensor`): DEVICE, BUFFER, CONST, movement ops (RESHAPE PERMUTE EXPAND PAD SHRINK FLIP),
+   ALU ops, REDUCE_AXIS, CONTIGUOUS, COPY, ASSIGN, DETACH, CONTIGUOUS_BACKWARD. Nodes have a shape.
+2. Kernel AST (built by the scheduler, one per kernel): SINK of STOREs. Buffers are PARAMs, positions are index
+   expressions over RANGEs (no movement ops remain), reductions are REDUCE(value, *reduce_ranges).
+3. Linear program (built by codegen, read by renderers and the PYTHON reference executor): a list of UOps in execution
+   order. Loops are RANGE ... END, reductions are DEFINE_ACC + ASSIGN, values are ALU/LOAD/CONST, vectors are
+   VECTORIZE/GEP and vector dtypes. Semantics of every op in stage 3 are defined by `xgrad_codegen.pyexec`.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from xgrad.dtype import DType, dtypes
+from xgrad.helpers import prod
+
+
+class Ops(enum.Enum):
+    # graph leaves
+    DEVICE = enum.auto()  # arg: device name
+    BUFFER = enum.auto()  # src: (DEVICE,), arg: (unique id, size in elements)
+    CONST = enum.auto()  # arg: Python value; tensor graph: src (DEVICE,), kernel: no src
+    DEFINE_VAR = enum.auto()  # arg: (name, min, max); a symbolic int
+    BIND = enum.auto()  # src: (DEFINE_VAR, CONST): a variable with a value
+    # movement (tensor graph only); arg holds the parameters
+    RESHAPE = enum.auto()  # arg: new shape
+    PERMUTE = enum.auto()  # arg: axis order
+    EXPAND = enum.auto()  # arg: new shape (only size-1 dims grow)
+    PAD = enum.auto()  # arg: ((before, after), ...) zero padding
+    SHRINK = enum.auto()  # arg: ((start, end), ...)
+    FLIP = enum.auto()  # arg: tuple of bools, one per axis
+    # tensor graph structure
+    REDUCE_AXIS = enum.auto()  # arg: (Ops.ADD | Ops.MAX | Ops.MUL, axes); reduced axes keep size 1
+    CONTIGUOUS = enum.auto()  # realize here (a kernel boundary)
+    CONTIGUOUS_BACKWARD = enum.auto()  # identity forward; gradient is made contiguous
+    DETACH = enum.auto()  # identity forward; no gradient
+    COPY = enum.auto()  # src: (x, DEVICE): copy x to another device
+    ASSIGN = enum.auto()  # src: (target, value): write value into target's buffer
+    IOTA = enum.auto()  # src: (DEVICE,), arg: size; element i holds i (arange is built on it)
+    # kernel AST and linear program
+    SINK = enum.auto()  # src: the stores (AST) / the end of a program; arg: KernelInfo or None
+    PARAM = enum.auto()  # arg: buffer index; dtype: element dtype; used as a pointer by INDEX
+    RANGE = enum.auto()  # src: (end,), arg: (axis id, AxisType); dtype index
+    REDUCE = enum.auto()  # src: (value, *ranges), arg: Ops.ADD | Ops.MAX | Ops.MUL
+    INDEX = enum.auto()  # src: (PARAM, index) or (PARAM, index, gate); a place in a buffer
+    LOAD = enum.auto()  # src: (INDEX,); a gated INDEX whose gate is false loads 0
+    STORE = enum.auto()  # src: (INDEX, value); a gated INDEX whose gate is false stores nothing
+    END = enum.auto()  # src: (RANGE,); closes the loop (linear program)
+    DEFINE_ACC = enum.auto()  # src: (init value,), arg: accumulator id; a register (linear program)
+    ASSIGN_ACC = enum.auto()  # src: (DEFINE_ACC, value); acc = value (linear program)
+    VECTORIZE = enum.auto()  # src: scalars; builds a vector of dtype.vec(len(src))
+    GEP = enum.auto()  # src: (vector,), arg: lane; one lane of a vector
+    SPECIAL = enum.auto()  # arg: (name, size); a hardware thread index (GPU renderers)
+    NOOP = enum.auto()
+    # unary ALU
+    EXP2 = enum.auto()
+    LOG2 = enum.auto()
+    SIN = enum.auto()
+    SQRT = enum.auto()
+    RECIPROCAL = enum.auto()
+    NEG = enum.auto()
+    TRUNC = enum.auto()
+    CAST = enum.auto()  # value conversion to self.dtype
+    BITCAST = enum.auto()  # reinterpret the bits as self.dtype (same itemsize)
+    # binary ALU
+    ADD = enum.auto()
+    SUB = enum.auto()
+    MUL = enum.auto()
+    FDIV = enum.auto()  # float division
+    IDIV = enum.auto()  # integer division, truncating toward zero (C)
+    MOD = enum.auto()  # integer remainder with the sign of the dividend (C)
+    MAX = enum.auto()
+    CMPLT = enum.auto()
+    CMPNE = enum.auto()
+    CMPEQ = enum.auto()
+    AND = enum.auto()
+    OR = enum.auto()
+    XOR = enum.auto()
+    SHL = enum.auto()
+    SHR = enum.auto()
+    POW = enum.auto()  # only before decomposition
+    # ternary ALU
+    WHERE = enum.auto()
+    MULACC = enum.auto()  # a*b+c
+
+    def __repr__(self) -> str:
+        return f"Ops.{self.name}"
+
+    def __lt__(self, other: Ops) -> bool:
+        return self.value < other.value
+
+
+class GroupOp:
+    Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC})
+    Binary = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE,
+                        Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW})
+    Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+    ALU = Unary | Binary | Ternary
+    Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+    Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+    Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+    Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
+    Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
+    Identity = frozenset({Ops.CONTIGUOUS_BACKWARD, Ops.DETACH})
+
+
+class AxisType(enum.Enum):
+    """What codegen does with a RANGE: GLOBAL is parallel over cores/blocks, LOOP a plain loop, REDUCE a reduction
+    loop, UPCAST/UNROLL are expanded into vector lanes (output / reduction), LOCAL/GROUP are GPU workgroup axes."""
+
+    GLOBAL = enum.auto()
+    LOCAL = enum.auto()
+    LOOP = enum.auto()
+    GROUP = enum.auto()
+    REDUCE = enum.auto()
+    UPCAST = enum.auto()
+    UNROLL = enum.auto()
+
+    def __repr__(self) -> str:
+        return f"AxisType.{self.name}"
+
+    def __lt__(self, other: AxisType) -> bool:
+        return self.value < other.value
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """The arg of a kernel AST's SINK: its name and the optimizations applied (or to apply)."""
+
+    name: str = "kernel"
+    opts: tuple[Any, ...] = ()
+    applied: bool = False
+
+
+sint = int  # a size; symbolic sizes (UOp) come with symbolic shapes
+
+
+class _UOpMeta(type):
+    """Hash-consing: building a UOp equal to a live one returns that same object."""
+
+    _cache: weakref.WeakValueDictionary[tuple[Any, ...], UOp] = weakref.WeakValueDictionary()
+
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        # -0.0 == 0.0 in Python, but they are different constants
+        key = (op, dtype, src, arg, math.copysign(1.0, arg) if type(arg) is float else 0.0)
+        try:
+            return _UOpMeta._cache[key]
+        except KeyError:
+            pass
+        except TypeError:
+            raise TypeError(f"UOp arg must be hashable, got {arg!r} for {op}") from None
+        created: UOp = super().__call__(op, dtype, src, arg)
+        _UOpMeta._cache[key] = created
+        return created
+
+
+class UOp(metaclass=_UOpMeta):
+    """One node of the graph. Immutable; equal nodes are the same object, so `is` and `==` agree."""
+
+    __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+        self.op = op
+        self.dtype = dtype
+        self.src = src
+        self.arg = arg
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return UOp, (self.op, self.dtype, self.src, self.arg)
+
+    def replace(self, **kwargs: Any) -> UOp:
+        op = kwargs.get("op", self.op)
+        dtype = kwargs.get("dtype", self.dtype)
+        src = kwargs.get("src", self.src)
+        arg = kwargs.get("arg", self.arg)
+        if op is self.op and dtype == self.dtype and src is self.src and arg == self.arg:
+            return self
+        return UOp(op, dtype, tuple(src), arg)
+
+    # ---- graph walks ----
+    @functools.cached_property
+    def toposort(self) -> dict[UOp, None]:
+        """Every node this one depends on (itself last), sources before users."""
+        order: dict[UOp, None] = {}
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in order:
+                continue
+            if expanded:
+                order[node] = None
+            else:
+                stack.append((node, True))
+                stack.extend((s, False) for s in reversed(node.src) if s not in order)
+        return order
+
+    def has_op(self, op: Ops) -> bool:
+        return any(x.op is op for x in self.toposort)
+
+    # ---- shape (tensor graph) ----
+    @functools.cached_property
+    def shape(self) -> tuple[sint, ...] | None:
+        return _compute_shape(self)
+
+    @property
+    def ndim(self) -> int:
+        assert self.shape is not None, f"{self.op} has no shape"
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        assert self.shape is not None, f"{self.op} has no shape"
+        return int(prod(self.shape))
+
+    @functools.cached_property
+    def device(self) -> str | None:
+        if self.op is Ops.DEVICE:
+            return str(self.arg)
+        if self.op is Ops.COPY:
+            return self.src[1].device
+        for s in self.src:
+            if (d := s.device) is not None:
+                return d
+        return None
+
+    @property
+    def base(self) -> UOp:
+        """The node under any movement ops."""
+        return self.src[0].base if self.op in GroupOp.Movement else self
+
+    # ---- construction helpers ----
+    @staticmethod
+    def const(dtype: DType, value: Any, device: str | None = None, shape: tuple[sint, ...] | None = None) -> UOp:
+        value = _cast_const(dtype.scalar(), value)
+        src = (UOp(Ops.DEVICE, arg=device),) if device is not None else ()
+        ret = UOp(Ops.CONST, dtype, src, value)
+        if shape is not None:
+            ret = ret.reshape((1,) * len(shape)).expand(shape) if shape else ret
+        return ret
+
+    def const_like(self, value: Any) -> UOp:
+        if self.shape is not None and self.device is not None:
+            return UOp.const(self.dtype, value, self.device, self.shape)
+        return UOp.const(self.dtype, value)
+
+    @staticmethod
+    def buffer(device: str, size: int, dtype: DType, uid: int) -> UOp:
+        return UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (uid, size))
+
+    @staticmethod
+    def range(end: UOp | int, axis: int, kind: AxisType = AxisType.LOOP) -> UOp:
+        return UOp(Ops.RANGE, dtypes.index, (_as_index(end),), (axis, kind))
+
+    @staticmethod
+    def variable(name: str, vmin: int, vmax: int, dtype: DType = dtypes.index) -> UOp:
+        return UOp(Ops.DEFINE_VAR, dtype, (), (name, vmin, vmax))
+
+    def bind(self, value: int) -> UOp:
+        assert self.op is Ops.DEFINE_VAR, "only variables can be bound"
+        lo, hi = self.arg[1], self.arg[2]
+        if not lo <= value <= hi:
+            from xgrad.errors import ShapeError
+
+            raise ShapeError(f"value {value} is outside the range [{lo}, {hi}] of variable {self.arg[0]!r}")
+        return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, value)))
+
+    def alu(self, op: Ops, *src: UOp | int | float | bool) -> UOp:
+        srcs = (self,) + tuple(s if isinstance(s, UOp) else self.const_like(s) for s in src)
+        out_dtype = dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype
+        return UOp(op, out_dtype, srcs)
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype: DType) -> UOp:
+        return UOp(Ops.BITCAST, dtype, (self,))
+
+    def _mop(self, op: Ops, arg: Any) -> UOp:
+        return UOp(op, self.dtype, (self,), arg)
+
+    def reshape(self, shape: tuple[sint, ...]) -> UOp:
+        return self if self.shape == shape else self._mop(Ops.RESHAPE, tuple(shape))
+
+    def permute(self, order: tuple[int, ...]) -> UOp:
+        return self if tuple(order) == tuple(range(len(order))) else self._mop(Ops.PERMUTE, tuple(order))
+
+    def expand(self, shape: tuple[sint, ...]) -> UOp:
+        return self if self.shape == shape else self._mop(Ops.EXPAND, tuple(shape))
+
+    def pad(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
+        return self if all(b == 0 and a == 0 for b, a in arg) else self._mop(Ops.PAD, tuple(arg))
+
+    def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
+        assert self.shape is not None
+        if all(s == 0 and e == n for (s, e), n in zip(arg, self.shape)):
+            return self
+        return self._mop(Ops.SHRINK, tuple(arg))
+
+    def flip(self, axes: tuple[bool, ...]) -> UOp:
+        return self if not any(axes) else self._mop(Ops.FLIP, tuple(axes))
+
+    def reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> UOp:
+        axes = tuple(sorted(a for a in axes if self.shape is None or self.shape[a] != 1))
+        if not axes:
+            return self
+        return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
+
+    # ---- arithmetic sugar (used by symbolic index math and the scheduler) ----
+    def _bin(self, op: Ops, x: UOp | int | float, reverse: bool = False) -> UOp:
+        other = x if isinstance(x, UOp) else UOp.const(self.dtype, x)
+        return UOp(op, dtypes.bool if op in GroupOp.Comparison else self.dtype, (other, self) if reverse else (self, other))
+
+    def __add__(self, x: UOp | int | float) -> UOp:
+        return self._bin(Ops.ADD, x)
+
+    def __radd__(self, x: UOp | int | float) -> UOp:
+        return self._bin(Ops.ADD, x, True)
+
+    def __sub__(self, x: UOp | int | float) -> UOp:
+        return self._bin(Ops.ADD, -x if not isinstance(x, UOp) else x.neg())
+
+    def __rsub__(self, x: UOp | int | float) -> UOp:
+        return self.neg()._bin(Ops.ADD, x, True)
+
+    def __mul__(self, x: UOp | int | float) -> UOp:
+        return self._bin(Ops.MUL, x)
+
+    def __rmul__(self, x: UOp | int | float) -> UOp:
+        return self._bin(Ops.MUL, x, True)
+
+    def __floordiv__(self, x: UOp | int) -> UOp:
+        return self._bin(Ops.IDIV, x)
+
+    def __mod__(self, x: UOp | int) -> UOp:
+        return self._bin(Ops.MOD, x)
+
+    def __neg__(self) -> UOp:
+        return self.neg()
+
+    def neg(self) -> UOp:
+        return self * -1 if dtypes.is_int(self.dtype) else UOp(Ops.NEG, self.dtype, (self,))
+
+    def lt(self, x: UOp | int | float) -> UOp:
+        return self._bin(Ops.CMPLT, x)
+
+    def ge(self, x: UOp | int | float) -> UOp:
+        return self.lt(x).logical_not()
+
+    def ne(self, x: UOp | int | float) -> UOp:
+        return self._bin(Ops.CMPNE, x)
+
+    def eq(self, x: UOp | int | float) -> UOp:
+        return self._bin(Ops.CMPEQ, x)
+
+    def logical_not(self) -> UOp:
+        return self._bin(Ops.CMPNE, True)
+
+    def logical_and(self, x: UOp) -> UOp:
+        return self._bin(Ops.AND, x)
+
+    def maximum(self, x: UOp | int | float) -> UOp:
+        return self._bin(Ops.MAX, x)
+
+    def minimum(self, x: UOp | int | float) -> UOp:
+        return self.neg().maximum(x.neg() if isinstance(x, UOp) else -x).neg()
+
+    def where(self, a: UOp | int | float, b: UOp | int | float) -> UOp:
+        ua = a if isinstance(a, UOp) else (b.const_like(a) if isinstance(b, UOp) else UOp.const(dtypes.index, a))
+        ub = b if isinstance(b, UOp) else ua.const_like(b)
+        return UOp(Ops.WHERE, ua.dtype, (self, ua, ub))
+
+    def index(self, idx: UOp, gate: UOp | None = None) -> UOp:
+        return UOp(Ops.INDEX, self.dtype, (self, idx) if gate is None else (self, idx, gate))
+
+    def load(self) -> UOp:
+        return UOp(Ops.LOAD, self.dtype, (self,))
+
+    def store(self, value: UOp) -> UOp:
+        return UOp(Ops.STORE, dtypes.void, (self, value))
+
+    def sink(self, *more: UOp, arg: Any = None) -> UOp:
+        return UOp(Ops.SINK, dtypes.void, (self,) + more, arg)
+
+    # ---- bounds (symbolic) ----
+    @functools.cached_property
+    def vmin_vmax(self) -> tuple[int | float, int | float]:
+        return _bounds(self)
+
+    @property
+    def vmin(self) -> int | float:
+        return self.vmin_vmax[0]
+
+    @property
+    def vmax(self) -> int | float:
+        return self.vmin_vmax[1]
+
+    # ---- printing ----
+    def __repr__(self) -> str:
+        return pretty(self)
+
+    def render(self) -> str:
+        """A short infix rendering of an index/ALU expression, for messages and tests."""
+        return _render_expr(self)
+
+    def iter_src(self) -> Iterator[UOp]:
+        return iter(self.src)
+
+
+def _as_index(x: UOp | int) -> UOp:
+    return x if isinstance(x, UOp) else UOp.const(dtypes.index, x)
+
+
+def _cast_const(dtype: DType, value: Any) -> Any:
+    if dtype == dtypes.void:
+        return value
+    if dtypes.is_bool(dtype):
+        return bool(value)
+    if dtypes.is_int(dtype):
+        if isinstance(value, float) and not math.isfinite(value):
+            return 0
+        return int(value)
+    return float(value)
+
+
+# ---- shapes ----
+def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
+    op = u.op
+    if op is Ops.BUFFER or op is Ops.IOTA:
+        return (u.arg[1],) if op is Ops.BUFFER else (u.arg,)
+    if op is Ops.CONST:
+        return () if u.src else None
+    if op in (Ops.RESHAPE, Ops.EXPAND):
+        return tuple(u.arg)
+    if op in GroupOp.Movement:
+        ins = u.src[0].shape
+        assert ins is not None, f"{op} of a shapeless node"
+        if op is Ops.PERMUTE:
+            return tuple(ins[i] for i in u.arg)
+        if op is Ops.PAD:
+            return tuple(s + b + a for s, (b, a) in zip(ins, u.arg))
+        if op is Ops.SHRINK:
+            return tuple(e - b for b, e in u.arg)
+        return ins  # FLIP
+    if op is Ops.REDUCE_AXIS:
+        ins = u.src[0].shape
+        assert ins is not None
+        return tuple(1 if i in u.arg[1] else s for i, s in enumerate(ins))
+    if op is Ops.COPY or op is Ops.ASSIGN or op in GroupOp.Identity or op is Ops.CONTIGUOUS:
+        return u.src[0].shape
+    if op in GroupOp.Elementwise:
+        shapes = [s.shape for s in u.src if s.shape is not None]
+        return shapes[0] if shapes else None
+    return None
+
+
+# ---- bounds ----
+def _bounds(u: UOp) -> tuple[int | float, int | float]:
+    dt = u.dtype
+    if u.op is Ops.CONST:
+        return (u.arg, u.arg)
+    if u.op is Ops.RANGE:
+        end = u.src[0]
+        return (0, end.vmax - 1) if isinstance(end.vmax, int) else (0, math.inf)
+    if u.op is Ops.DEFINE_VAR:
+        return (u.arg[1], u.arg[2])
+    if u.op is Ops.BIND:
+        return u.src[0].vmin_vmax
+    if u.op in (Ops.SPECIAL,):
+        return (0, u.arg[1] - 1)
+    if u.op is Ops.VECTORIZE and u.src:
+        return (min(s.vmin for s in u.src), max(s.vmax for s in u.src))
+    if u.op is Ops.GEP:
+        return u.src[0].vmin_vmax
+    if len(u.src) >= 2 and u.op in GroupOp.Binary:
+        (a0, a1), (b0, b1) = u.src[0].vmin_vmax, u.src[1].vmin_vmax
+        if u.op is Ops.ADD:
+            return (a0 + b0, a1 + b1)
+        if u.op is Ops.SUB:
+            return (a0 - b1, a1 - b0)
+        if u.op is Ops.MUL:
+            vals = [_mul_bound(x, y) for x in (a0, a1) for y in (b0, b1)]
+            return (min(vals), max(vals))
+        if u.op is Ops.MAX:
+            return (max(a0, b0), max(a1, b1))
+        if u.op is Ops.IDIV and isinstance(b0, int) and b0 == b1 and b0 != 0:
+            vals = [int(x / b0) if math.isfinite(x) else x * (1 if b0 > 0 else -1) for x in (a0, a1)]
+            return (min(vals), max(vals))
+        if u.op is Ops.MOD and isinstance(b0, int) and b0 == b1 and b0 > 0:
+            if a0 >= 0:
+                return (0, min(a1, b0 - 1)) if a1 < b0 else (0, b0 - 1)
+            return (-(b0 - 1), b0 - 1) if a1 > 0 else (-(b0 - 1), 0)
+        if u.op is Ops.CMPLT:
+            return (int(a1 < b0), int(a0 < b1))
+        if u.op is Ops.CMPNE:
+            return (int(a1 < b0 or b1 < a0), int(not (a0 == a1 == b0 == b1)))
+        if u.op is Ops.CMPEQ:
+            return (int(a0 == a1 == b0 == b1), int(not (a1 < b0 or b1 < a0)))
+        if u.op is Ops.AND and dtypes.is_bool(dt):
+            return (int(a0 and b0), int(a1 and b1))
+        if u.op is Ops.OR and dtypes.is_bool(dt):
+            return (int(a0 or b0), int(a1 or b1))
+    if u.op is Ops.WHERE:
+        (_, _), (b0, b1), (c0, c1) = (s.vmin_vmax for s in u.src)
+        return (min(b0, c0), max(b1, c1))
+    if u.op is Ops.CAST and (dtypes.is_int(dt) or dtypes.is_bool(dt)):
+        s0, s1 = u.src[0].vmin_vmax
+        if dtypes.is_bool(dt):
+            return (0, 1)
+        lo, hi = dtypes.min(dt), dtypes.max(dt)
+        if math.isfinite(s0) and math.isfinite(s1) and lo <= s0 and s1 <= hi:
+            return (math.trunc(s0), math.trunc(s1))
+    if dtypes.is_bool(dt):
+        return (0, 1)
+    if dtypes.is_int(dt) and dt not in (dtypes.index, dtypes.weakint):
+        return (dtypes.min(dt), dtypes.max(dt))
+    return (-math.inf, math.inf)
+
+
+def _mul_bound(x: int | float, y: int | float) -> int | float:
+    if (x == 0 and math.isinf(y)) or (y == 0 and math.isinf(x)):
+        return 0
+    return x * y
+
+
+# ---- printing ----
+_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=",
+          Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.FDIV: "/", Ops.SHL: "<<", Ops.SHR: ">>"}
+
+
+def _render_expr(u: UOp) -> str:
+    if u.op is Ops.CONST:
+        return repr(u.arg)
+    if u.op is Ops.RANGE:
+        return f"r{u.arg[0]}"
+    if u.op is Ops.DEFINE_VAR:
+        return str(u.arg[0])
+    if u.op is Ops.SPECIAL:
+        return str(u.arg[0])
+    if u.op in _INFIX and len(u.src) == 2:
+        return f"({_render_expr(u.src[0])}{_INFIX[u.op]}{_render_expr(u.src[1])})"
+    if u.op is Ops.MAX:
+        return f"max({_render_expr(u.src[0])}, {_render_expr(u.src[1])})"
+    if u.op is Ops.WHERE:
+        return f"({_render_expr(u.src[0])}?{_render_expr(u.src[1])}:{_render_expr(u.src[2])})"
+    if u.op is Ops.NEG:
+        return f"(-{_render_expr(u.src[0])})"
+    return f"{u.op.name.lower()}({', '.join(_render_expr(s) for s in u.src)})"
+
+
+def pretty(u: UOp) -> str:
+    """Readable text of a graph: one line per node, sources referenced by number."""
+    lines = []
+    ids: dict[UOp, int] = {}
+    for i, x in enumerate(u.toposort):
+        ids[x] = i
+        srcs = ", ".join(f"%{ids[s]}" for s in x.src)
+        arg = "" if x.arg is None else f" {x.arg!r}"
+        lines.append(f"%{i} = {x.op.name}:{x.dtype.name}({srcs}){arg}")
+    return "\n".join(lines) if len(lines) > 1 else lines[0]
+
+
+def ssimplify(u: UOp) -> UOp:
+    """Run the symbolic simplifier on one expression (imported lazily to keep layers acyclic)."""
+    from xgrad.uop.symbolic import simplify
+
+    return simplify(u)
+
+
+def smap(fn: Callable[[UOp], UOp], xs: Sequence[UOp]) -> tuple[UOp, ...]:
+    return tuple(fn(x) for x in xs)

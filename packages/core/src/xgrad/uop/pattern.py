@@ -1,0 +1,238 @@
+"""Pattern matching over UOps: `UPat` describes a subgraph, `PatternMatcher` is a table of (pattern, rewrite function)
+rules, and `graph_rewrite` applies a table to a whole graph until nothing matches (a fixpoint)."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import time
+from collections import defaultdict
+from typing import Any, Callable, Iterable, Sequence
+
+from xgrad.dtype import DType
+from xgrad.helpers import getenv
+from xgrad.uop.ops import GroupOp, Ops, UOp
+
+Store = dict[str, UOp]
+RewriteFn = Callable[..., UOp | None]
+
+
+class UPat:
+    """A pattern. `op` may be one op or a set; `src` is a tuple (in order), a list (any order: commutative ops) or
+    a single UPat that every source must match; `name` binds the matched node for the rewrite function."""
+
+    __slots__ = ("ops", "dtypes", "src", "arg", "name", "allow_any_len", "early_reject", "src_kind")
+
+    def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
+                 src: UPat | tuple[UPat, ...] | list[UPat] | None = None, arg: Any = None, name: str | None = None,
+                 allow_any_len: bool = False):
+        self.ops: frozenset[Ops] | None = (frozenset((op,)) if isinstance(op, Ops) else
+                                           frozenset(op) if op is not None else None)
+        self.dtypes: frozenset[DType] | None = (frozenset((dtype,)) if isinstance(dtype, DType) else
+                                                frozenset(dtype) if dtype is not None else None)
+        self.arg = arg
+        self.name = name
+        self.allow_any_len = allow_any_len
+        self.src_kind = "none" if src is None else "all" if isinstance(src, UPat) else "perm" if isinstance(src, list) \
+            else "seq"
+        self.src: tuple[UPat, ...] = (src,) if isinstance(src, UPat) else tuple(src) if src is not None else ()
+        # ops that must appear among the direct sources: a cheap test before the full match
+        self.early_reject = frozenset(next(iter(s.ops)) for s in self.src if s.ops is not None and len(s.ops) == 1) \
+            if self.src_kind in ("seq", "perm") else frozenset()
+
+    # ---- builders ----
+    @staticmethod
+    def var(name: str | None = None, dtype: DType | Iterable[DType] | None = None) -> UPat:
+        return UPat(dtype=dtype, name=name)
+
+    @staticmethod
+    def cvar(name: str | None = None, dtype: DType | Iterable[DType] | None = None) -> UPat:
+        return UPat(Ops.CONST, dtype, name=name)
+
+    @staticmethod
+    def const(dtype: DType | Iterable[DType] | None, value: Any) -> UPat:
+        return UPat(Ops.CONST, dtype, arg=value)
+
+    def named(self, name: str) -> UPat:
+        pat = UPat(self.ops, self.dtypes, None, self.arg, name, self.allow_any_len)
+        pat.src, pat.src_kind, pat.early_reject = self.src, self.src_kind, self.early_reject
+        return pat
+
+    def _alu(self, op: Ops, other: UPat | int | float, commutative: bool) -> UPat:
+        o = other if isinstance(other, UPat) else UPat.const(None, other)
+        return UPat(op, src=[self, o] if commutative else (self, o))
+
+    def __add__(self, x: UPat | int | float) -> UPat:
+        return self._alu(Ops.ADD, x, True)
+
+    def __mul__(self, x: UPat | int | float) -> UPat:
+        return self._alu(Ops.MUL, x, True)
+
+    def __floordiv__(self, x: UPat | int) -> UPat:
+        return self._alu(Ops.IDIV, x, False)
+
+    def __mod__(self, x: UPat | int) -> UPat:
+        return self._alu(Ops.MOD, x, False)
+
+    def lt(self, x: UPat | int | float) -> UPat:
+        return self._alu(Ops.CMPLT, x, False)
+
+    def ne(self, x: UPat | int | float) -> UPat:
+        return self._alu(Ops.CMPNE, x, True)
+
+    def maximum(self, x: UPat | int | float) -> UPat:
+        return self._alu(Ops.MAX, x, True)
+
+    def where(self, a: UPat | int | float, b: UPat | int | float) -> UPat:
+        pa = a if isinstance(a, UPat) else UPat.const(None, a)
+        pb = b if isinstance(b, UPat) else UPat.const(None, b)
+        return UPat(Ops.WHERE, src=(self, pa, pb))
+
+    def cast(self, dtype: DType | None = None) -> UPat:
+        return UPat(Ops.CAST, dtype, (self,))
+
+    # ---- matching ----
+    def match(self, u: UOp, store: Store) -> list[Store]:
+        if self.ops is not None and u.op not in self.ops:
+            return []
+        if self.dtypes is not None and u.dtype not in self.dtypes and u.dtype.scalar() not in self.dtypes:
+            return []
+        if self.arg is not None and u.arg != self.arg:
+            return []
+        if self.name is not None:
+            if (bound := store.get(self.name)) is not None:
+                return [store] if bound is u else []
+            store = {**store, self.name: u}
+        if self.src_kind == "none":
+            return [store]
+        if self.src_kind == "all":
+            stores = [store]
+            for s in u.src:
+                stores = [st for prev in stores for st in self.src[0].match(s, prev)]
+                if not stores:
+                    break
+            return stores
+        if len(u.src) != len(self.src) and not (self.allow_any_len and len(u.src) >= len(self.src)):
+            return []
+        orders: Iterable[Sequence[UPat]] = (self.src,) if self.src_kind == "seq" else itertools.permutations(self.src)
+        out: list[Store] = []
+        for order in orders:
+            stores = [store]
+            for pat, s in zip(order, u.src):
+                stores = [st for prev in stores for st in pat.match(s, prev)]
+                if not stores:
+                    break
+            out.extend(stores)
+        return out
+
+    def __repr__(self) -> str:
+        ops = "None" if self.ops is None else "|".join(sorted(o.name for o in self.ops))
+        return f"UPat({ops}, name={self.name!r}, src={self.src!r})"
+
+
+class PatternMatcher:
+    """A rewrite table. Rules are indexed by the op they match, so a node only tries rules that could apply."""
+
+    def __init__(self, rules: Sequence[tuple[UPat, RewriteFn]]):
+        self.rules = list(rules)
+        self.by_op: dict[Ops, list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]]] = defaultdict(list)
+        for pat, fn in self.rules:
+            wants_ctx = "ctx" in inspect.signature(fn).parameters
+            for op in pat.ops if pat.ops is not None else list(Ops):
+                self.by_op[op].append((pat, fn, wants_ctx, pat.early_reject))
+
+    def __add__(self, other: PatternMatcher) -> PatternMatcher:
+        return PatternMatcher(self.rules + other.rules)
+
+    def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
+        """The first rule whose pattern matches and whose function returns a node; None if none does."""
+        ret = self.first_result(u, ctx)
+        return ret if isinstance(ret, UOp) else None
+
+    def first_result(self, u: UOp, ctx: Any = None) -> Any:
+        """What the first matching rule returns that is not None or `u` itself (spec tables return bools)."""
+        candidates = self.by_op.get(u.op)
+        if not candidates:
+            return None
+        src_ops = {s.op for s in u.src}
+        for pat, fn, wants_ctx, early_reject in candidates:
+            if not early_reject <= src_ops:
+                continue
+            for store in pat.match(u, {}):
+                ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
+                if ret is not None and ret is not u:
+                    return ret
+        return None
+
+
+class RewriteStats:
+    """Counts rewrites per pass name (for bench/ and DEBUG)."""
+
+    calls: dict[str, int] = defaultdict(int)
+    seconds: dict[str, float] = defaultdict(float)
+
+
+REWRITE_STACK_LIMIT = getenv("REWRITE_STACK_LIMIT", 250000)
+
+
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, name: str = "rewrite",
+                  bottom_up: bool = False) -> UOp:
+    """Rewrite the graph under `root` until no rule of `pm` matches any node.
+
+    Default order: a node is matched after its sources are rewritten. `bottom_up=True` matches a node first, before
+    its sources (useful when a rule must see the original subgraph)."""
+    start = time.perf_counter()
+    replace: dict[UOp, UOp] = {}
+    # stack entries: (node, stage, target); stage 0 = visit, 1 = sources done, 2 = node becomes target's result
+    stack: list[tuple[UOp, int, UOp]] = [(root, 0, root)]
+    steps = 0
+    while stack:
+        steps += 1
+        if steps > REWRITE_STACK_LIMIT * 8 or len(stack) > REWRITE_STACK_LIMIT:
+            raise RuntimeError(f"graph_rewrite {name!r} does not terminate: a rule probably undoes another")
+        node, stage, target = stack.pop()
+        if stage == 2:
+            replace[node] = replace[target]
+            continue
+        if node in replace:
+            continue
+        if stage == 0:
+            if bottom_up and (new := pm.rewrite(node, ctx)) is not None:
+                stack.append((node, 2, new))
+                stack.append((new, 0, new))
+                continue
+            stack.append((node, 1, node))
+            stack.extend((s, 0, s) for s in reversed(node.src) if s not in replace)
+            continue
+        new_src = tuple(replace[s] for s in node.src)
+        rebuilt = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
+        if rebuilt is not node and rebuilt not in replace:
+            stack.append((node, 2, rebuilt))
+            stack.append((rebuilt, 1, rebuilt))
+            continue
+        if rebuilt is not node:
+            replace[node] = replace[rebuilt]
+            continue
+        if (new := pm.rewrite(node, ctx)) is not None:
+            stack.append((node, 2, new))
+            stack.append((new, 0, new))
+            continue
+        replace[node] = node
+    RewriteStats.calls[name] += steps
+    RewriteStats.seconds[name] += time.perf_counter() - start
+    return replace[root]
+
+
+def substitute(root: UOp, mapping: dict[UOp, UOp], name: str = "substitute") -> UOp:
+    """Replace nodes by identity (no pattern matching)."""
+    memo: dict[UOp, UOp] = {}
+    for u in root.toposort:
+        if u in mapping:
+            memo[u] = mapping[u]
+            continue
+        new_src = tuple(memo[s] for s in u.src)
+        memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+    return memo[root]
+
+
+__all__ = ["UPat", "PatternMatcher", "graph_rewrite", "substitute", "GroupOp", "RewriteStats"]

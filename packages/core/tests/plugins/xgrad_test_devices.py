@@ -1,0 +1,46 @@
+"""A good plugin with runnable devices of known priorities, for tests of Device.DEFAULT and Device[...]."""
+
+from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, RendererSpec, hookimpl
+
+OPENED: list[str] = []
+
+
+class TestDevice:
+    def __init__(self, name: str) -> None:
+        OPENED.append(name)
+        self.name = name
+
+
+def _broken_check() -> tuple[bool, str]:
+    raise OSError("availability check broken on purpose")
+
+
+@hookimpl
+def xgrad_api_version() -> int:
+    return PLUGIN_API_VERSION
+
+
+@hookimpl
+def xgrad_devices() -> list[DeviceSpec]:
+    return [
+        DeviceSpec("TESTLOW", TestDevice, priority=1, available=lambda: (True, "")),
+        DeviceSpec("TESTHIGH", TestDevice, priority=5, available=lambda: (True, "")),
+        DeviceSpec("TESTOFF", TestDevice, priority=50, available=lambda: (False, "TESTOFF is off on purpose")),
+        DeviceSpec("TESTNORUN", TestDevice, priority=99, available=lambda: (True, ""), runs_kernels=False),
+        DeviceSpec("TESTRAISES", TestDevice, priority=98, available=_broken_check),
+        DeviceSpec("TESTBROKEN", _refuse_to_open, priority=-1, available=lambda: (True, "")),
+    ]
+
+
+def _refuse_to_open(name: str) -> object:
+    raise RuntimeError(f"{name} refuses to open on purpose")
+
+
+class TestRenderer:
+    def __init__(self, arch: str | None) -> None:
+        self.arch = arch
+
+
+@hookimpl
+def xgrad_renderers() -> list[RendererSpec]:
+    return [RendererSpec("TESTR", TestRenderer, available=lambda: (True, ""), default_arch="t1")]
