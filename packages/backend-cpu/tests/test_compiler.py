@@ -9,6 +9,7 @@ import pytest
 from xgrad.errors import CompileError, XgradError
 from xgrad.helpers import Context
 from xgrad_cpu.compiler import CCompiler, CompilerNotFoundError
+from xgrad_cpu.plugin import COMPILER_CANDIDATES
 
 SRC = "void k(void** restrict bufs, const int* restrict vars, int start, int end) { ((int*)bufs[0])[0] = 42; }\n"
 
@@ -29,9 +30,9 @@ def test_compile_returns_elf_shared_object_default_compiler() -> None:
     assert lib[:4] == b"\x7fELF"
 
 
-def test_compiler_picks_clang_then_gcc_when_cc_unset() -> None:
+def test_compiler_picks_first_candidate_on_path_when_cc_unset() -> None:
     with Context(CC=""):
-        expected = shutil.which("clang") or shutil.which("gcc")
+        expected = next(path for name in COMPILER_CANDIDATES if (path := shutil.which(name)) is not None)
         assert CCompiler().cmd == [expected]
 
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from xgrad.errors import CompileError, DeviceError
 from xgrad.helpers import CACHELEVEL, CC, DEBUG, cache_dir, codegen_knobs_key
+from xgrad_cpu.plugin import COMPILER_CANDIDATES
 
 BASE_FLAGS: tuple[str, ...] = (
     "-O2",
@@ -42,7 +43,7 @@ class CompilerNotFoundError(DeviceError):
 
 
 def find_compiler(cc: str = "") -> list[str]:
-    """The compiler command line: `cc` (or the CC knob) if set, else clang if on PATH, else gcc."""
+    """The compiler command line: `cc` (or the CC knob) if set, else the first of COMPILER_CANDIDATES on PATH."""
     override = cc or CC.value
     if override:
         cmd = shlex.split(override)
@@ -53,7 +54,7 @@ def find_compiler(cc: str = "") -> list[str]:
                 "set CC to an installed C compiler (clang or gcc) or unset it"
             )
         return [path, *cmd[1:]]
-    for name in ("clang", "gcc"):
+    for name in COMPILER_CANDIDATES:
         if (path := shutil.which(name)) is not None:
             return [path]
     raise CompilerNotFoundError(

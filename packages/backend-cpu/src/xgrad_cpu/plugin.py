@@ -14,12 +14,16 @@ DEVICE_MODULE = "xgrad_cpu.device"
 RENDERER_MODULE = "xgrad_cpu.renderer"
 
 
+# newest clang first; plain `clang` last because an old one (< 15) lacks _Float16 on x86-64, which gcc >= 12 has
+COMPILER_CANDIDATES = ("clang-19", "clang-18", "clang-17", "clang-16", "clang-15", "gcc", "clang")
+
+
 def find_c_compiler() -> str | None:
-    """The C compiler to use: $CC if set (must exist), else clang, else gcc; None when there is none."""
+    """The C compiler to use: $CC if set (must exist), else the first of COMPILER_CANDIDATES on PATH, else None."""
     if CC.value:
         words = shlex.split(CC.value)
         return CC.value if words and shutil.which(words[0]) else None
-    return next((cc for cc in ("clang", "gcc") if shutil.which(cc)), None)
+    return next((cc for cc in COMPILER_CANDIDATES if shutil.which(cc)), None)
 
 
 def cpu_available() -> tuple[bool, str]:

@@ -16,13 +16,14 @@ import pathlib
 import tempfile
 import threading
 import time
+from typing import Any
 
 from xgrad.errors import XgradError
 from xgrad.helpers import NUM_CPU_THREADS, cache_dir
 from xgrad_cpu.allocator import CPUBuffer
 from xgrad_cpu.compiler import CCompiler
 
-KERNEL_ARGTYPES = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
+KERNEL_ARGTYPES: list[Any] = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
 
 # Loading: the bytes go to a file that ctypes.CDLL (dlopen) maps, and the file is unlinked right after; the mapping
 # outlives it. We use the system dynamic loader rather than our own ELF loader so relocations, libm, TLS and symbol
@@ -111,7 +112,7 @@ class CPUProgram:
         self.lib = lib
         self._dll = load_library(lib)
         try:
-            self.fxn = getattr(self._dll, name)
+            self.fxn = self._dll[name]  # a fresh function object: programs sharing a library keep their own argtypes
         except AttributeError:
             raise XgradError(
                 f"compiled CPU kernel has no function {name!r}; the rendered source must define it"
@@ -126,6 +127,7 @@ class CPUProgram:
     def __call__(
         self, *bufs: CPUBuffer, global_size: int = 1, vals: tuple[int, ...] = (), wait: bool = False
     ) -> float | None:
+        assert 0 <= global_size <= 0x7FFFFFFF, f"global_size {global_size} does not fit the kernel ABI's int"
         ptrs = (ctypes.c_void_p * len(bufs))(*[b.ptr for b in bufs])
         ints = (ctypes.c_int * len(vals))(*vals) if vals else None
         threads = min(num_threads(), global_size)

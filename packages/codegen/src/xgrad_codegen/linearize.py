@@ -1,9 +1,9 @@
 """Linearization: a kernel graph with RANGEs and REDUCEs becomes a list of UOps in execution order with explicit loops.
 
 IR in: SINK of STOREs whose values may hold REDUCE(value, *ranges). IR out: a linear program (see xgrad.uop.ops):
-REDUCE is replaced by DEFINE_ACC (before its loops), ASSIGN_ACC (inside) and a NOOP(acc, END) read after the loop;
-every RANGE gets an END. `END` sources after the first and `DEFINE_ACC`/`NOOP` sources after the first are
-ordering dependencies only; renderers and the executor read `src[0]`.
+REDUCE is replaced by DEFINE_ACC (before its loops) and ASSIGN_ACC (inside); every RANGE gets an END. While ordering,
+reads after a loop go through NOOP(acc, END) and END carries the loop body as extra sources; both are dropped once
+the order is fixed.
 """
 
 from __future__ import annotations
@@ -53,15 +53,35 @@ pm_lower_reduce = PatternMatcher([
 
 
 def close_output_loops(sink: UOp) -> UOp:
-    """Wrap each STORE in ENDs of the output loops it runs in (innermost first)."""
-    ends = []
+    """Wrap the STOREs in ENDs of the output loops they run in (innermost first); stores in the same loops share
+    one END per loop."""
+    groups: dict[tuple[UOp, ...], list[UOp]] = {}
     for st in sink.src:
-        rngs = sorted(_open_ranges_of(st), key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0]))
-        node = st
+        rngs = tuple(sorted(_open_ranges_of(st), key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0])))
+        groups.setdefault(rngs, []).append(st)
+    ends = []
+    for rngs, stores in groups.items():
+        body: tuple[UOp, ...] = tuple(stores)
         for rng in reversed(rngs):
-            node = UOp(Ops.END, dtypes.void, (rng, node))
-        ends.append(node)
-    return sink.replace(src=tuple(ends))
+            body = (UOp(Ops.END, dtypes.void, (rng, *body)),)
+        ends.extend(body)
+    return merge_ends(sink.replace(src=tuple(ends)))
+
+
+def merge_ends(sink: UOp) -> UOp:
+    """Loops over the same RANGE are one loop: lanes of an upcast reduction share their reduce loop."""
+    from xgrad.uop.pattern import substitute
+
+    while True:
+        by_range: dict[UOp, list[UOp]] = {}
+        for u in sink.toposort:
+            if u.op is Ops.END:
+                by_range.setdefault(u.src[0], []).append(u)
+        dup = next((ends for ends in by_range.values() if len(ends) > 1), None)
+        if dup is None:
+            return sink
+        merged = UOp(Ops.END, dtypes.void, (dup[0].src[0], *dict.fromkeys(d for e in dup for d in e.src[1:])))
+        sink = substitute(sink, {e: merged for e in dup})
 
 
 def _open_ranges_of(u: UOp) -> set[UOp]:
@@ -139,4 +159,20 @@ def linearize(sink: UOp) -> list[UOp]:
         raise AssertionError(f"linearize is stuck with loops {[r.arg for r in stack]} and ready "
                              f"{[u.op for u in ready]}")
     assert out[-1] is sink and len(out) == len(nodes), "linearize did not place every node"
+    return drop_ordering_sources(out)
+
+
+def drop_ordering_sources(program: list[UOp]) -> list[UOp]:
+    """Once ordered, the ordering-only sources go: a NOOP(acc, END) read becomes the acc itself, END keeps only its
+    RANGE. Renderers and the executor then see the plain linear program described in xgrad.uop.ops."""
+    mapping: dict[UOp, UOp] = {}
+    out: list[UOp] = []
+    for u in program:
+        if u.op is Ops.NOOP:
+            mapping[u] = mapping[u.src[0]]
+            continue
+        src = (mapping[u.src[0]],) if u.op is Ops.END else tuple(mapping[s] for s in u.src)
+        new = u.replace(src=src)
+        mapping[u] = new
+        out.append(new)
     return out

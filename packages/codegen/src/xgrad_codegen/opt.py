@@ -81,20 +81,22 @@ def _stores_contiguous_on(ast: UOp, rng: UOp) -> bool:
 
 
 def heuristic_opts(ast: UOp, max_upcast: int = 4) -> list[Opt]:
-    """The first heuristic: parallelise the outermost output loop; upcast the store-contiguous output axis; unroll a
-    short inner reduction."""
+    """The first heuristic: upcast the store-contiguous output axis; unroll a short inner reduction. Each opt's
+    axis indexes the ranges of the kernel after the opts before it."""
     if NOOPT:
         return []
     opts: list[Opt] = []
     rngs = kernel_ranges(ast)
     outs = [r for r in rngs if r.arg[1] is AxisType.LOOP]
-    reds = [r for r in rngs if r.arg[1] is AxisType.REDUCE]
     if outs:
         last = outs[-1]
         size = range_size(last)
         if size is not None and size % max_upcast == 0 and size >= max_upcast and _stores_contiguous_on(ast, last) \
                 and (len(outs) > 1 or size > max_upcast):
             opts.append(Opt("UPCAST", rngs.index(last), max_upcast))
+            ast = apply_opt(ast, opts[-1])
+            rngs = kernel_ranges(ast)
+    reds = [r for r in rngs if r.arg[1] is AxisType.REDUCE]
     if reds:
         last_red = reds[-1]
         size = range_size(last_red)

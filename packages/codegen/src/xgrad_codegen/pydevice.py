@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xgrad.uop.ops import AxisType, Ops, UOp
-
 from xgrad_codegen.pyexec import ProgramError, run_program
 
 
@@ -56,8 +55,13 @@ class PythonDevice:
         self.allocator = PythonAllocator()
         self.renderer = None
 
-    def run_linear(self, uops: Sequence[UOp], handles: Sequence[memoryview], vals: dict[str, int] | None = None,
-                   global_size: Sequence[int] | None = None) -> None:
+    def run_linear(
+        self,
+        uops: Sequence[UOp],
+        handles: Sequence[memoryview],
+        vals: dict[str, int] | None = None,
+        global_size: Sequence[int] | None = None,
+    ) -> None:
         """Run a linear program with `handles[i]` as PARAM i. The interpreter runs the program's GLOBAL range
         itself, so `global_size` (launch dimensions, as other devices take them) is only checked when given: its
         product must be the GLOBAL range's size (1 for a program without one)."""
@@ -87,5 +91,6 @@ def _check_global_size(uops: Sequence[UOp], vals: dict[str, int], global_size: S
     else:
         return  # a computed size: the interpreter checks the split when it evaluates it
     if have != want:
-        raise ProgramError(f"global_size {tuple(global_size)} ({want} items) does not match the program's GLOBAL "
-                           f"range of {have} items")
+        raise ProgramError(
+            f"global_size {tuple(global_size)} ({want} items) does not match the program's GLOBAL range of {have} items"
+        )

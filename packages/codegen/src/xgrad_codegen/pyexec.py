@@ -160,7 +160,7 @@ def _need_int(d: DType, op: Ops) -> None:
 def _exp2(d: DType, x: float) -> float:
     _need_float(d, Ops.EXP2)
     try:
-        return 2.0**x
+        return float(2.0**x)
     except OverflowError:
         return math.inf
 
@@ -314,8 +314,13 @@ class Place:
 class _Machine:
     """The state of one run: current values, loop bounds, the program counter."""
 
-    def __init__(self, uops: Sequence[UOp], bufs: Sequence[memoryview], vals: dict[str, int],
-                 split: tuple[int | None, int | None]) -> None:
+    def __init__(
+        self,
+        uops: Sequence[UOp],
+        bufs: Sequence[memoryview],
+        vals: dict[str, int],
+        split: tuple[int | None, int | None],
+    ) -> None:
         self.uops = uops
         self.bufs = [b if b.format == "B" and b.ndim == 1 else b.cast("B") for b in bufs]
         self.vars = vals
@@ -329,7 +334,7 @@ class _Machine:
     def run(self) -> None:
         if self.global_range is None:  # a program without a GLOBAL range is one work item, item 0
             start, end = self.split
-            if not (start or 0) < (1 if end is None else end):
+            if not (start or 0) <= 0 < (1 if end is None else end):
                 return
         n = len(self.uops)
         while self.pc < n:
@@ -345,8 +350,10 @@ class _Machine:
         size = self.bufs[place.buf].nbytes // place.dtype.itemsize
         if place.pos < 0 or place.pos + place.lanes > size:
             where = f"position {place.pos}" + (f" (+{place.lanes} lanes)" if place.lanes > 1 else "")
-            raise ProgramError(f"out-of-bounds {what} of buffer {place.buf} ({size} elements of {place.dtype.name}) "
-                               f"at {where}: an index or gate the codegen produced is wrong")
+            raise ProgramError(
+                f"out-of-bounds {what} of buffer {place.buf} ({size} elements of {place.dtype.name}) "
+                f"at {where}: an index or gate the codegen produced is wrong"
+            )
         return place.pos * place.dtype.itemsize
 
 
@@ -510,8 +517,13 @@ _EXEC: dict[Ops, Callable[[_Machine, UOp], None]] = {
 }
 
 
-def run_program(uops: Sequence[UOp], bufs: Sequence[memoryview], vals: dict[str, int] | None = None,
-                start: int | None = None, end: int | None = None) -> None:
+def run_program(
+    uops: Sequence[UOp],
+    bufs: Sequence[memoryview],
+    vals: dict[str, int] | None = None,
+    start: int | None = None,
+    end: int | None = None,
+) -> None:
     """Execute a linear program on raw byte buffers (`bufs[i]` is PARAM i). `vals` gives each DEFINE_VAR's value.
     `start`/`end` restrict the first GLOBAL range to [start, end) so callers can split the work; a program without
     a GLOBAL range is a single work item (item 0)."""

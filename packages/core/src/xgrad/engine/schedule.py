@@ -82,11 +82,19 @@ def find_realizes(roots: list[UOp]) -> set[UOp]:
                 flag = True
             elif behind_expand.get(user, False):
                 flag = True
-        if u.op is Ops.REDUCE_AXIS and u not in realizes and (flag or len(users[u]) > 1):
+        if u.op is Ops.REDUCE_AXIS and u not in realizes and (flag or len(_consumers(u, users)) > 1):
             realizes.add(u)
             flag = False
         behind_expand[u] = flag
     return {r for r in realizes if not (is_realized(r) and _is_contiguous_view(r))}
+
+
+def _consumers(u: UOp, users: dict[UOp, set[UOp]]) -> set[UOp]:
+    """The nodes that use `u`, looking through movement ops."""
+    out: set[UOp] = set()
+    for user in users[u]:
+        out |= _consumers(user, users) if user.op in GroupOp.Movement else {user}
+    return out
 
 
 # ---- 2. lowering one kernel ----

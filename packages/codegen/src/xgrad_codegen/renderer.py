@@ -1,0 +1,583 @@
+"""Renderers: linear program (list of UOps ending in SINK) in, kernel source text out.
+
+`Renderer` is what codegen sees of a target: capability attributes (ops, dtypes, vector width, locals, launch limits)
+and a `legalize` table of rewrites for what the language lacks. `CStyleRenderer` is the shared printer of the C family
+(C, CUDA, HIP, and with other type and declaration hooks WGSL): every language difference is a table entry
+(`type_map`, `code_for_op`, `uop_rules`) or a small hook method, never a branch on a device name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+from xgrad.dtype import DType, dtypes
+from xgrad.errors import DTypeError
+from xgrad.uop.ops import AxisType, GroupOp, Ops, UOp
+from xgrad.uop.pattern import PatternMatcher, UPat
+
+
+class Renderer:
+    """A target language. Codegen reads the attributes; `render` prints one kernel."""
+
+    device: str = ""
+    name: str = ""
+    arch: str | None = None
+    supported_ops: frozenset[Ops] = frozenset()  # ALU ops rendered natively; codegen decomposes the others
+    supported_dtypes: frozenset[DType] = frozenset()  # scalar dtypes the language has; others are decomposed
+    max_vector_width: int = 1  # widest vector dtype (in lanes) codegen may produce
+    has_local: bool = False  # GPU workgroups (LOCAL/GROUP axes)
+    has_shared: bool = False  # workgroup shared memory
+    global_max: tuple[int, ...] | None = None  # launch grid limits per dimension (None: unlimited)
+    local_max: tuple[int, ...] | None = None  # workgroup size limits per dimension
+    legalize: PatternMatcher | None = None  # this language's own rewrites, applied right before printing
+
+    def supports_dtype(self, dtype: DType) -> bool:
+        return dtype.scalar() in self.supported_dtypes
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must implement render(name, uops)")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(device={self.device!r}, arch={self.arch!r})"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# legalisation of linear programs
+
+
+def split_vector_alu(x: UOp) -> UOp | None:
+    """A vector ALU op the language has no vector form of -> one scalar op per lane, gathered by VECTORIZE."""
+    if x.dtype.count == 1:
+        return None
+    lanes = []
+    for i in range(x.dtype.count):
+        srcs = tuple(UOp(Ops.GEP, s.dtype.scalar(), (s,), i) if s.dtype.count > 1 else s for s in x.src)
+        lanes.append(UOp(x.op, x.dtype.scalar(), srcs, x.arg))
+    return UOp(Ops.VECTORIZE, x.dtype, tuple(lanes))
+
+
+def split_bool_vector_cast(x: UOp) -> UOp | None:
+    """A vector CAST to or from bool -> per-lane casts (bool vectors are not real vector types in C)."""
+    if x.dtype.count == 1 or not (dtypes.is_bool(x.dtype) or dtypes.is_bool(x.src[0].dtype)):
+        return None
+    return split_vector_alu(x)
+
+
+def pm_split_vector_ops(ops: frozenset[Ops]) -> PatternMatcher:
+    """The rules that split vector `ops` into lanes (ops a language only has on scalars)."""
+    return PatternMatcher(
+        [
+            (UPat(ops, name="x"), split_vector_alu),
+            (UPat(Ops.CAST, name="x"), split_bool_vector_cast),
+        ]
+    )
+
+
+_PURE = GroupOp.ALU | {Ops.CONST, Ops.GEP, Ops.VECTORIZE, Ops.CAST, Ops.BITCAST, Ops.INDEX}
+
+
+def legalize_linear(uops: list[UOp], pm: PatternMatcher | None) -> list[UOp]:
+    """Apply rewrite table `pm` to a linear program, keeping it linear: a rewritten node is replaced by the nodes of
+    its replacement, placed where it stood (sources first); users see the replacement. New pure nodes already visible
+    in the current loop scope are reused, not placed twice."""
+    if pm is None:
+        return uops
+    out: list[UOp] = []
+    new_of: dict[UOp, UOp] = {}
+    scopes: list[set[UOp]] = [set()]
+
+    def visible(u: UOp) -> bool:
+        return any(u in s for s in scopes)
+
+    def place(u: UOp, depth: int = 0) -> UOp:
+        assert depth < 64, f"legalize rules do not terminate at {u.op}"
+        if (new := pm.rewrite(u)) is not None:
+            return ensure(new, depth + 1)
+        if u.op is Ops.END and len(scopes) > 1:
+            scopes.pop()
+        out.append(u)
+        scopes[-1].add(u)
+        if u.op is Ops.RANGE:
+            scopes.append({u})
+        return u
+
+    def ensure(u: UOp, depth: int) -> UOp:
+        if visible(u):
+            return u
+        srcs = tuple(ensure(s, depth) for s in u.src)
+        return place(u.replace(src=srcs), depth)
+
+    for u in uops:
+        rebuilt = u.replace(src=tuple(new_of.get(s, s) for s in u.src))
+        if rebuilt.op in _PURE and visible(rebuilt):
+            new_of[u] = rebuilt
+            continue
+        new_of[u] = place(rebuilt)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the C-family printer
+
+
+@dataclass
+class RenderState:
+    """What one `render` call knows: names of rendered values, emitted lines, buffers and variables seen."""
+
+    uops: list[UOp]
+    users: dict[UOp, list[int]] = field(default_factory=dict)  # value -> positions of the UOps that read it
+    barriers: list[int] = field(default_factory=list)  # barriers[i]: side effects/scope changes before position i
+    exprs: dict[UOp, str] = field(default_factory=dict)  # value -> its variable name or inline expression
+    lines: list[str] = field(default_factory=list)
+    depth: int = 1
+    counters: dict[str, int] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+    params: list[tuple[UOp, str, bool]] = field(default_factory=list)  # (PARAM, name, written)
+    variables: list[tuple[UOp, str, int]] = field(default_factory=list)  # (DEFINE_VAR, name, position in vars)
+    vector_types: dict[str, DType] = field(default_factory=dict)  # vector type name -> dtype, in order of first use
+    helpers: dict[str, str] = field(default_factory=dict)  # helper name -> definition (type preludes, functions)
+    written: set[UOp] = field(default_factory=set)  # PARAMs that are stored to
+    parallel_range: UOp | None = None  # the first GLOBAL range
+    pos: int = 0  # position of the UOp being rendered
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def new_name(self, prefix: str) -> str:
+        while True:
+            n = self.counters.get(prefix, 0)
+            self.counters[prefix] = n + 1
+            if (name := f"{prefix}{n}") not in self.taken:
+                self.taken.add(name)
+                return name
+
+
+UopRule = Callable[["CStyleRenderer", RenderState, UOp], "str | None"]
+
+
+def rule_const(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    if u.dtype.count > 1:
+        lane = r.render_const(u.arg, u.dtype.scalar())
+        return r.render_vectorize(ctx, u.dtype, [lane] * u.dtype.count)
+    return r.render_const(u.arg, u.dtype)
+
+
+def rule_alu(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    operands = [ctx.exprs[s] for s in u.src]
+    return r.render_alu(u.op, u.dtype, operands, [s.dtype for s in u.src])
+
+
+def rule_cast(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    return r.render_cast(ctx, u.dtype, u.src[0].dtype, ctx.exprs[u.src[0]])
+
+
+def rule_bitcast(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    if u.dtype.itemsize != u.src[0].dtype.itemsize:
+        raise DTypeError(f"BITCAST from {u.src[0].dtype!r} to {u.dtype!r} needs equal sizes")
+    return r.render_bitcast(ctx, u.dtype, u.src[0].dtype, ctx.exprs[u.src[0]])
+
+
+def rule_vectorize(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    if len(u.src) == 1 and u.dtype.count == 1:
+        return ctx.exprs[u.src[0]]
+    return r.render_vectorize(ctx, u.dtype, [ctx.exprs[s] for s in u.src])
+
+
+def rule_gep(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    lanes = u.arg if isinstance(u.arg, tuple) else (u.arg,)
+    vec = ctx.exprs[u.src[0]]
+    if u.src[0].dtype.count == 1:
+        return vec
+    if len(lanes) == 1:
+        return r.render_gep(vec, lanes[0])
+    return r.render_vectorize(ctx, u.dtype, [r.render_gep(vec, i) for i in lanes])
+
+
+def rule_load(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    idx = u.src[0]
+    buf, pos = ctx.exprs[idx.src[0]], ctx.exprs[idx.src[1]]
+    gate = ctx.exprs[idx.src[2]] if len(idx.src) > 2 else None
+    return r.render_load(ctx, u.dtype, buf, pos, gate)
+
+
+def rule_store(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    idx, value = u.src[0], u.src[1]
+    buf, pos = ctx.exprs[idx.src[0]], ctx.exprs[idx.src[1]]
+    gate = ctx.exprs[idx.src[2]] if len(idx.src) > 2 else None
+    ctx.emit(r.render_store(ctx, value.dtype, buf, pos, ctx.exprs[value], gate))
+
+
+def rule_param(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    name = f"data{u.arg}"
+    ctx.taken.add(name)
+    ctx.exprs[u] = name
+    ctx.params.append((u, name, u in ctx.written))
+
+
+def rule_define_var(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    raw = str(u.arg[0])
+    ok = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", raw) and raw not in ctx.taken and raw not in r.reserved_names
+    name = raw if ok else ctx.new_name("var")
+    ctx.taken.add(name)
+    ctx.exprs[u] = name
+    ctx.variables.append((u, name, len(ctx.variables)))
+
+
+def rule_range(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    name = ctx.new_name("ridx")
+    ctx.exprs[u] = name
+    if u is ctx.parallel_range and r.parallel_range_bounds is not None:
+        start, end = r.parallel_range_bounds
+    else:
+        start, end = r.render_const(0, u.dtype), ctx.exprs[u.src[0]]
+    ctx.emit(r.render_range(ctx, u.dtype, name, start, end))
+    ctx.depth += 1
+
+
+def rule_end(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    ctx.depth -= 1
+    ctx.emit("}")
+
+
+def rule_define_acc(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    name = ctx.new_name("acc")
+    ctx.emit(r.render_declare(ctx, u.dtype, name, ctx.exprs[u.src[0]], mutable=True))
+    ctx.exprs[u] = name
+
+
+def rule_assign_acc(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    acc = ctx.exprs[u.src[0]]
+    ctx.emit(f"{acc} = {ctx.exprs[u.src[1]]};")
+    ctx.exprs[u] = acc
+
+
+def rule_special(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    return r.render_special(ctx, u)
+
+
+def rule_nothing(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    return None
+
+
+base_uop_rules: dict[Ops, UopRule] = {
+    Ops.CONST: rule_const,
+    Ops.CAST: rule_cast,
+    Ops.BITCAST: rule_bitcast,
+    Ops.VECTORIZE: rule_vectorize,
+    Ops.GEP: rule_gep,
+    Ops.LOAD: rule_load,
+    Ops.STORE: rule_store,
+    Ops.PARAM: rule_param,
+    Ops.DEFINE_VAR: rule_define_var,
+    Ops.RANGE: rule_range,
+    Ops.END: rule_end,
+    Ops.DEFINE_ACC: rule_define_acc,
+    Ops.ASSIGN_ACC: rule_assign_acc,
+    Ops.SPECIAL: rule_special,
+    Ops.INDEX: rule_nothing,  # LOAD and STORE read the INDEX's sources themselves
+    Ops.SINK: rule_nothing,
+    Ops.NOOP: rule_nothing,
+    **{op: rule_alu for op in GroupOp.ALU},
+}
+
+# values that always get a variable: state and memory reads (a load stays where the program put it)
+_NAMED_OPS = frozenset({Ops.LOAD, Ops.DEFINE_ACC, Ops.RANGE, Ops.PARAM, Ops.DEFINE_VAR, Ops.SPECIAL})
+# UOps with effects or scopes: an expression is never inlined across one of them
+_BARRIER_OPS = frozenset({Ops.STORE, Ops.ASSIGN_ACC, Ops.RANGE, Ops.END})
+
+
+def c_max(a: str, b: str, dtype: DType) -> str:
+    return f"({a}>{b}?{a}:{b})"
+
+
+# the C-family operators; math functions differ per language and are added by each renderer
+base_code_for_op: dict[Ops, Callable[..., str]] = {
+    Ops.NEG: lambda x, dtype: f"(-{x})",
+    Ops.RECIPROCAL: lambda x, dtype: f"(1/{x})",
+    Ops.ADD: lambda a, b, dtype: f"({a}+{b})",
+    Ops.SUB: lambda a, b, dtype: f"({a}-{b})",
+    Ops.MUL: lambda a, b, dtype: f"({a}*{b})",
+    Ops.FDIV: lambda a, b, dtype: f"({a}/{b})",
+    Ops.IDIV: lambda a, b, dtype: f"({a}/{b})",
+    Ops.MOD: lambda a, b, dtype: f"({a}%{b})",
+    Ops.MAX: c_max,
+    Ops.CMPLT: lambda a, b, dtype: f"({a}<{b})",
+    Ops.CMPNE: lambda a, b, dtype: f"({a}!={b})",
+    Ops.CMPEQ: lambda a, b, dtype: f"({a}=={b})",
+    Ops.AND: lambda a, b, dtype: f"({a}&{b})",
+    Ops.OR: lambda a, b, dtype: f"({a}|{b})",
+    Ops.XOR: lambda a, b, dtype: f"({a}^{b})",
+    Ops.SHL: lambda a, b, dtype: f"({a}<<{b})",
+    Ops.SHR: lambda a, b, dtype: f"({a}>>{b})",
+    Ops.WHERE: lambda c, a, b, dtype: f"({c}?{a}:{b})",
+    Ops.MULACC: lambda a, b, c, dtype: f"(({a}*{b})+{c})",
+}
+
+# ops whose result may not fit an integer type narrower than int after C's integer promotion
+_WRAP_NARROW_OPS = frozenset({Ops.NEG, Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.SHL, Ops.MULACC})
+
+
+class CStyleRenderer(Renderer):
+    """The shared C-family printer. Subclasses change tables and hooks:
+
+    - `type_map` (scalar dtype -> type name), `vector_type_prefix` (scalar dtype -> prefix of its vector type names),
+    - `code_for_op` (ALU op -> function of the rendered operands and `dtype=`), `uop_rules` (every other UOp kind),
+    - hooks: `render_kernel` (signature and prefix), `render_buffer_decl`, `render_var_decl`, `render_range`,
+      `render_declare`, `render_load`, `render_store`, `render_cast`, `render_bitcast`, `render_vectorize`,
+      `render_gep`, `render_special`, `render_float`.
+    """
+
+    type_map: ClassVar[dict[DType, str]] = {
+        dtypes.bool: "bool",
+        dtypes.int8: "signed char",
+        dtypes.uint8: "unsigned char",
+        dtypes.int16: "short",
+        dtypes.uint16: "unsigned short",
+        dtypes.int32: "int",
+        dtypes.uint32: "unsigned int",
+        dtypes.int64: "long long",
+        dtypes.uint64: "unsigned long long",
+        dtypes.index: "int",
+        dtypes.float16: "half",
+        dtypes.float32: "float",
+        dtypes.float64: "double",
+    }
+    vector_type_prefix: ClassVar[dict[DType, str]] = {
+        dtypes.bool: "bool",
+        dtypes.int8: "char",
+        dtypes.uint8: "uchar",
+        dtypes.int16: "short",
+        dtypes.uint16: "ushort",
+        dtypes.int32: "int",
+        dtypes.uint32: "uint",
+        dtypes.int64: "long",
+        dtypes.uint64: "ulong",
+        dtypes.index: "int",
+        dtypes.float16: "half",
+        dtypes.float32: "float",
+        dtypes.float64: "double",
+    }
+    code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = base_code_for_op
+    uop_rules: ClassVar[dict[Ops, UopRule]] = base_uop_rules
+    ops_repeating_operands: ClassVar[frozenset[Ops]] = frozenset({Ops.MAX})  # operands printed twice: never inline
+    reserved_names: ClassVar[frozenset[str]] = frozenset(
+        {"bufs", "vars", "start", "end", "int", "float", "double", "char", "short", "long", "if", "for", "while"}
+    )
+    # when set, the first GLOBAL range runs over these kernel arguments ([start, end)) instead of [0, range end)
+    parallel_range_bounds: ClassVar[tuple[str, str] | None] = None
+    float_suffix: ClassVar[dict[DType, str]] = {dtypes.float32: "f", dtypes.float64: ""}
+    infinity: ClassVar[str] = "INFINITY"  # a float32 +inf
+    nan: ClassVar[str] = "NAN"  # a float32 quiet NaN
+    name_prefix: ClassVar[dict[Ops, str]] = {
+        Ops.LOAD: "val",
+        Ops.CAST: "cast",
+        Ops.BITCAST: "cast",
+        Ops.GEP: "gep",
+        Ops.VECTORIZE: "vec",
+        Ops.CONST: "const",
+        Ops.SPECIAL: "gidx",
+    }
+    type_prelude: ClassVar[dict[DType, str]] = {}  # definitions a type needs (e.g. a typedef), emitted once if used
+    kernel_prefix: ClassVar[str] = ""  # written before the return type, e.g. `extern "C" __global__`
+    buffer_qualifier: ClassVar[str] = ""  # e.g. " restrict"
+
+    def __init__(self) -> None:
+        self.supported_ops = frozenset(self.code_for_op)
+
+    # ---- the driver ----
+    def render(self, name: str, uops: list[UOp]) -> str:
+        uops = legalize_linear(uops, self.legalize)
+        ctx = self._analyse(uops)
+        for pos, u in enumerate(uops):
+            ctx.pos = pos
+            self._render_uop(ctx, u)
+        return self.render_kernel(ctx, name, ctx.lines)
+
+    def _analyse(self, uops: list[UOp]) -> RenderState:
+        ctx = RenderState(uops)
+        barriers = 0
+        for pos, u in enumerate(uops):
+            ctx.barriers.append(barriers)
+            if u.op in _BARRIER_OPS:
+                barriers += 1
+            if u.op is Ops.RANGE and ctx.parallel_range is None and u.arg[1] is AxisType.GLOBAL:
+                ctx.parallel_range = u
+            if u.op is Ops.STORE:
+                ctx.written.add(u.src[0].src[0])
+            srcs = u.src
+            if u.op is Ops.INDEX or (u is ctx.parallel_range and self.parallel_range_bounds is not None):
+                srcs = ()  # an INDEX prints nothing itself; the parallel range's end is not printed
+            for s in srcs:
+                # an INDEX is printed inside its LOAD/STORE, so its sources are read where the LOAD/STORE stands
+                reads = s.src if s.op is Ops.INDEX else (s,)
+                for x in reads:
+                    ctx.users.setdefault(x, []).append(pos)
+                    if u.op in self.ops_repeating_operands:
+                        ctx.users[x].append(pos)
+            if u.op is Ops.INDEX:
+                ctx.users.setdefault(u, [])
+        ctx.barriers.append(barriers)
+        return ctx
+
+    def _inline(self, ctx: RenderState, u: UOp) -> bool:
+        if u.op is Ops.CONST:
+            return True
+        users = ctx.users.get(u, [])
+        if u.op in _NAMED_OPS or len(users) != 1:
+            return False
+        # no side effect or loop boundary between here and the use: evaluating later gives the same value
+        return ctx.barriers[users[0]] == ctx.barriers[ctx.pos + 1]
+
+    def _render_uop(self, ctx: RenderState, u: UOp) -> None:
+        rule = self.uop_rules.get(u.op)
+        if rule is None:
+            raise NotImplementedError(f"{type(self).__name__} cannot render {u.op}; add it to uop_rules")
+        pure = u.op in _PURE or u.op is Ops.LOAD
+        if pure and u.op is not Ops.INDEX and not ctx.users.get(u) and u.op is not Ops.CONST:
+            return  # dead value
+        expr = rule(self, ctx, u)
+        if expr is None:
+            return
+        if self._inline(ctx, u):
+            ctx.exprs[u] = expr
+            return
+        name = ctx.new_name(self.name_prefix.get(u.op, "alu"))
+        ctx.emit(self.render_declare(ctx, u.dtype, name, expr, mutable=False))
+        ctx.exprs[u] = name
+
+    # ---- types and constants ----
+    def render_dtype(self, ctx: RenderState | None, dtype: DType) -> str:
+        scalar = dtype.scalar()
+        if scalar not in self.type_map:
+            raise DTypeError(f"{type(self).__name__} has no type for {dtype!r}; codegen should have decomposed it")
+        if ctx is not None and scalar in self.type_prelude:
+            ctx.helpers.setdefault(f"type {scalar.name}", self.type_prelude[scalar])
+        if dtype.count == 1:
+            return self.type_map[scalar]
+        name = f"{self.vector_type_prefix[scalar]}{dtype.count}"
+        if ctx is not None:
+            ctx.vector_types.setdefault(name, dtype)
+        return name
+
+    def render_const(self, value: Any, dtype: DType) -> str:
+        if dtypes.is_bool(dtype):
+            return "1" if value else "0"
+        if dtypes.is_float(dtype):
+            return self.render_float(float(value), dtype)
+        return self.render_int(int(value), dtype)
+
+    def render_int(self, value: int, dtype: DType) -> str:
+        suffix = {dtypes.uint32: "u", dtypes.int64: "ll", dtypes.uint64: "ull"}.get(dtype, "")
+        if dtypes.is_int(dtype) and not dtypes.is_unsigned(dtype) and dtype.itemsize >= 4 and value == dtype.min:
+            return f"({value + 1}{suffix}-1)"  # -2147483648 is -(2147483648), a long in C
+        return f"({value}{suffix})" if value < 0 else f"{value}{suffix}"
+
+    def render_float(self, value: float, dtype: DType) -> str:
+        """An exact literal: the value is first rounded to `dtype` (as numpy does), then printed so that parsing it
+        gives that value back. inf and nan use the `infinity`/`nan` attributes. Float types without a literal form in
+        `float_suffix` (half) are printed as a float32 literal (exact: they are float32 values) and cast."""
+        rounded = round_float(value, dtype)
+        native = dtype in self.float_suffix and math.isfinite(rounded)
+        if math.isnan(rounded):
+            text = self.nan
+        elif math.isinf(rounded):
+            text = self.infinity if rounded > 0 else f"(-{self.infinity})"
+        else:
+            text = f"{rounded!r}{self.float_suffix.get(dtype, self.float_suffix[dtypes.float32])}"
+            text = f"({text})" if text.startswith("-") else text
+        if native or dtype == dtypes.float32:
+            return text
+        return f"(({self.render_dtype(None, dtype)}){text})"
+
+    # ---- ALU ----
+    def render_alu(self, op: Ops, dtype: DType, operands: list[str], src_dtypes: list[DType]) -> str:
+        narrow = dtype.count == 1 and dtypes.is_int(dtype) and dtype.itemsize < 4 and op in _WRAP_NARROW_OPS
+        if narrow and dtypes.is_unsigned(dtype) and op in (Ops.MUL, Ops.MULACC, Ops.SHL):
+            operands = [f"((unsigned int){operands[0]})", *operands[1:]]  # no signed int overflow after promotion
+        expr = self.code_for_op[op](*operands, dtype=dtype)
+        return f"(({self.type_map[dtype]}){expr})" if narrow else expr
+
+    # ---- hooks ----
+    def render_cast(self, ctx: RenderState, dtype: DType, src_dtype: DType, x: str) -> str:
+        if dtypes.is_bool(dtype):
+            return f"({x}!=0)"
+        return f"(({self.render_dtype(ctx, dtype)})({x}))"
+
+    def render_bitcast(self, ctx: RenderState, dtype: DType, src_dtype: DType, x: str) -> str:
+        src_t, dst_t = self.render_dtype(ctx, src_dtype), self.render_dtype(ctx, dtype)
+        return f"((union {{ {src_t} src; {dst_t} dst; }}){{{x}}}).dst"
+
+    def render_vectorize(self, ctx: RenderState, dtype: DType, lanes: list[str]) -> str:
+        return f"(({self.render_dtype(ctx, dtype)}){{{', '.join(lanes)}}})"
+
+    def render_gep(self, vec: str, lane: int) -> str:
+        return f"{vec}[{lane}]"
+
+    def render_special(self, ctx: RenderState, u: UOp) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no hardware thread indexes (SPECIAL {u.arg})")
+
+    def render_load(self, ctx: RenderState, dtype: DType, buf: str, idx: str, gate: str | None) -> str:
+        if dtype.count > 1:
+            raise NotImplementedError(f"{type(self).__name__} cannot load vectors; override render_load")
+        value = f"{buf}[{idx}]"
+        return f"({gate}?{value}:{self.render_const(0, dtype)})" if gate is not None else value
+
+    def render_store(self, ctx: RenderState, dtype: DType, buf: str, idx: str, value: str, gate: str | None) -> str:
+        if dtype.count > 1:
+            raise NotImplementedError(f"{type(self).__name__} cannot store vectors; override render_store")
+        stmt = f"{buf}[{idx}] = {value};"
+        return f"if ({gate}) {stmt}" if gate is not None else stmt
+
+    def render_declare(self, ctx: RenderState, dtype: DType, name: str, expr: str, mutable: bool) -> str:
+        return f"{'' if mutable else 'const '}{self.render_dtype(ctx, dtype)} {name} = {expr};"
+
+    def render_range(self, ctx: RenderState, dtype: DType, name: str, start: str, end: str) -> str:
+        return f"for ({self.render_dtype(ctx, dtype)} {name} = {start}; {name} < {end}; {name}++) {{"
+
+    def render_buffer_decl(self, ctx: RenderState, u: UOp, name: str, written: bool) -> str:
+        """How a buffer reaches the kernel: here a parameter `T* data0` of the signature."""
+        return f"{'' if written else 'const '}{self.render_dtype(ctx, u.dtype)}*{self.buffer_qualifier} {name}"
+
+    def render_var_decl(self, ctx: RenderState, u: UOp, name: str, k: int) -> str:
+        return f"const {self.render_dtype(ctx, u.dtype)} {name}"
+
+    def render_prefix(self, ctx: RenderState) -> list[str]:
+        """Definitions the kernel needs before it (vector types, helpers)."""
+        return list(ctx.helpers.values())
+
+    def render_kernel(self, ctx: RenderState, name: str, body: list[str]) -> str:
+        """Default: a plain function taking every buffer and variable as a parameter."""
+        params = [self.render_buffer_decl(ctx, u, n, w) for u, n, w in ctx.params]
+        params += [self.render_var_decl(ctx, u, n, k) for u, n, k in ctx.variables]
+        head = f"{self.kernel_prefix + ' ' if self.kernel_prefix else ''}void {name}({', '.join(params)}) {{"
+        return "\n".join([*self.render_prefix(ctx), head, *body, "}"]) + "\n"
+
+
+def round_float(value: float, dtype: DType) -> float:
+    """`value` rounded to the nearest `dtype` value (ties to even), as a Python float; overflow gives inf."""
+    if math.isnan(value) or math.isinf(value) or dtype.itemsize >= 8:
+        return value
+    fmt = {2: "e", 4: "f"}.get(dtype.itemsize)
+    if fmt is None or dtype.scalar() not in (dtypes.float16, dtypes.float32):
+        return value  # other formats are decomposed before rendering; print the value as given
+    try:
+        return float(struct.unpack(fmt, struct.pack(fmt, value))[0])
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+__all__ = [
+    "Renderer",
+    "CStyleRenderer",
+    "RenderState",
+    "legalize_linear",
+    "pm_split_vector_ops",
+    "split_vector_alu",
+    "base_code_for_op",
+    "base_uop_rules",
+    "round_float",
+]

@@ -1,0 +1,283 @@
+"""Op conformance: every basic Tensor op against numpy, on every available device (fixture `xgrad_device`)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from xgrad.dtype import dtypes, to_np_dtype
+from xgrad.errors import DTypeError, ShapeError, XgradError
+from xgrad.tensor import Tensor
+
+rng = np.random.default_rng(0)
+
+TOL = {dtypes.float32: 1e-5, dtypes.float16: 2e-3, dtypes.float64: 1e-12, dtypes.bfloat16: 1e-2}
+
+
+def make(shape: tuple[int, ...], dtype: Any, low: float = -3, high: float = 3) -> np.ndarray:
+    if dtype == dtypes.bool:
+        return rng.random(shape) > 0.5
+    np_dt = to_np_dtype(dtype) or np.float32
+    if dtypes.is_int(dtype):
+        lo = 0 if dtypes.is_unsigned(dtype) else int(low)
+        return rng.integers(lo, int(high) + 1, size=shape).astype(np_dt)
+    return rng.uniform(low, high, size=shape).astype(np_dt)
+
+
+def check(device: str, fn: Callable[..., Any], np_fn: Callable[..., Any], *arrays: np.ndarray, dtype: Any = None,
+          atol: float | None = None) -> None:
+    tensors = [Tensor(a, device=device, dtype=dtype) for a in arrays]
+    got = fn(*tensors).numpy()
+    want = np.asarray(np_fn(*arrays))
+    assert got.shape == want.shape, f"shape {got.shape} != numpy {want.shape}"
+    tol = atol if atol is not None else TOL.get(dtype, 1e-5)
+    if got.dtype.kind in "biu" and want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want.astype(np.float64), rtol=tol, atol=tol)
+
+
+UNARY = [
+    ("neg", lambda t: -t, np.negative, (-3, 3)),
+    ("exp", lambda t: t.exp(), np.exp, (-3, 3)),
+    ("exp2", lambda t: t.exp2(), np.exp2, (-3, 3)),
+    ("log", lambda t: t.log(), np.log, (0.1, 5)),
+    ("log2", lambda t: t.log2(), np.log2, (0.1, 5)),
+    ("sqrt", lambda t: t.sqrt(), np.sqrt, (0, 5)),
+    ("rsqrt", lambda t: t.rsqrt(), lambda x: 1 / np.sqrt(x), (0.1, 5)),
+    ("reciprocal", lambda t: t.reciprocal(), np.reciprocal, (0.5, 5)),
+    ("sin", lambda t: t.sin(), np.sin, (-6, 6)),
+    ("cos", lambda t: t.cos(), np.cos, (-6, 6)),
+    ("relu", lambda t: t.relu(), lambda x: np.maximum(x, 0), (-3, 3)),
+    ("sigmoid", lambda t: t.sigmoid(), lambda x: 1 / (1 + np.exp(-x)), (-3, 3)),
+    ("tanh", lambda t: t.tanh(), np.tanh, (-3, 3)),
+    ("abs", lambda t: t.abs(), np.abs, (-3, 3)),
+    ("trunc", lambda t: t.trunc(), np.trunc, (-3, 3)),
+    ("floor", lambda t: t.floor(), np.floor, (-3, 3)),
+    ("ceil", lambda t: t.ceil(), np.ceil, (-3, 3)),
+    ("square", lambda t: t.square(), np.square, (-3, 3)),
+    ("sign", lambda t: t.sign(), np.sign, (-3, 3)),
+]
+
+
+@pytest.mark.parametrize("name,fn,np_fn,bounds", UNARY, ids=[u[0] for u in UNARY])
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 17)])
+def test_unary_matches_numpy_float32(xgrad_device, name, fn, np_fn, bounds, shape):
+    check(xgrad_device, fn, np_fn, make(shape, dtypes.float32, *bounds), atol=1e-5 if name != "tanh" else 2e-5)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.float64])
+@pytest.mark.parametrize("name", ["neg", "exp", "log", "sqrt", "sin", "relu"])
+def test_unary_matches_numpy_other_floats(xgrad_device, dtype, name):
+    _, fn, np_fn, bounds = next(u for u in UNARY if u[0] == name)
+    arr = make((33,), dtype, *bounds)
+    check(xgrad_device, fn, lambda a: np_fn(a.astype(np.float64)).astype(to_np_dtype(dtype)), arr, dtype=dtype,
+          atol=TOL[dtype] * 4)
+
+
+BINARY = [
+    ("add", lambda a, b: a + b, np.add),
+    ("sub", lambda a, b: a - b, np.subtract),
+    ("mul", lambda a, b: a * b, np.multiply),
+    ("maximum", lambda a, b: a.maximum(b), np.maximum),
+    ("minimum", lambda a, b: a.minimum(b), np.minimum),
+    ("lt", lambda a, b: a < b, np.less),
+    ("gt", lambda a, b: a > b, np.greater),
+    ("le", lambda a, b: a <= b, np.less_equal),
+    ("eq", lambda a, b: a == b, np.equal),
+    ("ne", lambda a, b: a != b, np.not_equal),
+]
+
+
+@pytest.mark.parametrize("name,fn,np_fn", BINARY, ids=[b[0] for b in BINARY])
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.int64,
+                                   dtypes.float16])
+def test_binary_matches_numpy(xgrad_device, name, fn, np_fn, dtype):
+    a, b = make((5, 7), dtype), make((5, 7), dtype)
+    check(xgrad_device, fn, np_fn, a, b, dtype=dtype)
+
+
+@pytest.mark.parametrize("shapes", [((3, 1), (1, 4)), ((2, 3, 4), (4,)), ((5, 1, 3), (2, 1)), ((), (3,))])
+def test_binary_broadcasts_like_numpy(xgrad_device, shapes):
+    a, b = make(shapes[0], dtypes.float32), make(shapes[1], dtypes.float32)
+    check(xgrad_device, lambda x, y: x * y + x, lambda x, y: x * y + x, a, b)
+
+
+def test_division_matches_numpy(xgrad_device):
+    a, b = make((6, 6), dtypes.float32), make((6, 6), dtypes.float32, 0.5, 3)
+    check(xgrad_device, lambda x, y: x / y, np.divide, a, b)
+    ia, ib = np.array([7, -7, 7, -7, 0, 9]), np.array([2, 2, -2, -2, 3, 4])
+    check(xgrad_device, lambda x, y: x // y, np.floor_divide, ia.astype(np.int32), ib.astype(np.int32))
+    check(xgrad_device, lambda x, y: x % y, np.mod, ia.astype(np.int32), ib.astype(np.int32))
+    check(xgrad_device, lambda x, y: x / y, np.true_divide, ia.astype(np.int32), ib.astype(np.int32))
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.uint8, dtypes.int64, dtypes.bool])
+def test_bitwise_ops_match_numpy(xgrad_device, dtype):
+    a, b = make((9,), dtype, 0, 100), make((9,), dtype, 0, 100)
+    check(xgrad_device, lambda x, y: x & y, np.bitwise_and, a, b, dtype=dtype)
+    check(xgrad_device, lambda x, y: x | y, np.bitwise_or, a, b, dtype=dtype)
+    check(xgrad_device, lambda x, y: x ^ y, np.bitwise_xor, a, b, dtype=dtype)
+    check(xgrad_device, lambda x: ~x, np.invert, a, dtype=dtype)
+
+
+def test_shifts_match_numpy(xgrad_device):
+    a = make((8,), dtypes.int32, 0, 1000)
+    check(xgrad_device, lambda x: x << 3, lambda x: x << 3, a)
+    check(xgrad_device, lambda x: x >> 2, lambda x: x >> 2, a)
+
+
+def test_python_scalars_are_weak(xgrad_device):
+    h = Tensor([1.0, 2.0], device=xgrad_device, dtype=dtypes.float16)
+    assert (h + 1).dtype == dtypes.float16
+    assert (h * 2.5).dtype == dtypes.float16
+    i8 = Tensor([1, 2], device=xgrad_device, dtype=dtypes.int8)
+    assert (i8 + 1).dtype == dtypes.int8
+    assert (i8 + 1.5).dtype == dtypes.default_float()
+    assert (i8 + 1.5).tolist() == [2.5, 3.5]
+
+
+def test_promotion_follows_lattice(xgrad_device):
+    a = Tensor([1, 2], device=xgrad_device, dtype=dtypes.int8)
+    b = Tensor([1, 2], device=xgrad_device, dtype=dtypes.uint8)
+    assert (a + b).dtype == dtypes.int16
+    f = Tensor([1.0], device=xgrad_device, dtype=dtypes.float16)
+    assert (f + Tensor([1.0], device=xgrad_device)).dtype == dtypes.float32
+
+
+def test_where_matches_numpy(xgrad_device):
+    c, a, b = make((4, 5), dtypes.bool), make((4, 5), dtypes.float32), make((5,), dtypes.float32)
+    check(xgrad_device, lambda x, y, z: x.where(y, z), np.where, c, a, b)
+
+
+def test_pow_matches_numpy(xgrad_device):
+    a, b = make((10,), dtypes.float32, 0.5, 3), make((10,), dtypes.float32, -2, 2)
+    check(xgrad_device, lambda x, y: x ** y, np.power, a, b, atol=1e-4)
+    neg = np.array([-2.0, -3.0, 2.0], dtype=np.float32)
+    check(xgrad_device, lambda x: x ** 3, lambda x: x ** 3, neg, atol=1e-4)
+
+
+@pytest.mark.parametrize("src,dst", [(dtypes.float32, dtypes.int32), (dtypes.int32, dtypes.float32),
+                                     (dtypes.float32, dtypes.float16), (dtypes.int32, dtypes.int8),
+                                     (dtypes.float32, dtypes.bool), (dtypes.uint8, dtypes.float32),
+                                     (dtypes.int64, dtypes.int32), (dtypes.float64, dtypes.float32)])
+def test_cast_matches_numpy(xgrad_device, src, dst):
+    arr = make((13,), src, -100, 100)
+    np_dst = to_np_dtype(dst)
+    check(xgrad_device, lambda t: t.cast(dst), lambda a: a.astype(np_dst), arr, dtype=src, atol=1e-3)
+
+
+def test_bitcast_matches_numpy(xgrad_device):
+    arr = make((6,), dtypes.float32)
+    check(xgrad_device, lambda t: t.bitcast(dtypes.int32), lambda a: a.view(np.int32), arr)
+    with pytest.raises(DTypeError):
+        Tensor(arr, device=xgrad_device).bitcast(dtypes.int16)
+
+
+MOVEMENT = [
+    ("reshape", lambda t: t.reshape(6, 4), lambda a: a.reshape(6, 4)),
+    ("reshape_neg", lambda t: t.reshape(-1, 3), lambda a: a.reshape(-1, 3)),
+    ("permute", lambda t: t.permute(1, 0), lambda a: a.transpose(1, 0)),
+    ("expand", lambda t: t.reshape(4, 1, 6).expand(4, 3, 6), lambda a: np.broadcast_to(a.reshape(4, 1, 6), (4, 3, 6))),
+    ("pad", lambda t: t.pad(((1, 2), (0, 3))), lambda a: np.pad(a, ((1, 2), (0, 3)))),
+    ("pad_value", lambda t: t.pad(((1, 0), (2, 1)), value=7.0), lambda a: np.pad(a, ((1, 0), (2, 1)),
+                                                                                 constant_values=7.0)),
+    ("pad_negative", lambda t: t.pad(((-1, 1), (0, -2))), lambda a: np.pad(a[1:, :-2], ((0, 1), (0, 0)))),
+    ("shrink", lambda t: t.shrink(((1, 3), (2, 5))), lambda a: a[1:3, 2:5]),
+    ("flip", lambda t: t.flip(0), lambda a: a[::-1]),
+    ("flip_both", lambda t: t.flip(0, 1), lambda a: a[::-1, ::-1]),
+    ("chain", lambda t: t.permute(1, 0).reshape(3, 2, 4).flip(1).pad(((0, 0), (1, 1), (2, 0)))
+     .shrink(((1, 3), (0, 4), (1, 6))),
+     lambda a: np.pad(a.T.reshape(3, 2, 4)[:, ::-1], ((0, 0), (1, 1), (2, 0)))[1:3, 0:4, 1:6]),
+    ("pad_then_exp", lambda t: t.pad(((1, 1), (1, 1))).exp(), lambda a: np.exp(np.pad(a, ((1, 1), (1, 1))))),
+]
+
+
+@pytest.mark.parametrize("name,fn,np_fn", MOVEMENT, ids=[m[0] for m in MOVEMENT])
+def test_movement_matches_numpy(xgrad_device, name, fn, np_fn):
+    check(xgrad_device, fn, np_fn, make((4, 6), dtypes.float32))
+
+
+REDUCE = [
+    ("sum_all", lambda t: t.sum(), lambda a: a.sum()),
+    ("sum_0", lambda t: t.sum(0), lambda a: a.sum(0)),
+    ("sum_1_keep", lambda t: t.sum(1, keepdim=True), lambda a: a.sum(1, keepdims=True)),
+    ("sum_axes", lambda t: t.sum((0, 2)), lambda a: a.sum((0, 2))),
+    ("max_all", lambda t: t.max(), lambda a: a.max()),
+    ("max_1", lambda t: t.max(1), lambda a: a.max(1)),
+    ("min_2", lambda t: t.min(2), lambda a: a.min(2)),
+    ("mean_1", lambda t: t.mean(1), lambda a: a.mean(1)),
+    ("softmax", lambda t: t.softmax(-1), lambda a: np.exp(a - a.max(-1, keepdims=True)) /
+     np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True)),
+    ("sum_of_permuted", lambda t: t.permute(2, 0, 1).sum(2), lambda a: a.transpose(2, 0, 1).sum(2)),
+    ("matmul", lambda t: t.reshape(12, 10) @ t.reshape(10, 12), lambda a: a.reshape(12, 10) @ a.reshape(10, 12)),
+]
+
+
+@pytest.mark.parametrize("name,fn,np_fn", REDUCE, ids=[r[0] for r in REDUCE])
+def test_reduce_matches_numpy(xgrad_device, name, fn, np_fn):
+    check(xgrad_device, fn, np_fn, make((3, 5, 8), dtypes.float32), atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.bool, dtypes.float16])
+def test_sum_accumulates_wide(xgrad_device, dtype):
+    arr = make((40, 9), dtype, 0, 100)
+    t = Tensor(arr, device=xgrad_device, dtype=dtype)
+    got = t.sum(0).numpy()
+    want = arr.astype(np.float64).sum(0)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3 if dtype == dtypes.float16 else 0)
+
+
+def test_reduce_of_empty_axis_gives_identity(xgrad_device):
+    t = Tensor.zeros(0, 3, device=xgrad_device)
+    assert t.sum(0).tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ShapeError):
+        t.max(0)
+
+
+def test_creation_matches_numpy(xgrad_device):
+    assert Tensor.zeros(2, 3, device=xgrad_device).tolist() == np.zeros((2, 3)).tolist()
+    assert Tensor.ones(4, device=xgrad_device, dtype=dtypes.int32).tolist() == [1, 1, 1, 1]
+    assert Tensor.full((2, 2), 7, device=xgrad_device).tolist() == [[7, 7], [7, 7]]
+    assert Tensor.arange(5, device=xgrad_device).tolist() == list(range(5))
+    np.testing.assert_allclose(Tensor.arange(1.0, 2.0, 0.25, device=xgrad_device).numpy(), np.arange(1.0, 2.0, 0.25))
+    assert Tensor.arange(10, 0, -3, device=xgrad_device).tolist() == list(range(10, 0, -3))
+    assert Tensor(b"\x01\x02", device=xgrad_device).tolist() == [1, 2]
+    assert Tensor([[True, False]], device=xgrad_device).dtype == dtypes.bool
+    assert Tensor(3.5, device=xgrad_device).item() == 3.5
+    assert Tensor.empty(3, device=xgrad_device).shape == (3,)
+
+
+def test_assign_writes_in_place(xgrad_device):
+    t = Tensor([1.0, 2.0, 3.0], device=xgrad_device).realize()
+    t.assign(t * 2 + 1).realize()
+    assert t.tolist() == [3.0, 5.0, 7.0]
+    t += 1
+    assert t.tolist() == [4.0, 6.0, 8.0]
+    with pytest.raises(DTypeError):
+        t.assign(Tensor([1, 2, 3], device=xgrad_device))
+
+
+def test_realized_results_are_reused(xgrad_device):
+    a = Tensor(make((8, 8), dtypes.float32), device=xgrad_device)
+    s = (a * 2).sum(1)
+    s.realize()
+    assert np.allclose((s + 1).numpy(), s.numpy() + 1)
+
+
+def test_bad_input_raises_clear_errors(xgrad_device):
+    a = Tensor.ones(2, 3, device=xgrad_device)
+    with pytest.raises(ShapeError, match=r"\(2, 3\).*\(4,\)"):
+        a + Tensor.ones(4, device=xgrad_device)
+    with pytest.raises(ShapeError):
+        a.reshape(5)
+    with pytest.raises(ShapeError):
+        a.pad(((-3, 0), (0, 0)))
+    with pytest.raises(DTypeError):
+        Tensor([1], dtype="float17")
+    with pytest.raises(XgradError, match="NOPE"):
+        Tensor([1.0], device="NOPE").numpy()
+    with pytest.raises(ShapeError):
+        a @ Tensor.ones(2, 3, device=xgrad_device)

@@ -1,0 +1,74 @@
+"""Kernel boundaries: how many kernels the scheduler makes for common graphs (no device runs: DEV=NULL)."""
+
+from __future__ import annotations
+
+import pytest
+
+from xgrad.engine.schedule import create_schedule
+from xgrad.helpers import Context
+from xgrad.tensor import Tensor
+from xgrad.uop.ops import Ops
+
+
+@pytest.fixture(autouse=True)
+def null_device():
+    with Context(DEV="NULL"):
+        yield
+
+
+def kernels(*ts: Tensor) -> list:
+    items, _ = create_schedule([t.uop for t in ts])
+    return [it for it in items if not it.is_copy]
+
+
+def test_elementwise_chain_is_one_kernel():
+    a, b, c = Tensor.empty(16, 16), Tensor.empty(16, 16), Tensor.empty(16, 16)
+    assert len(kernels((a + b) * c)) == 1
+
+
+def test_reduce_with_prologue_is_one_kernel():
+    a, b = Tensor.empty(16, 16), Tensor.empty(16, 16)
+    assert len(kernels((a * b).sum(1))) == 1
+
+
+def test_reduce_epilogue_fuses_into_reduce():
+    a = Tensor.empty(16, 16)
+    assert len(kernels((a.sum(1) * 2).exp())) == 1
+
+
+def test_softmax_is_at_most_three_kernels():
+    assert len(kernels(Tensor.empty(32, 64).softmax())) <= 3
+
+
+def test_movement_chain_makes_no_copy_kernel():
+    a = Tensor.empty(4, 6, 8)
+    view = a.reshape(6, 4, 8).permute(2, 0, 1).pad(((1, 1), (0, 0), (2, 0))).shrink(((0, 9), (1, 5), (0, 5))).flip(0)
+    assert view.uop.base.op is Ops.BUFFER  # still only a view: nothing to compute yet
+    assert len(kernels(view + 1)) == 1  # consumed: one kernel, reading through the view
+
+
+def test_contiguous_is_a_boundary():
+    a = Tensor.empty(16, 16)
+    assert len(kernels((a + 1).contiguous() * 2)) == 2
+
+
+def test_reduce_behind_expand_is_realized_once():
+    a = Tensor.empty(16, 16)
+    m = a.max(1, keepdim=True)
+    ks = kernels(a - m)
+    assert len(ks) == 2
+    assert sum(1 for k in ks for u in k.ast.toposort if u.op is Ops.REDUCE) == 1
+
+
+def test_shared_reduce_is_not_recomputed():
+    a = Tensor.empty(16, 16)
+    s = a.sum()
+    ks = kernels(s + 1, s * 2)
+    assert sum(1 for k in ks for u in k.ast.toposort if u.op is Ops.REDUCE) == 1
+
+
+def test_kernel_ast_has_no_movement_ops():
+    a = Tensor.empty(8, 8)
+    for k in kernels((a.T + a).sum(0)):
+        assert not any(u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP)
+                       for u in k.ast.toposort)
