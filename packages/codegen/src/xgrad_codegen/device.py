@@ -80,10 +80,13 @@ class CompiledDevice:
         src = self.renderer.render(info.name, uops)
         if DEBUG >= 4:
             print(src)
-        lib = self.compiler.compile(src)
-        prg = CompiledProgram(self, self.program_factory(info.name, lib), program_info(info.name, uops, src))
+        prg = CompiledProgram(self, self.build(info.name, uops, src), program_info(info.name, uops, src))
         self._programs[ast] = prg
         return prg
+
+    def build(self, name: str, uops: list[UOp], src: str) -> RawProgram:
+        """Rendered source -> a program the device can launch (compile it, load it)."""
+        return self.program_factory(name, self.compiler.compile(src))
 
     def launch(self, raw: RawProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int],
                wait: bool) -> float | None:

@@ -4,10 +4,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from typing import Any
 
-from xgrad.uop.ops import AxisType, Ops, UOp
+from xgrad.dtype import dtypes
+from xgrad.uop.ops import AxisType, GroupOp, Ops, UOp
+
+from xgrad_codegen.device import CompiledDevice
 from xgrad_codegen.pyexec import ProgramError, run_program
+from xgrad_codegen.renderer import Renderer
 
 
 class PythonAllocator:
@@ -47,13 +53,35 @@ def _as_bytes(mv: memoryview) -> memoryview:
     return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
 
 
-class PythonDevice:
-    """The `PYTHON` device. It has no renderer yet: it runs linear programs (lists of UOps) directly."""
+class PythonRenderer(Renderer):
+    """The reference executor runs linear programs directly: every op and dtype is native, nothing is decomposed.
+    `render` prints the program as text (what DEBUG=4 shows)."""
+
+    device = "PYTHON"
+    name = "PYTHON"
+    supported_ops = frozenset(GroupOp.ALU - {Ops.POW}) | {Ops.CAST, Ops.BITCAST}
+    supported_dtypes = frozenset(dtypes.all)
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        ids = {u: i for i, u in enumerate(uops)}
+        lines = [f"{i:4d} {u.op.name:12s} {u.dtype.name:10s} {[ids[s] for s in u.src]} {u.arg!r}" for i, u in
+                 enumerate(uops)]
+        return f"# {name}\n" + "\n".join(lines)
+
+
+class PythonDevice(CompiledDevice):
+    """The `PYTHON` device: the codegen pipeline's linear programs run in the pure-Python reference executor."""
 
     def __init__(self, name: str) -> None:
-        self.name = name
-        self.allocator = PythonAllocator()
-        self.renderer = None
+        super().__init__(name, PythonAllocator(), PythonRenderer(), _NoCompiler(), _no_factory)
+
+    def build(self, name: str, uops: list[UOp], src: str) -> list[UOp]:
+        return uops
+
+    def launch(self, raw: Any, bufs: list[Any], info: Any, vals: dict[str, int], wait: bool) -> float | None:
+        start = time.perf_counter()
+        self.run_linear(raw, bufs, vals)
+        return time.perf_counter() - start if wait else None
 
     def run_linear(
         self,
@@ -69,11 +97,17 @@ class PythonDevice:
             _check_global_size(uops, vals or {}, global_size)
         run_program(uops, handles, vals)
 
-    def synchronize(self) -> None:
-        """Runs are synchronous: nothing to wait for."""
-
     def __repr__(self) -> str:
         return f"<PythonDevice {self.name}>"
+
+
+class _NoCompiler:
+    def compile(self, src: str) -> bytes:
+        return src.encode()
+
+
+def _no_factory(name: str, lib: bytes) -> Any:
+    raise AssertionError("PythonDevice.build does not compile")
 
 
 def _check_global_size(uops: Sequence[UOp], vals: dict[str, int], global_size: Sequence[int]) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar
 
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError
-from xgrad.uop.ops import AxisType, GroupOp, Ops, UOp
+from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat
 
 
@@ -37,6 +37,13 @@ class Renderer:
 
     def supports_dtype(self, dtype: DType) -> bool:
         return dtype.scalar() in self.supported_dtypes
+
+    def compile_only(self, ast: UOp) -> str:
+        """Run the codegen pipeline for this renderer and print the source (the NULL device's compile step)."""
+        from xgrad_codegen.pipeline import full_rewrite
+
+        name = ast.arg.name if isinstance(ast.arg, KernelInfo) else "kernel"
+        return self.render(name, full_rewrite(ast, self))
 
     def render(self, name: str, uops: list[UOp]) -> str:
         raise NotImplementedError(f"{type(self).__name__} must implement render(name, uops)")
