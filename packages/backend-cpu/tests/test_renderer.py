@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ctypes
-import math
 import pathlib
 import shutil
 import subprocess
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ from xgrad_cpu.renderer import CRenderer
 
 COMPILERS = [cc for cc in ("gcc", "clang") if shutil.which(cc)]
 needs_cc = pytest.mark.skipif(not COMPILERS, reason="no C compiler (gcc or clang) on PATH")
-I = dtypes.index
+IDX = dtypes.index
 NP: dict[DType, Any] = {
     dtypes.float32: np.float32,
     dtypes.float16: np.float16,
@@ -48,7 +48,7 @@ def param(i: int, dtype: DType) -> UOp:
 
 
 def idx(n: int) -> UOp:
-    return UOp.const(I, n)
+    return UOp.const(IDX, n)
 
 
 def end(r: UOp) -> UOp:
@@ -102,7 +102,9 @@ def run(
     return src
 
 
-def elementwise(op: Ops, out_dtype: DType, in_dtypes: list[DType], n: int, width: int = 1, offset: int = 0) -> list[UOp]:
+def elementwise(
+    op: Ops, out_dtype: DType, in_dtypes: list[DType], n: int, width: int = 1, offset: int = 0
+) -> list[UOp]:
     """out[i] = op(in1[i], in2[i], ...), `width` lanes per iteration starting at element `offset`."""
     out = param(0, out_dtype)
     ins = [param(i + 1, d) for i, d in enumerate(in_dtypes)]
@@ -146,10 +148,44 @@ ORACLE: dict[Ops, Callable[..., np.ndarray]] = {
     Ops.WHERE: lambda c, a, b: np.where(c, a, b),
     Ops.MULACC: lambda a, b, c: (a * b + c).astype(a.dtype),
 }
-FLOAT_OPS = [Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC, Ops.ADD, Ops.SUB, Ops.MUL,
-             Ops.FDIV, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.MULACC]
-INT_OPS = [Ops.NEG, Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND,
-           Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE, Ops.MULACC]
+FLOAT_OPS = [
+    Ops.EXP2,
+    Ops.LOG2,
+    Ops.SIN,
+    Ops.SQRT,
+    Ops.RECIPROCAL,
+    Ops.NEG,
+    Ops.TRUNC,
+    Ops.ADD,
+    Ops.SUB,
+    Ops.MUL,
+    Ops.FDIV,
+    Ops.MAX,
+    Ops.CMPLT,
+    Ops.CMPNE,
+    Ops.CMPEQ,
+    Ops.WHERE,
+    Ops.MULACC,
+]
+INT_OPS = [
+    Ops.NEG,
+    Ops.ADD,
+    Ops.SUB,
+    Ops.MUL,
+    Ops.IDIV,
+    Ops.MOD,
+    Ops.MAX,
+    Ops.CMPLT,
+    Ops.CMPNE,
+    Ops.CMPEQ,
+    Ops.AND,
+    Ops.OR,
+    Ops.XOR,
+    Ops.SHL,
+    Ops.SHR,
+    Ops.WHERE,
+    Ops.MULACC,
+]
 BOOL_OPS = [Ops.AND, Ops.OR, Ops.XOR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE]
 CASES = [
     *[(dtypes.float32, op) for op in FLOAT_OPS],
@@ -320,8 +356,14 @@ def test_cast_matches_numpy(src_dtype: DType, dst_dtype: DType, width: int, tmp_
     np.testing.assert_array_equal(out, expected)
 
 
-BITCASTS = [(dtypes.float32, dtypes.int32), (dtypes.int32, dtypes.float32), (dtypes.float32, dtypes.uint32),
-            (dtypes.float16, dtypes.uint16), (dtypes.uint16, dtypes.float16), (dtypes.float64, dtypes.int64)]
+BITCASTS = [
+    (dtypes.float32, dtypes.int32),
+    (dtypes.int32, dtypes.float32),
+    (dtypes.float32, dtypes.uint32),
+    (dtypes.float16, dtypes.uint16),
+    (dtypes.uint16, dtypes.float16),
+    (dtypes.float64, dtypes.int64),
+]
 
 
 @needs_cc

@@ -23,7 +23,7 @@ from xgrad_codegen.renderer import (
 )
 
 F = dtypes.float32
-I = dtypes.index
+IDX = dtypes.index
 
 
 def linear(*items: UOp) -> list[UOp]:
@@ -85,7 +85,7 @@ def test_cstyle_default_kernel_compiles_and_runs(tmp_path: pathlib.Path) -> None
 
 def test_value_used_twice_gets_a_name_and_single_use_is_inlined() -> None:
     out, x = param(0), param(1)
-    r = UOp.range(UOp.const(I, 4), 0, AxisType.LOOP)
+    r = UOp.range(UOp.const(IDX, 4), 0, AxisType.LOOP)
     v = x.index(r).load()
     twice = v + UOp.const(F, 1.0)
     src = CStyleRenderer().render("k", linear(out.index(r).store(twice * twice), end(r)))
@@ -94,7 +94,7 @@ def test_value_used_twice_gets_a_name_and_single_use_is_inlined() -> None:
 
 def test_max_operands_are_never_inlined_twice() -> None:
     out, x = param(0), param(1)
-    r = UOp.range(UOp.const(I, 4), 0, AxisType.LOOP)
+    r = UOp.range(UOp.const(IDX, 4), 0, AxisType.LOOP)
     value = (x.index(r).load() * UOp.const(F, 3.0)).maximum(UOp.const(F, 0.0))
     src = CStyleRenderer().render("k", linear(out.index(r).store(value), end(r)))
     assert "const float alu0 = (val0*3.0f);" in src and "(alu0>0.0f?alu0:0.0f)" in src
@@ -106,16 +106,16 @@ def test_expression_is_not_inlined_past_an_assignment() -> None:
     acc = UOp(Ops.DEFINE_ACC, F, (UOp.const(F, 0.0),), 0)
     before = acc + UOp.const(F, 1.0)
     assign = UOp(Ops.ASSIGN_ACC, F, (acc, UOp.const(F, 5.0)))
-    prog = linear(acc, before, assign, out.index(UOp.const(I, 0)).store(before))
+    prog = linear(acc, before, assign, out.index(UOp.const(IDX, 0)).store(before))
     src = CStyleRenderer().render("k", prog)
     assert src.index("const float alu0 = (acc0+1.0f);") < src.index("acc0 = 5.0f;") < src.index("data0[0] = alu0;")
 
 
 def test_dead_values_are_not_printed() -> None:
     out, x = param(0), param(1)
-    _unused = x.index(UOp.const(I, 1)).load()
-    prog = [out, x, UOp.const(I, 1), x.index(UOp.const(I, 1)), _unused]
-    prog += linear(out.index(UOp.const(I, 0)).store(UOp.const(F, 1.0)))
+    _unused = x.index(UOp.const(IDX, 1)).load()
+    prog = [out, x, UOp.const(IDX, 1), x.index(UOp.const(IDX, 1)), _unused]
+    prog += linear(out.index(UOp.const(IDX, 0)).store(UOp.const(F, 1.0)))
     assert "data1[1]" not in CStyleRenderer().render("k", prog)
 
 
@@ -155,10 +155,10 @@ def test_round_float_rounds_like_numpy() -> None:
 def test_legalize_splits_vector_ops_into_lanes_in_place() -> None:
     out, x = param(0), param(1)
     v4 = F.vec(4)
-    r = UOp.range(UOp.const(I, 4), 0, AxisType.GLOBAL)
-    vec = UOp(Ops.LOAD, v4, (UOp(Ops.INDEX, v4, (x, r * UOp.const(I, 4))),))
+    r = UOp.range(UOp.const(IDX, 4), 0, AxisType.GLOBAL)
+    vec = UOp(Ops.LOAD, v4, (UOp(Ops.INDEX, v4, (x, r * UOp.const(IDX, 4))),))
     mx = UOp(Ops.MAX, v4, (vec, vec))
-    prog = linear(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, v4, (out, r * UOp.const(I, 4))), mx)), end(r))
+    prog = linear(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, v4, (out, r * UOp.const(IDX, 4))), mx)), end(r))
     pm = pm_split_vector_ops(frozenset({Ops.MAX}))
     new = legalize_linear(prog, pm)
     assert not any(u.op is Ops.MAX and u.dtype.count > 1 for u in new)
@@ -176,15 +176,15 @@ def test_legalize_does_not_reuse_a_node_from_a_closed_loop() -> None:
     # lane 0 of v (GEP v 0) is needed inside a loop and again after it: it is placed twice, once per scope
     out, x = param(0), param(1)
     v2 = F.vec(2)
-    v = UOp(Ops.LOAD, v2, (UOp(Ops.INDEX, v2, (x, UOp.const(I, 0))),))
-    r = UOp.range(UOp.const(I, 2), 0, AxisType.LOOP)
+    v = UOp(Ops.LOAD, v2, (UOp(Ops.INDEX, v2, (x, UOp.const(IDX, 0))),))
+    r = UOp.range(UOp.const(IDX, 2), 0, AxisType.LOOP)
     inner = UOp(Ops.SQRT, v2, (v,))
-    s1 = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, v2, (out, r * UOp.const(I, 2))), inner))
+    s1 = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, v2, (out, r * UOp.const(IDX, 2))), inner))
     after = UOp(Ops.LOG2, v2, (v,))
     prog = [*linear(v), r, *[u for u in linear(s1) if u not in linear(v) and u is not r], end(r)]
     prog = [u for u in prog if u.op is not Ops.SINK]
-    s2 = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, v2, (out, UOp.const(I, 4))), after))
-    prog += [UOp.const(I, 4), s2.src[0], s2, UOp(Ops.SINK, dtypes.void, ())]
+    s2 = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, v2, (out, UOp.const(IDX, 4))), after))
+    prog += [after, UOp.const(IDX, 4), s2.src[0], s2, UOp(Ops.SINK, dtypes.void, ())]
     new = legalize_linear(prog, pm_split_vector_ops(frozenset({Ops.SQRT, Ops.LOG2})))
     gep0 = UOp(Ops.GEP, F, (v,), 0)
     assert new.count(gep0) == 2

@@ -281,3 +281,20 @@ def test_bad_input_raises_clear_errors(xgrad_device):
         Tensor([1.0], device="NOPE").numpy()
     with pytest.raises(ShapeError):
         a @ Tensor.ones(2, 3, device=xgrad_device)
+
+
+def test_pending_tensors_see_assigned_values(xgrad_device):
+    t = Tensor([1.0, 2.0], device=xgrad_device).realize()
+    before = (t + 1).numpy()
+    t.assign(Tensor([10.0, 20.0], device=xgrad_device)).realize()
+    assert before.tolist() == [2.0, 3.0]
+    assert (t + 1).tolist() == [11.0, 21.0]  # not a stale result of the identical graph before the assign
+
+
+def test_lazy_tensor_reads_result_realized_through_another(xgrad_device):
+    a = Tensor([[1.0, 2.0], [3.0, 4.0]], device=xgrad_device)
+    s = a.sum(1)
+    y = s * 2  # built before s is realized
+    s.realize()
+    assert y.uop.toposort.keys().isdisjoint({u for u in a.uop.toposort if u.op.name == "REDUCE_AXIS"})
+    assert y.tolist() == [6.0, 14.0]

@@ -4,12 +4,13 @@ Kernel ABI:
     void <name>(void** restrict bufs, const int* restrict vars, int start, int end)
 `bufs[i]` is the data of PARAM i, `vars[k]` the value of the k-th DEFINE_VAR of the program, and the first GLOBAL
 range runs over `[start, end)` so a launcher can split it across threads. No headers are needed: math goes through
-`__builtin_*` functions, vectors are GCC/clang vector extensions, half is `_Float16` (or `__fp16` on compilers without it).
+`__builtin_*` functions, vectors are GCC/clang vector extensions, half is `_Float16` (`__fp16` where that is missing).
 """
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
 from xgrad.dtype import DType, dtypes
 from xgrad.uop.ops import Ops, UOp

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError

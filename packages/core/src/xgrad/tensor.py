@@ -19,7 +19,6 @@ from xgrad.helpers import DISALLOW_BROADCAST, argfix, prod
 from xgrad.uop.ops import Ops, UOp
 
 Scalar = int | float | bool
-TensorLike = "Tensor | Scalar"
 
 
 def _canonical_device(device: str | None) -> str:
@@ -89,6 +88,9 @@ class Tensor:
                 self.uop = self.uop.cast(dt)
         self.grad: Tensor | None = None
         self.is_param: bool = False
+        from xgrad.engine.realize import all_tensors
+
+        all_tensors.add(self)
 
     # ---- properties ----
     @property
@@ -785,5 +787,3 @@ def _np_for_py(d: DType) -> Any:
 
     return to_np_dtype(d) if to_np_dtype(d) is not None else np.float32
 
-
-_UNUSED: tuple[Callable[..., Any], ...] = ()

@@ -36,30 +36,22 @@ class GlobalCounters:
         GlobalCounters.time_sum_s = 0.0
 
 
-# nodes already computed, to the view of the buffer that holds them (weak: forgotten with the graph)
-_realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-
-
-def _with_known_results(roots: list[UOp]) -> list[UOp]:
-    """Replace nodes computed by an earlier realize with their buffers."""
-    sink = UOp(Ops.SINK, src=tuple(roots))
-    known = {u: _realized[u] for u in sink.toposort if u in _realized}
-    if not known:
-        return roots
-    return list(substitute(sink, known).src)
+# every live Tensor: after a realize, each one whose graph contains a computed node reads its buffer instead
+all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
     pending = [t for t in tensors if t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN]
     if not pending:
         return
-    roots = _with_known_results([t.uop for t in pending])
+    roots = list(dict.fromkeys(t.uop for t in pending))
     items, becomes = create_schedule(roots)
     run_schedule(plan_memory(items, [becomes[r] for r in roots if r in becomes]))
-    for t, original, root in zip(pending, [t.uop for t in pending], roots):
-        new = becomes.get(root, root)
-        _realized[original] = new
-        t.uop = new
+    for t in list(all_tensors):
+        if (new := becomes.get(t.uop)) is not None:
+            t.uop = new
+        elif any(k in t.uop.toposort for k in becomes):
+            t.uop = substitute(t.uop, becomes)
 
 
 def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:

@@ -579,55 +579,68 @@ def narrow_gated(u: UOp, c: UOp, a: UOp, b: UOp) -> UOp | None:
     return None if back is a else UOp(Ops.WHERE, u.dtype, (c, back, b))
 
 
-# ---- the canonical-form and bounds table ----
+# ---- the tables ----
 
 _IDX = UPat.var("x", _INTS)
 
-pm_symbolic = PatternMatcher(
+# values the bounds decide (first: cheapest and strongest)
+pm_bounds = PatternMatcher(
     [
-        # bounds decide the value
         (UPat(GroupOp.ALU, name="u"), fold_decided),
         (UPat.var("x").maximum(UPat.var("y")), fold_max_bounds),
-        # canonical order and sums
+    ]
+)
+
+# canonical order and sums: constants right, `term*coeff` chains with like terms combined
+pm_canonical = PatternMatcher(
+    [
         (UPat(GroupOp.Commutative, src=(UPat.cvar("c"), UPat.var("x")), name="u"), swap_const),
         (UPat(Ops.ADD, _INTS, name="u"), fold_sum),
         ((_IDX * UPat.cvar("c1")) * UPat.cvar("c2"), lambda x, c1, c2: x * _iconst(x.dtype, c1.arg * c2.arg)),
         (_IDX * (UPat.var("y") * UPat.cvar("c")), lambda x, y, c: None if x.op is Ops.CONST else (x * y) * c),
         ((UPat.var("x", _INTS) + UPat.var("y")) * UPat.cvar("c"), lambda x, y, c: x * c + y * c),
-        # division and remainder by a constant
+    ]
+)
+
+# division and remainder by a constant
+pm_divmod = PatternMatcher(
+    [
         (_IDX // UPat.cvar("c"), fold_idiv),
         (_IDX % UPat.cvar("c"), fold_mod),
-        # comparisons with a constant
+    ]
+)
+
+# comparisons of a sum with a constant
+pm_compare = PatternMatcher(
+    [
         (UPat(Ops.CMPLT, src=(UPat.var("x"), UPat.cvar("c"))), fold_lt_const),
         (UPat(Ops.CMPLT, src=(UPat.cvar("c"), UPat.var("x"))), fold_gt_const),
         (UPat((Ops.CMPNE, Ops.CMPEQ), src=(UPat.var("x"), UPat.cvar("c")), name="u"), fold_eq_const),
         (UPat(Ops.CMPNE, src=(UPat(Ops.CMPLT, src=(UPat.var("a"), UPat.var("b"))), _TRUE)), fold_not_lt),
-        # conditions
+    ]
+)
+
+_WHERE_IN_TRUE = UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var()))
+_WHERE_IN_FALSE = UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var(), UPat.var("b")))
+
+# conditions and gates: AND/OR chains as intervals, where-of-where, gated values
+pm_conditions = PatternMatcher(
+    [
         (UPat(Ops.AND, _BOOL, name="u"), fold_and),
         (UPat(Ops.OR, _BOOL, name="u"), fold_or),
         (
-            UPat(Ops.WHERE, src=(UPat(Ops.CMPNE, src=(UPat.var("c", _BOOL), _TRUE)), UPat.var("a"), UPat.var("b"))),
+            UPat(Ops.CMPNE, src=(UPat.var("c", _BOOL), _TRUE)).where(UPat.var("a"), UPat.var("b")),
             lambda c, a, b: c.where(b, a),
         ),
-        (
-            UPat(
-                Ops.WHERE,
-                src=(UPat.var("c"), UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var())), UPat.var("b")),
-            ),
-            lambda c, a, b: c.where(a, b),
-        ),
-        (
-            UPat(
-                Ops.WHERE,
-                src=(UPat.var("c"), UPat.var("a"), UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var(), UPat.var("b")))),
-            ),
-            lambda c, a, b: c.where(a, b),
-        ),
+        (UPat.var("c").where(_WHERE_IN_TRUE, UPat.var("b")), lambda c, a, b: c.where(a, b)),
+        (UPat.var("c").where(UPat.var("a"), _WHERE_IN_FALSE), lambda c, a, b: c.where(a, b)),
         (UPat.var("c", _BOOL).where(UPat.var("x", _BOOL), _FALSE), lambda c, x: c.logical_and(x)),
         (UPat.var("c", _BOOL).where(_TRUE, UPat.var("x", _BOOL)), lambda c, x: UOp(Ops.OR, _BOOL, (c, x))),
         (UPat(Ops.WHERE, src=(UPat.var("c", _BOOL), UPat.var("a"), UPat.var("b")), name="u"), narrow_gated),
     ]
 )
+
+pm_symbolic = pm_bounds + pm_canonical + pm_divmod + pm_compare + pm_conditions
 
 pm_simplify = pm_constant_fold + pm_symbolic
 
@@ -702,4 +715,16 @@ def substitute_vars(u: UOp, var_vals: Mapping[str, int | UOp]) -> UOp:
     return simplify(substitute(u, mapping, name="substitute_vars"))
 
 
-__all__ = ["pm_constant_fold", "pm_simplify", "pm_symbolic", "simplify", "substitute_vars", "sym_infer"]
+__all__ = [
+    "pm_bounds",
+    "pm_canonical",
+    "pm_compare",
+    "pm_conditions",
+    "pm_constant_fold",
+    "pm_divmod",
+    "pm_simplify",
+    "pm_symbolic",
+    "simplify",
+    "substitute_vars",
+    "sym_infer",
+]

@@ -1,0 +1,45 @@
+"""First speed check: a fused elementwise expression and a reduction, xgrad (CPU) against numpy in the same run.
+
+Run: .venv/bin/python bench/bench_elementwise_reduce.py  (prints times and xgrad/numpy ratios; asserts nothing)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from xgrad.tensor import Tensor
+
+
+def best_of(fn: Callable[[], object], reps: int = 10) -> float:
+    fn()  # warm up: compile, caches
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    n = 1 << 22
+    rng = np.random.default_rng(0)
+    a_np, b_np, c_np = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    a, b, c = Tensor(a_np).realize(), Tensor(b_np).realize(), Tensor(c_np).realize()
+    rows = [
+        ("elementwise (a+b)*c - a/2, 4M floats", lambda: ((a + b) * c - a / 2).realize(),
+         lambda: (a_np + b_np) * c_np - a_np / 2, 4 * n * 4),
+        ("sum of 4M floats", lambda: a.sum().realize(), lambda: a_np.sum(), n * 4),
+        ("row sums 2048x2048", lambda: a.reshape(2048, 2048).sum(1).realize(),
+         lambda: a_np.reshape(2048, 2048).sum(1), n * 4),
+    ]
+    print(f"{'workload':42s} {'xgrad ms':>10s} {'numpy ms':>10s} {'xgrad/numpy':>12s} {'xgrad GB/s':>11s}")
+    for name, xg, npf, nbytes in rows:
+        tx, tn = best_of(xg), best_of(npf)
+        print(f"{name:42s} {tx * 1e3:10.3f} {tn * 1e3:10.3f} {tx / tn:12.2f} {nbytes / tx / 1e9:11.2f}")
+
+
+if __name__ == "__main__":
+    main()
