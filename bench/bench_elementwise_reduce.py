@@ -6,7 +6,7 @@ Run: .venv/bin/python bench/bench_elementwise_reduce.py  (prints times and xgrad
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -29,11 +29,19 @@ def main() -> None:
     a_np, b_np, c_np = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
     a, b, c = Tensor(a_np).realize(), Tensor(b_np).realize(), Tensor(c_np).realize()
     rows = [
-        ("elementwise (a+b)*c - a/2, 4M floats", lambda: ((a + b) * c - a / 2).realize(),
-         lambda: (a_np + b_np) * c_np - a_np / 2, 4 * n * 4),
+        (
+            "elementwise (a+b)*c - a/2, 4M floats",
+            lambda: ((a + b) * c - a / 2).realize(),
+            lambda: (a_np + b_np) * c_np - a_np / 2,
+            4 * n * 4,
+        ),
         ("sum of 4M floats", lambda: a.sum().realize(), lambda: a_np.sum(), n * 4),
-        ("row sums 2048x2048", lambda: a.reshape(2048, 2048).sum(1).realize(),
-         lambda: a_np.reshape(2048, 2048).sum(1), n * 4),
+        (
+            "row sums 2048x2048",
+            lambda: a.reshape(2048, 2048).sum(1).realize(),
+            lambda: a_np.reshape(2048, 2048).sum(1),
+            n * 4,
+        ),
     ]
     print(f"{'workload':42s} {'xgrad ms':>10s} {'numpy ms':>10s} {'xgrad/numpy':>12s} {'xgrad GB/s':>11s}")
     for name, xg, npf, nbytes in rows:

@@ -35,8 +35,10 @@ def main() -> None:
     ref = np.exp(ref - ref.max(-1, keepdims=True))
     ref /= ref.sum(-1, keepdims=True)
     err = float(np.abs(out - ref).max())
-    print(f"{GlobalCounters.kernel_count} kernels, {GlobalCounters.global_ops / 1e6:.1f} MFLOP, "
-          f"{elapsed * 1e3:.1f} ms including compiles; max abs error vs numpy {err:.2e}")
+    print(
+        f"{GlobalCounters.kernel_count} kernels, {GlobalCounters.global_ops / 1e6:.1f} MFLOP, "
+        f"{elapsed * 1e3:.1f} ms including compiles; max abs error vs numpy {err:.2e}"
+    )
     assert err < 1e-4, "result does not match numpy"
 
 

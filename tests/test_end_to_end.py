@@ -21,8 +21,9 @@ print("done")
 
 
 def run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", PROGRAM], env={**os.environ, **env}, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", PROGRAM], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_null_device_compiles_without_running():
@@ -39,8 +40,13 @@ def test_debug_2_prints_per_kernel_timing():
 
 
 def test_null_device_refuses_to_read_data():
-    out = subprocess.run([sys.executable, "-c", "from xgrad.tensor import Tensor; (Tensor.ones(3) + 1).numpy()"],
-                         env={**os.environ, "DEV": "NULL"}, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", "from xgrad.tensor import Tensor; (Tensor.ones(3) + 1).numpy()"],
+        env={**os.environ, "DEV": "NULL"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode != 0 and "NULL device runs nothing" in out.stderr
 
 

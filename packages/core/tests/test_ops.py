@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,8 +27,14 @@ def make(shape: tuple[int, ...], dtype: Any, low: float = -3, high: float = 3) -
     return rng.uniform(low, high, size=shape).astype(np_dt)
 
 
-def check(device: str, fn: Callable[..., Any], np_fn: Callable[..., Any], *arrays: np.ndarray, dtype: Any = None,
-          atol: float | None = None) -> None:
+def check(
+    device: str,
+    fn: Callable[..., Any],
+    np_fn: Callable[..., Any],
+    *arrays: np.ndarray,
+    dtype: Any = None,
+    atol: float | None = None,
+) -> None:
     tensors = [Tensor(a, device=device, dtype=dtype) for a in arrays]
     got = fn(*tensors).numpy()
     want = np.asarray(np_fn(*arrays))
@@ -73,8 +80,14 @@ def test_unary_matches_numpy_float32(xgrad_device, name, fn, np_fn, bounds, shap
 def test_unary_matches_numpy_other_floats(xgrad_device, dtype, name):
     _, fn, np_fn, bounds = next(u for u in UNARY if u[0] == name)
     arr = make((33,), dtype, *bounds)
-    check(xgrad_device, fn, lambda a: np_fn(a.astype(np.float64)).astype(to_np_dtype(dtype)), arr, dtype=dtype,
-          atol=TOL[dtype] * 4)
+    check(
+        xgrad_device,
+        fn,
+        lambda a: np_fn(a.astype(np.float64)).astype(to_np_dtype(dtype)),
+        arr,
+        dtype=dtype,
+        atol=TOL[dtype] * 4,
+    )
 
 
 BINARY = [
@@ -92,8 +105,9 @@ BINARY = [
 
 
 @pytest.mark.parametrize("name,fn,np_fn", BINARY, ids=[b[0] for b in BINARY])
-@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.int64,
-                                   dtypes.float16])
+@pytest.mark.parametrize(
+    "dtype", [dtypes.float32, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.int64, dtypes.float16]
+)
 def test_binary_matches_numpy(xgrad_device, name, fn, np_fn, dtype):
     a, b = make((5, 7), dtype), make((5, 7), dtype)
     check(xgrad_device, fn, np_fn, a, b, dtype=dtype)
@@ -154,15 +168,24 @@ def test_where_matches_numpy(xgrad_device):
 
 def test_pow_matches_numpy(xgrad_device):
     a, b = make((10,), dtypes.float32, 0.5, 3), make((10,), dtypes.float32, -2, 2)
-    check(xgrad_device, lambda x, y: x ** y, np.power, a, b, atol=1e-4)
+    check(xgrad_device, lambda x, y: x**y, np.power, a, b, atol=1e-4)
     neg = np.array([-2.0, -3.0, 2.0], dtype=np.float32)
-    check(xgrad_device, lambda x: x ** 3, lambda x: x ** 3, neg, atol=1e-4)
+    check(xgrad_device, lambda x: x**3, lambda x: x**3, neg, atol=1e-4)
 
 
-@pytest.mark.parametrize("src,dst", [(dtypes.float32, dtypes.int32), (dtypes.int32, dtypes.float32),
-                                     (dtypes.float32, dtypes.float16), (dtypes.int32, dtypes.int8),
-                                     (dtypes.float32, dtypes.bool), (dtypes.uint8, dtypes.float32),
-                                     (dtypes.int64, dtypes.int32), (dtypes.float64, dtypes.float32)])
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        (dtypes.float32, dtypes.int32),
+        (dtypes.int32, dtypes.float32),
+        (dtypes.float32, dtypes.float16),
+        (dtypes.int32, dtypes.int8),
+        (dtypes.float32, dtypes.bool),
+        (dtypes.uint8, dtypes.float32),
+        (dtypes.int64, dtypes.int32),
+        (dtypes.float64, dtypes.float32),
+    ],
+)
 def test_cast_matches_numpy(xgrad_device, src, dst):
     arr = make((13,), src, -100, 100)
     np_dst = to_np_dtype(dst)
@@ -182,15 +205,22 @@ MOVEMENT = [
     ("permute", lambda t: t.permute(1, 0), lambda a: a.transpose(1, 0)),
     ("expand", lambda t: t.reshape(4, 1, 6).expand(4, 3, 6), lambda a: np.broadcast_to(a.reshape(4, 1, 6), (4, 3, 6))),
     ("pad", lambda t: t.pad(((1, 2), (0, 3))), lambda a: np.pad(a, ((1, 2), (0, 3)))),
-    ("pad_value", lambda t: t.pad(((1, 0), (2, 1)), value=7.0), lambda a: np.pad(a, ((1, 0), (2, 1)),
-                                                                                 constant_values=7.0)),
+    (
+        "pad_value",
+        lambda t: t.pad(((1, 0), (2, 1)), value=7.0),
+        lambda a: np.pad(a, ((1, 0), (2, 1)), constant_values=7.0),
+    ),
     ("pad_negative", lambda t: t.pad(((-1, 1), (0, -2))), lambda a: np.pad(a[1:, :-2], ((0, 1), (0, 0)))),
     ("shrink", lambda t: t.shrink(((1, 3), (2, 5))), lambda a: a[1:3, 2:5]),
     ("flip", lambda t: t.flip(0), lambda a: a[::-1]),
     ("flip_both", lambda t: t.flip(0, 1), lambda a: a[::-1, ::-1]),
-    ("chain", lambda t: t.permute(1, 0).reshape(3, 2, 4).flip(1).pad(((0, 0), (1, 1), (2, 0)))
-     .shrink(((1, 3), (0, 4), (1, 6))),
-     lambda a: np.pad(a.T.reshape(3, 2, 4)[:, ::-1], ((0, 0), (1, 1), (2, 0)))[1:3, 0:4, 1:6]),
+    (
+        "chain",
+        lambda t: (
+            t.permute(1, 0).reshape(3, 2, 4).flip(1).pad(((0, 0), (1, 1), (2, 0))).shrink(((1, 3), (0, 4), (1, 6)))
+        ),
+        lambda a: np.pad(a.T.reshape(3, 2, 4)[:, ::-1], ((0, 0), (1, 1), (2, 0)))[1:3, 0:4, 1:6],
+    ),
     ("pad_then_exp", lambda t: t.pad(((1, 1), (1, 1))).exp(), lambda a: np.exp(np.pad(a, ((1, 1), (1, 1))))),
 ]
 
@@ -209,8 +239,11 @@ REDUCE = [
     ("max_1", lambda t: t.max(1), lambda a: a.max(1)),
     ("min_2", lambda t: t.min(2), lambda a: a.min(2)),
     ("mean_1", lambda t: t.mean(1), lambda a: a.mean(1)),
-    ("softmax", lambda t: t.softmax(-1), lambda a: np.exp(a - a.max(-1, keepdims=True)) /
-     np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True)),
+    (
+        "softmax",
+        lambda t: t.softmax(-1),
+        lambda a: np.exp(a - a.max(-1, keepdims=True)) / np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True),
+    ),
     ("sum_of_permuted", lambda t: t.permute(2, 0, 1).sum(2), lambda a: a.transpose(2, 0, 1).sum(2)),
     ("matmul", lambda t: t.reshape(12, 10) @ t.reshape(10, 12), lambda a: a.reshape(12, 10) @ a.reshape(10, 12)),
 ]

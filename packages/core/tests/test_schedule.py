@@ -70,5 +70,6 @@ def test_shared_reduce_is_not_recomputed():
 def test_kernel_ast_has_no_movement_ops():
     a = Tensor.empty(8, 8)
     for k in kernels((a.T + a).sum(0)):
-        assert not any(u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP)
-                       for u in k.ast.toposort)
+        assert not any(
+            u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP) for u in k.ast.toposort
+        )

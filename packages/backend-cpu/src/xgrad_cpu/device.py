@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from xgrad_codegen.device import CompiledDevice
-
 from xgrad_cpu.allocator import CPUAllocator
 from xgrad_cpu.compiler import CCompiler
 from xgrad_cpu.program import CPUProgram

@@ -288,7 +288,7 @@ class _Float:
 
 
 def _make_float(
-    dtype: DType, int_dtype: DType, mant: int, bias: int, n_exp: int, n_log: int, n_sin: int, split_bits: int
+    dtype: DType, int_dtype: DType, mant: int, bias: int, n_exp: int, n_log: int, n_sin: int, pieces: int, split_bits: int
 ) -> _Float:
     rnd = _round_f32 if dtype == F32 else float
     ln2 = math.log(2.0)
@@ -302,14 +302,14 @@ def _make_float(
         [rnd(2 / ((2 * j + 1) * ln2)) for j in range(n_log)],
         [rnd((-1) ** (j + 1) / math.factorial(2 * j + 3)) for j in range(n_sin)],
         [rnd((-1) ** (j + 1) / math.factorial(2 * j + 2)) for j in range(n_sin + 1)],
-        [rnd(p) for p in _split(_PI / 2, 4, split_bits, mant + 1)],
+        [rnd(p) for p in _split(_PI / 2, pieces, split_bits, mant + 1)],
         rnd(2 / math.pi),
     )
 
 
 _FLOATS: dict[DType, _Float] = {
-    F32: _make_float(F32, I32, 23, 127, n_exp=7, n_log=5, n_sin=4, split_bits=12),
-    F64: _make_float(F64, I64, 52, 1023, n_exp=13, n_log=11, n_sin=8, split_bits=30),
+    F32: _make_float(F32, I32, 23, 127, n_exp=7, n_log=5, n_sin=4, pieces=6, split_bits=8),
+    F64: _make_float(F64, I64, 52, 1023, n_exp=13, n_log=11, n_sin=8, pieces=4, split_bits=30),
 }
 
 

@@ -3,13 +3,13 @@ and a program loader; this class runs the codegen pipeline, caches programs per 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from xgrad.buffer import Allocator, ProgramInfo
 from xgrad.dtype import dtypes
 from xgrad.helpers import DEBUG, prod
 from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
-
 from xgrad_codegen.pipeline import full_rewrite
 
 
@@ -63,8 +63,9 @@ class CompiledProgram:
 class CompiledDevice:
     """A device that runs generated kernels. Subclasses set the parts; `compile` and `launch` do the rest."""
 
-    def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler,
-                 program_factory: ProgramFactory):
+    def __init__(
+        self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, program_factory: ProgramFactory
+    ):
         self.name = name
         self.allocator = allocator
         self.renderer = renderer
@@ -88,8 +89,9 @@ class CompiledDevice:
         """Rendered source -> a program the device can launch (compile it, load it)."""
         return self.program_factory(name, self.compiler.compile(src))
 
-    def launch(self, raw: RawProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int],
-               wait: bool) -> float | None:
+    def launch(
+        self, raw: RawProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool
+    ) -> float | None:
         """Default launch: the raw program takes buffers, the parallel size and the variable values."""
         gs = info.global_size if isinstance(info.global_size, int) else _eval_size(info.global_size, vals)
         result: float | None = raw(*bufs, global_size=gs, vals=tuple(vals[n] for n in info.var_names), wait=wait)

@@ -15,8 +15,15 @@ from xgrad.dtype import DType, dtypes
 from xgrad.uop.ops import AxisType, Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
-_KIND_ORDER = {AxisType.GLOBAL: 0, AxisType.LOCAL: 1, AxisType.LOOP: 2, AxisType.GROUP: 3, AxisType.REDUCE: 4,
-               AxisType.UPCAST: 5, AxisType.UNROLL: 6}
+_KIND_ORDER = {
+    AxisType.GLOBAL: 0,
+    AxisType.LOCAL: 1,
+    AxisType.LOOP: 2,
+    AxisType.GROUP: 3,
+    AxisType.REDUCE: 4,
+    AxisType.UPCAST: 5,
+    AxisType.UNROLL: 6,
+}
 
 
 def identity_element(op: Ops, dtype: DType) -> UOp:
@@ -47,9 +54,11 @@ def _ranges_in(u: UOp) -> set[UOp]:
     return {x for x in u.toposort if x.op is Ops.RANGE}
 
 
-pm_lower_reduce = PatternMatcher([
-    (UPat(Ops.REDUCE, name="red"), lower_reduce),
-])
+pm_lower_reduce = PatternMatcher(
+    [
+        (UPat(Ops.REDUCE, name="red"), lower_reduce),
+    ]
+)
 
 
 def close_output_loops(sink: UOp) -> UOp:
@@ -59,7 +68,7 @@ def close_output_loops(sink: UOp) -> UOp:
     for st in sink.src:
         rngs = tuple(sorted(_open_ranges_of(st), key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0])))
         groups.setdefault(rngs, []).append(st)
-    ends = []
+    ends: list[UOp] = []
     for rngs, stores in groups.items():
         body: tuple[UOp, ...] = tuple(stores)
         for rng in reversed(rngs):
@@ -136,8 +145,12 @@ def linearize(sink: UOp) -> list[UOp]:
 
     while ready:
         open_set = frozenset(stack)
-        body = [u for u in ready if u.op not in (Ops.RANGE, Ops.END, Ops.SINK) and
-                (rs[u] == open_set if u.op in (Ops.DEFINE_ACC, Ops.STORE) else rs[u] <= open_set)]
+        body = [
+            u
+            for u in ready
+            if u.op not in (Ops.RANGE, Ops.END, Ops.SINK)
+            and (rs[u] == open_set if u.op in (Ops.DEFINE_ACC, Ops.STORE) else rs[u] <= open_set)
+        ]
         if body:
             emit(min(body, key=lambda u: (u.op is not Ops.DEFINE_ACC, position[u])))
             continue
@@ -156,8 +169,9 @@ def linearize(sink: UOp) -> list[UOp]:
         if not stack and sink in ready:
             emit(sink)
             break
-        raise AssertionError(f"linearize is stuck with loops {[r.arg for r in stack]} and ready "
-                             f"{[u.op for u in ready]}")
+        raise AssertionError(
+            f"linearize is stuck with loops {[r.arg for r in stack]} and ready {[u.op for u in ready]}"
+        )
     assert out[-1] is sink and len(out) == len(nodes), "linearize did not place every node"
     return drop_ordering_sources(out)
 

@@ -64,9 +64,11 @@ def flatten_reduce_ranges(red: UOp) -> UOp | None:
     return red.replace(src=(red.src[0], *dict.fromkeys(rngs)))
 
 
-pm_reduce_ranges = PatternMatcher([
-    (UPat(Ops.REDUCE, name="red"), flatten_reduce_ranges),
-])
+pm_reduce_ranges = PatternMatcher(
+    [
+        (UPat(Ops.REDUCE, name="red"), flatten_reduce_ranges),
+    ]
+)
 
 
 def _stores_contiguous_on(ast: UOp, rng: UOp) -> bool:
@@ -91,8 +93,13 @@ def heuristic_opts(ast: UOp, max_upcast: int = 4) -> list[Opt]:
     if outs:
         last = outs[-1]
         size = range_size(last)
-        if size is not None and size % max_upcast == 0 and size >= max_upcast and _stores_contiguous_on(ast, last) \
-                and (len(outs) > 1 or size > max_upcast):
+        if (
+            size is not None
+            and size % max_upcast == 0
+            and size >= max_upcast
+            and _stores_contiguous_on(ast, last)
+            and (len(outs) > 1 or size > max_upcast)
+        ):
             opts.append(Opt("UPCAST", rngs.index(last), max_upcast))
             ast = apply_opt(ast, opts[-1])
             rngs = kernel_ranges(ast)
@@ -161,9 +168,11 @@ def expand_upcast(sink: UOp) -> UOp | None:
     return sink.replace(src=tuple(stores)) if changed else None
 
 
-pm_expand_lanes = PatternMatcher([
-    (UPat(Ops.REDUCE, name="red"), expand_unroll),
-])
+pm_expand_lanes = PatternMatcher(
+    [
+        (UPat(Ops.REDUCE, name="red"), expand_unroll),
+    ]
+)
 
 
 def expand_lanes(ast: UOp) -> UOp:

@@ -5,13 +5,15 @@ IR in: a kernel AST from the scheduler. IR out: a linear program for a renderer 
 
 from __future__ import annotations
 
+import functools
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from xgrad.helpers import DEBUG
 from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.pattern import PatternMatcher, graph_rewrite
 from xgrad.uop.symbolic import simplify
-
 from xgrad_codegen.linearize import linearize
 from xgrad_codegen.opt import Opt, expand_lanes, optimize
 
@@ -40,8 +42,8 @@ def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list
     ast = _run("optimize", lambda a: optimize(a, opts), ast)  # split and re-kind ranges (parallel, upcast, unroll)
     ast = _run("expand lanes", expand_lanes, ast)  # UPCAST/UNROLL ranges become straight-line lanes
     ast = _run("simplify lanes", simplify, ast)  # each lane's constant index folds
-    for name, pm in getattr(renderer, "decompositions", lambda: [])():  # ops/dtypes the target lacks
-        ast = _run(name, lambda a, pm=pm: _rewrite(a, pm, name), ast)
+    for name, pm in decompositions_for(renderer):  # ops and dtypes the target lacks
+        ast = _run(name, functools.partial(_rewrite, pm=pm, name=name), ast)
     uops = linearize(ast)  # loops, accumulators, order
     if DEBUG >= 5:
         print("\n".join(f"{i:4d} {u.op.name:12s} {u.dtype.name:10s} {u.arg!r}" for i, u in enumerate(uops)))
@@ -49,7 +51,13 @@ def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list
     return uops
 
 
-def _rewrite(ast: UOp, pm: Any, name: str) -> UOp:
-    from xgrad.uop.pattern import graph_rewrite
-
+def _rewrite(ast: UOp, pm: PatternMatcher, name: str) -> UOp:
     return graph_rewrite(ast, pm, name=name)
+
+
+def decompositions_for(renderer: Any) -> list[tuple[str, PatternMatcher]]:
+    if renderer is None:
+        return []
+    from xgrad_codegen.decompose import decompositions_for as chosen
+
+    return chosen(renderer)

@@ -10,7 +10,6 @@ from typing import Any
 
 from xgrad.dtype import dtypes
 from xgrad.uop.ops import AxisType, GroupOp, Ops, UOp
-
 from xgrad_codegen.device import CompiledDevice
 from xgrad_codegen.pyexec import ProgramError, run_program
 from xgrad_codegen.renderer import Renderer
@@ -64,8 +63,9 @@ class PythonRenderer(Renderer):
 
     def render(self, name: str, uops: list[UOp]) -> str:
         ids = {u: i for i, u in enumerate(uops)}
-        lines = [f"{i:4d} {u.op.name:12s} {u.dtype.name:10s} {[ids[s] for s in u.src]} {u.arg!r}" for i, u in
-                 enumerate(uops)]
+        lines = [
+            f"{i:4d} {u.op.name:12s} {u.dtype.name:10s} {[ids[s] for s in u.src]} {u.arg!r}" for i, u in enumerate(uops)
+        ]
         return f"# {name}\n" + "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
-"""The one error hierarchy of xgrad: every user-facing failure is an `XgradError` that says what went wrong and how to fix it."""
+"""The one error hierarchy of xgrad: every user-facing failure is an `XgradError` that says what went wrong and how
+to fix it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ class CompileError(XgradError):
     """A generated kernel failed to compile; carries the source and the compiler's log."""
 
     def __init__(self, message: str, source: str = "", log: str = "") -> None:
-        super().__init__(f"{message}\n--- compiler log ---\n{log}\n--- source ---\n{source}" if (source or log) else message)
+        super().__init__(
+            f"{message}\n--- compiler log ---\n{log}\n--- source ---\n{source}" if (source or log) else message
+        )
         self.source = source
         self.log = log
 

@@ -10,8 +10,9 @@ import functools
 import math
 import os
 import pathlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Generic, TypeVar
 
 from xgrad.errors import KnobError
 
@@ -25,8 +26,10 @@ def _parse(name: str, raw: str, default: Any) -> Any:
             return raw.lower() not in ("", "0", "false", "no", "off")
         return type(default)(raw)
     except ValueError:
-        raise KnobError(f"environment variable {name}={raw!r} is not a valid {type(default).__name__}; "
-                        f"unset it or give a value like {default!r}") from None
+        raise KnobError(
+            f"environment variable {name}={raw!r} is not a valid {type(default).__name__}; "
+            f"unset it or give a value like {default!r}"
+        ) from None
 
 
 class ContextVar(Generic[KnobValue]):
@@ -34,7 +37,7 @@ class ContextVar(Generic[KnobValue]):
 
     def __init__(self, key: str, default: KnobValue):
         self.key = key
-        self.default = default
+        self.default: KnobValue = default
         raw = os.environ.get(key)
         self.value: KnobValue = default if raw is None else _parse(key, raw, default)
 
@@ -143,8 +146,9 @@ CACHELEVEL = knob("CACHELEVEL", 2, "0 disables the on-disk compile cache")
 XGRAD_CACHE_DIR = knob("XGRAD_CACHE_DIR", "", "directory of the on-disk caches (default ~/.cache/xgrad)")
 SCACHE = knob("SCACHE", 1, "0 disables the in-memory schedule cache")
 NO_MEMORY_PLANNER = knob("NO_MEMORY_PLANNER", 0, "1 disables buffer reuse inside a schedule")
-TRANSCENDENTAL = knob("TRANSCENDENTAL", 1, "1 software exp/log/sin only where the renderer lacks them, 2 always",
-                      codegen=True)
+TRANSCENDENTAL = knob(
+    "TRANSCENDENTAL", 1, "1 software exp/log/sin only where the renderer lacks them, 2 always", codegen=True
+)
 DISALLOW_BROADCAST = knob("DISALLOW_BROADCAST", 0, "1 makes implicit broadcasting an error")
 CC = knob("CC", "", "C compiler for the CPU backend (default: clang if present, else gcc)", codegen=True)
 NUM_CPU_THREADS = knob("NUM_CPU_THREADS", 0, "CPU worker threads (0 = the cores this process may use)")
@@ -154,7 +158,9 @@ XGRAD_BLOCK_PLUGINS = knob("XGRAD_BLOCK_PLUGINS", "", "comma list of plugin name
 
 
 def cache_dir() -> pathlib.Path:
-    base = XGRAD_CACHE_DIR.value or os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "xgrad")
+    base = XGRAD_CACHE_DIR.value or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "xgrad"
+    )
     path = pathlib.Path(base)
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import pathlib
-from typing import Any, Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,7 @@ def _np_to_uop(arr: np.ndarray, device: str, dtype: DType | None) -> UOp:
 
     src_dtype = from_np_dtype(arr.dtype)
     target = dtype or src_dtype
+    raw: np.ndarray
     if target == dtypes.bfloat16:
         raw = float_to_bf16_bits(arr.astype(np.float32))
     elif dtypes.is_fp8(target):
@@ -44,7 +46,7 @@ def _np_to_uop(arr: np.ndarray, device: str, dtype: DType | None) -> UOp:
     raw = np.ascontiguousarray(raw)
     buf = new_buffer_uop(device, int(raw.size), target)
     if raw.size:
-        buffer_of(buf).copyin(memoryview(raw.reshape(-1).view(np.uint8)))
+        buffer_of(buf).copyin(memoryview(raw.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
     return buf.reshape(tuple(int(s) for s in arr.shape))
 
 
@@ -75,15 +77,20 @@ class Tensor:
                 arr = np.array(data, dtype=_np_for_py(inferred))
                 self.uop = _np_to_uop(arr, dev, inferred)
             elif isinstance(data, np.ndarray):
-                self.uop = _np_to_uop(data, dev, dt) if data.shape != () else \
-                    UOp.const(dt or from_np_dtype(data.dtype), data.item(), dev, ())
+                self.uop = (
+                    _np_to_uop(data, dev, dt)
+                    if data.shape != ()
+                    else UOp.const(dt or from_np_dtype(data.dtype), data.item(), dev, ())
+                )
             elif isinstance(data, pathlib.Path):
                 from xgrad.engine.schedule import new_buffer_uop
 
                 self.uop = new_buffer_uop(f"DISK:{data.resolve()}", data.stat().st_size, dtypes.uint8)
             else:
-                raise DTypeError(f"cannot make a Tensor from {type(data).__name__}; use a number, list, bytes, "
-                                 "numpy array or pathlib.Path")
+                raise DTypeError(
+                    f"cannot make a Tensor from {type(data).__name__}; use a number, list, bytes, "
+                    "numpy array or pathlib.Path"
+                )
             if dt is not None and self.uop.dtype != dt:
                 self.uop = self.uop.cast(dt)
         self.grad: Tensor | None = None
@@ -150,8 +157,9 @@ class Tensor:
         return Tensor(new_buffer_uop(_canonical_device(device), prod(sh), dt).reshape(sh))
 
     @staticmethod
-    def full(shape: Sequence[int] | int, fill_value: Scalar, device: str | None = None,
-             dtype: DType | str | None = None) -> Tensor:
+    def full(
+        shape: Sequence[int] | int, fill_value: Scalar, device: str | None = None, dtype: DType | str | None = None
+    ) -> Tensor:
         sh = (shape,) if isinstance(shape, int) else tuple(shape)
         if any(s < 0 for s in sh):
             raise ShapeError(f"negative dimension in shape {sh}")
@@ -167,23 +175,32 @@ class Tensor:
         return Tensor.full(argfix(*shape), 1.0 if "dtype" not in kwargs else 1, **kwargs)
 
     @staticmethod
-    def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, device: str | None = None,
-               dtype: DType | str | None = None) -> Tensor:
+    def arange(
+        start: Scalar,
+        stop: Scalar | None = None,
+        step: Scalar = 1,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+    ) -> Tensor:
         """>>> Tensor.arange(5).tolist()
         [0, 1, 2, 3, 4]"""
         if stop is None:
             start, stop = 0, start
         if step == 0:
             raise XgradError("arange step must not be 0")
-        dt = to_dtype(dtype) if dtype is not None else least_upper_dtype(*(_scalar_dtype(x) for x in (start, stop,
-                                                                                                      step)))
+        dt = (
+            to_dtype(dtype)
+            if dtype is not None
+            else least_upper_dtype(*(_scalar_dtype(x) for x in (start, stop, step)))
+        )
         n = max(0, math.ceil((stop - start) / step))
         iota = Tensor(UOp(Ops.IOTA, dt, (UOp(Ops.DEVICE, arg=_canonical_device(device)),), n))
         return iota * step + start if (step != 1 or start != 0) else iota
 
     def full_like(self, fill_value: Scalar, **kwargs: Any) -> Tensor:
-        return Tensor.full(self.shape, fill_value, dtype=kwargs.get("dtype", self.dtype),
-                           device=kwargs.get("device", self.device))
+        return Tensor.full(
+            self.shape, fill_value, dtype=kwargs.get("dtype", self.dtype), device=kwargs.get("device", self.device)
+        )
 
     def zeros_like(self, **kwargs: Any) -> Tensor:
         return self.full_like(0, **kwargs)
@@ -290,8 +307,10 @@ class Tensor:
         return Tensor(self.uop.permute(o))
 
     def expand(self, shape: Any, *args: int) -> Tensor:
-        new = tuple(s if s != -1 else old for s, old in
-                    zip(argfix(shape, *args), (1,) * (len(argfix(shape, *args)) - self.ndim) + self.shape))
+        new = tuple(
+            s if s != -1 else old
+            for s, old in zip(argfix(shape, *args), (1,) * (len(argfix(shape, *args)) - self.ndim) + self.shape)
+        )
         return self._broadcast_to(new)
 
     def pad(self, padding: Sequence[Any], value: Scalar = 0.0) -> Tensor:
@@ -301,16 +320,18 @@ class Tensor:
             flat = list(padding)
             if len(flat) % 2 or len(flat) // 2 > self.ndim:
                 raise ShapeError(f"flat padding {tuple(flat)} must have an even length of at most 2*{self.ndim}")
-            pairs = [(0, 0)] * (self.ndim - len(flat) // 2) + [(flat[i], flat[i + 1]) for i in
-                                                                  reversed(range(0, len(flat), 2))]
+            pairs = [(0, 0)] * (self.ndim - len(flat) // 2) + [
+                (flat[i], flat[i + 1]) for i in reversed(range(0, len(flat), 2))
+            ]
         else:
             pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
         if len(pairs) != self.ndim:
             raise ShapeError(f"padding {tuple(padding)} has {len(pairs)} entries for {self.ndim} dimensions")
         for (b, a), s in zip(pairs, self.shape):
             if -b - a > s or -b > s or -a > s:
-                raise ShapeError(f"negative padding {(b, a)} removes more than the size {s} of a dimension of "
-                                 f"{self.shape}")
+                raise ShapeError(
+                    f"negative padding {(b, a)} removes more than the size {s} of a dimension of {self.shape}"
+                )
         x = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape)))
         grow = tuple((max(0, b), max(0, a)) for b, a in pairs)
         out = Tensor(x.uop.pad(grow))
@@ -336,7 +357,7 @@ class Tensor:
         if self.ndim == 0:
             return self.reshape(1)
         s, e = self._axis(start_dim), self._axis(end_dim)
-        return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+        return self.reshape(self.shape[:s] + (prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
         order = list(range(self.ndim))
@@ -356,7 +377,7 @@ class Tensor:
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
         d = self._axis(dim)
-        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1 :])
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
         if self.shape == shape:
@@ -413,21 +434,14 @@ class Tensor:
             raise DTypeError(f"bitcast between {self.dtype.name} and {dt.name} needs equal item sizes")
         return self if dt == self.dtype else Tensor(self.uop.bitcast(dt))
 
-    def float(self) -> Tensor:
-        return self.cast(dtypes.float32)
-
-    def half(self) -> Tensor:
-        return self.cast(dtypes.float16)
-
-    def int(self) -> Tensor:
-        return self.cast(dtypes.int32)
-
-    def bool(self) -> Tensor:
-        return self.cast(dtypes.bool)
-
     def neg(self) -> Tensor:
-        return self.logical_not() if self.dtype == dtypes.bool else self._unop(Ops.NEG) if \
-            dtypes.is_float(self.dtype) else self * -1
+        return (
+            self.logical_not()
+            if self.dtype == dtypes.bool
+            else self._unop(Ops.NEG)
+            if dtypes.is_float(self.dtype)
+            else self * -1
+        )
 
     def exp2(self) -> Tensor:
         return self._float()._unop(Ops.EXP2)
@@ -535,7 +549,7 @@ class Tensor:
         is_int_exp = bf.trunc() == bf
         odd = (bf.abs() % 2) == 1
         signed = (af < 0).where(is_int_exp.where(odd.where(-mag, mag), math.nan), mag)
-        out = ((bf == 0)).where(1.0, signed)
+        out = (bf == 0).where(1.0, signed)
         return out if dtypes.is_float(a.dtype) else out.cast(a.dtype)
 
     def maximum(self, x: Tensor | Scalar) -> Tensor:
@@ -556,8 +570,13 @@ class Tensor:
             yt, xt = y._broadcasted(x)
         else:
             dt = least_upper_dtype(_weak_dtype(x), _weak_dtype(y))
-            dt = dtypes.default_float() if dt == dtypes.weakfloat else dtypes.default_int() if \
-                dt == dtypes.weakint else dt
+            dt = (
+                dtypes.default_float()
+                if dt == dtypes.weakfloat
+                else dtypes.default_int()
+                if dt == dtypes.weakint
+                else dt
+            )
             xt, yt = cond._const(x, dt), cond._const(y, dt)
         shape = _broadcast_shape(_broadcast_shape(cond.shape, xt.shape), yt.shape)
         cond, xt, yt = cond._broadcast_to(shape), xt._broadcast_to(shape), yt._broadcast_to(shape)
@@ -613,8 +632,11 @@ class Tensor:
 
     # ---- reductions ----
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
-        axes = tuple(range(self.ndim)) if axis is None else tuple(self._axis(a) for a in
-                                                                  ((axis,) if isinstance(axis, int) else axis))
+        axes = (
+            tuple(range(self.ndim))
+            if axis is None
+            else tuple(self._axis(a) for a in ((axis,) if isinstance(axis, int) else axis))
+        )
         if self.ndim == 0:
             return self
         if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):
@@ -640,8 +662,9 @@ class Tensor:
 
     def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool:
-            return -((-self.cast(dtypes.int64 if self.dtype.itemsize >= 4 else dtypes.int32)).max(axis, keepdim)) \
-                .cast(self.dtype)
+            return -((-self.cast(dtypes.int64 if self.dtype.itemsize >= 4 else dtypes.int32)).max(axis, keepdim)).cast(
+                self.dtype
+            )
         return -((-self).max(axis, keepdim))
 
     def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
@@ -658,12 +681,13 @@ class Tensor:
         if self.ndim == 0 or w.ndim == 0:
             raise ShapeError(f"matmul needs at least 1-d tensors, got {self.shape} and {w.shape}")
         if self.shape[-1] != w.shape[-min(w.ndim, 2)]:
-            raise ShapeError(f"matmul shapes {self.shape} and {w.shape} do not fit: {self.shape[-1]} != "
-                             f"{w.shape[-min(w.ndim, 2)]}")
+            raise ShapeError(
+                f"matmul shapes {self.shape} and {w.shape} do not fit: {self.shape[-1]} != {w.shape[-min(w.ndim, 2)]}"
+            )
         x = self.reshape(self.shape[:-1] + (1,) * min(w.ndim - 1, 1) + self.shape[-1:])
-        wt = w.reshape(w.shape[:-2] + (1,) * min(self.ndim - 1, 1) + w.shape[-min(w.ndim, 2):]).transpose(-1,
-                                                                                                            -min(w.ndim,
-                                                                                                                 2))
+        wt = w.reshape(w.shape[:-2] + (1,) * min(self.ndim - 1, 1) + w.shape[-min(w.ndim, 2) :]).transpose(
+            -1, -min(w.ndim, 2)
+        )
         return (x * wt).sum(-1)
 
     # ---- operators ----
@@ -754,6 +778,19 @@ class Tensor:
     def __itruediv__(self, x: Tensor | Scalar) -> Tensor:
         return self.assign(self / x)
 
+    # dtype shorthands last: inside the class body their names would shadow the builtins int/float/bool
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
+
 
 def _is_plain_buffer(u: UOp) -> bool:
     x = u
@@ -778,12 +815,12 @@ def _weak_dtype(x: Scalar) -> DType:
 
 
 def _scalar_dtype(x: Scalar) -> DType:
-    return dtypes.bool if isinstance(x, bool) else dtypes.default_int() if isinstance(x, int) else \
-        dtypes.default_float()
+    return (
+        dtypes.bool if isinstance(x, bool) else dtypes.default_int() if isinstance(x, int) else dtypes.default_float()
+    )
 
 
 def _np_for_py(d: DType) -> Any:
     from xgrad.dtype import to_np_dtype
 
     return to_np_dtype(d) if to_np_dtype(d) is not None else np.float32
-

@@ -14,7 +14,7 @@ from xgrad.device import Device
 from xgrad.engine.memory import plan_memory
 from xgrad.engine.schedule import ScheduleItem, create_schedule
 from xgrad.helpers import DEBUG
-from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.ops import Ops
 from xgrad.uop.pattern import substitute
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ def run_kernel(item: ScheduleItem, vals: dict[str, int]) -> Any:
         GlobalCounters.time_sum_s += et
         gflops = info.ops / et * 1e-9 if et > 0 else 0.0
         gbs = info.mem / et * 1e-9 if et > 0 else 0.0
-        print(f"{GlobalCounters.kernel_count:4d} {item.device:8s} {info.name:32s} {et * 1e6:9.2f} us "
-              f"{gflops:8.2f} GFLOPS {gbs:8.2f} GB/s")
+        print(
+            f"{GlobalCounters.kernel_count:4d} {item.device:8s} {info.name:32s} {et * 1e6:9.2f} us "
+            f"{gflops:8.2f} GFLOPS {gbs:8.2f} GB/s"
+        )
     return elapsed

@@ -15,8 +15,9 @@ Pipeline (`create_schedule`):
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from xgrad.buffer import Buffer
 from xgrad.dtype import DType, dtypes

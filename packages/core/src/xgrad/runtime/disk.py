@@ -46,7 +46,7 @@ class DiskAllocator:
         dest[:] = src
 
     def offset(self, handle: Any, offset: int, nbytes: int) -> Any:
-        return handle[offset:offset + nbytes]
+        return handle[offset : offset + nbytes]
 
     def as_memoryview(self, handle: Any) -> memoryview:
         return memoryview(handle)

@@ -17,8 +17,9 @@ import enum
 import functools
 import math
 import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from xgrad.dtype import DType, dtypes
 from xgrad.helpers import prod
@@ -101,8 +102,26 @@ class Ops(enum.Enum):
 
 class GroupOp:
     Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC})
-    Binary = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE,
-                        Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW})
+    Binary = frozenset(
+        {
+            Ops.ADD,
+            Ops.SUB,
+            Ops.MUL,
+            Ops.FDIV,
+            Ops.IDIV,
+            Ops.MOD,
+            Ops.MAX,
+            Ops.CMPLT,
+            Ops.CMPNE,
+            Ops.CMPEQ,
+            Ops.AND,
+            Ops.OR,
+            Ops.XOR,
+            Ops.SHL,
+            Ops.SHR,
+            Ops.POW,
+        }
+    )
     Ternary = frozenset({Ops.WHERE, Ops.MULACC})
     ALU = Unary | Binary | Ternary
     Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
@@ -317,7 +336,9 @@ class UOp(metaclass=_UOpMeta):
     # ---- arithmetic sugar (used by symbolic index math and the scheduler) ----
     def _bin(self, op: Ops, x: UOp | int | float, reverse: bool = False) -> UOp:
         other = x if isinstance(x, UOp) else UOp.const(self.dtype, x)
-        return UOp(op, dtypes.bool if op in GroupOp.Comparison else self.dtype, (other, self) if reverse else (self, other))
+        return UOp(
+            op, dtypes.bool if op in GroupOp.Comparison else self.dtype, (other, self) if reverse else (self, other)
+        )
 
     def __add__(self, x: UOp | int | float) -> UOp:
         return self._bin(Ops.ADD, x)
@@ -532,8 +553,22 @@ def _mul_bound(x: int | float, y: int | float) -> int | float:
 
 
 # ---- printing ----
-_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=",
-          Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.FDIV: "/", Ops.SHL: "<<", Ops.SHR: ">>"}
+_INFIX = {
+    Ops.ADD: "+",
+    Ops.SUB: "-",
+    Ops.MUL: "*",
+    Ops.IDIV: "//",
+    Ops.MOD: "%",
+    Ops.CMPLT: "<",
+    Ops.CMPNE: "!=",
+    Ops.CMPEQ: "==",
+    Ops.AND: "&",
+    Ops.OR: "|",
+    Ops.XOR: "^",
+    Ops.FDIV: "/",
+    Ops.SHL: "<<",
+    Ops.SHR: ">>",
+}
 
 
 def _render_expr(u: UOp) -> str:

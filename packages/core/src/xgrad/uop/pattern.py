@@ -7,14 +7,15 @@ import inspect
 import itertools
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from xgrad.dtype import DType
 from xgrad.helpers import getenv
 from xgrad.uop.ops import GroupOp, Ops, UOp
 
 Store = dict[str, UOp]
-RewriteFn = Callable[..., UOp | None]
+RewriteFn = Callable[..., Any]  # a node (or None) for rewrites; spec tables return bools
 
 
 class UPat:
@@ -23,22 +24,34 @@ class UPat:
 
     __slots__ = ("ops", "dtypes", "src", "arg", "name", "allow_any_len", "early_reject", "src_kind")
 
-    def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
-                 src: UPat | tuple[UPat, ...] | list[UPat] | None = None, arg: Any = None, name: str | None = None,
-                 allow_any_len: bool = False):
-        self.ops: frozenset[Ops] | None = (frozenset((op,)) if isinstance(op, Ops) else
-                                           frozenset(op) if op is not None else None)
-        self.dtypes: frozenset[DType] | None = (frozenset((dtype,)) if isinstance(dtype, DType) else
-                                                frozenset(dtype) if dtype is not None else None)
+    def __init__(
+        self,
+        op: Ops | Iterable[Ops] | None = None,
+        dtype: DType | Iterable[DType] | None = None,
+        src: UPat | tuple[UPat, ...] | list[UPat] | None = None,
+        arg: Any = None,
+        name: str | None = None,
+        allow_any_len: bool = False,
+    ):
+        self.ops: frozenset[Ops] | None = (
+            frozenset((op,)) if isinstance(op, Ops) else frozenset(op) if op is not None else None
+        )
+        self.dtypes: frozenset[DType] | None = (
+            frozenset((dtype,)) if isinstance(dtype, DType) else frozenset(dtype) if dtype is not None else None
+        )
         self.arg = arg
         self.name = name
         self.allow_any_len = allow_any_len
-        self.src_kind = "none" if src is None else "all" if isinstance(src, UPat) else "perm" if isinstance(src, list) \
-            else "seq"
+        self.src_kind = (
+            "none" if src is None else "all" if isinstance(src, UPat) else "perm" if isinstance(src, list) else "seq"
+        )
         self.src: tuple[UPat, ...] = (src,) if isinstance(src, UPat) else tuple(src) if src is not None else ()
         # ops that must appear among the direct sources: a cheap test before the full match
-        self.early_reject = frozenset(next(iter(s.ops)) for s in self.src if s.ops is not None and len(s.ops) == 1) \
-            if self.src_kind in ("seq", "perm") else frozenset()
+        self.early_reject = (
+            frozenset(next(iter(s.ops)) for s in self.src if s.ops is not None and len(s.ops) == 1)
+            if self.src_kind in ("seq", "perm")
+            else frozenset()
+        )
 
     # ---- builders ----
     @staticmethod
@@ -175,8 +188,9 @@ class RewriteStats:
 REWRITE_STACK_LIMIT = getenv("REWRITE_STACK_LIMIT", 250000)
 
 
-def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, name: str = "rewrite",
-                  bottom_up: bool = False) -> UOp:
+def graph_rewrite(
+    root: UOp, pm: PatternMatcher, ctx: Any = None, name: str = "rewrite", bottom_up: bool = False
+) -> UOp:
     """Rewrite the graph under `root` until no rule of `pm` matches any node.
 
     Default order: a node is matched after its sources are rewritten. `bottom_up=True` matches a node first, before

@@ -18,8 +18,11 @@ def _ok(**kw: UOp) -> bool:
 
 
 def _index_ok(x: UOp) -> bool:
-    return x.src[0].op is Ops.PARAM and x.src[1].dtype == dtypes.index and \
-        (len(x.src) == 2 or x.src[2].dtype == dtypes.bool)
+    return (
+        x.src[0].op is Ops.PARAM
+        and x.src[1].dtype == dtypes.index
+        and (len(x.src) == 2 or x.src[2].dtype == dtypes.bool)
+    )
 
 
 def _alu_ok(x: UOp) -> bool:
@@ -33,19 +36,23 @@ def _alu_ok(x: UOp) -> bool:
 
 
 # the kernel AST the scheduler hands to codegen
-spec_kernel_ast = PatternMatcher([
-    (UPat(Ops.SINK, name="x"), lambda x: all(s.op is Ops.STORE for s in x.src)),
-    (UPat(Ops.STORE, src=(UPat(Ops.INDEX), UPat()), name="x"), lambda x: x.src[0].dtype == x.src[1].dtype),
-    (UPat(Ops.INDEX, name="x"), _index_ok),
-    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX),), name="x"), lambda x: x.dtype == x.src[0].dtype),
-    (UPat(Ops.PARAM, name="x"), lambda x: isinstance(x.arg, int)),
-    (UPat(Ops.RANGE, src=(UPat(),), name="x"), lambda x: x.dtype == dtypes.index),
-    (UPat(Ops.REDUCE, name="x"), lambda x: all(r.op is Ops.RANGE for r in x.src[1:]) and x.arg in
-     (Ops.ADD, Ops.MAX, Ops.MUL)),
-    (UPat((Ops.CONST, Ops.DEFINE_VAR)), _ok),
-    (UPat((Ops.CAST, Ops.BITCAST)), _ok),
-    (UPat(GroupOp.ALU, name="x"), _alu_ok),
-])
+spec_kernel_ast = PatternMatcher(
+    [
+        (UPat(Ops.SINK, name="x"), lambda x: all(s.op is Ops.STORE for s in x.src)),
+        (UPat(Ops.STORE, src=(UPat(Ops.INDEX), UPat()), name="x"), lambda x: x.src[0].dtype == x.src[1].dtype),
+        (UPat(Ops.INDEX, name="x"), _index_ok),
+        (UPat(Ops.LOAD, src=(UPat(Ops.INDEX),), name="x"), lambda x: x.dtype == x.src[0].dtype),
+        (UPat(Ops.PARAM, name="x"), lambda x: isinstance(x.arg, int)),
+        (UPat(Ops.RANGE, src=(UPat(),), name="x"), lambda x: x.dtype == dtypes.index),
+        (
+            UPat(Ops.REDUCE, name="x"),
+            lambda x: all(r.op is Ops.RANGE for r in x.src[1:]) and x.arg in (Ops.ADD, Ops.MAX, Ops.MUL),
+        ),
+        (UPat((Ops.CONST, Ops.DEFINE_VAR)), _ok),
+        (UPat((Ops.CAST, Ops.BITCAST)), _ok),
+        (UPat(GroupOp.ALU, name="x"), _alu_ok),
+    ]
+)
 
 
 def check(root: UOp, spec: PatternMatcher, stage: str) -> None:
