@@ -697,4 +697,4 @@ def test_python_device_opens_through_plugin_factory() -> None:
 
     assert python_available() == (True, "")
     dev = _open_python("PYTHON")
-    assert isinstance(dev, PythonDevice) and dev.name == "PYTHON" and dev.renderer is None
+    assert isinstance(dev, PythonDevice) and dev.name == "PYTHON" and dev.renderer.name == "PYTHON"

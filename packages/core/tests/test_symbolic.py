@@ -94,6 +94,13 @@ def test_identities_drop_neutral_constants() -> None:
     assert simplify(A.maximum(A)) is A
 
 
+def test_float_add_zero_keeps_negative_zero() -> None:
+    x = UOp.variable("x", 0, 1, dtypes.float32)
+    assert simplify(x + -0.0) is x
+    u = x + 0.0  # -0.0 + 0.0 == 0.0
+    assert simplify(u) is u
+
+
 def test_float_mul_zero_is_kept_for_nan() -> None:
     x = UOp.variable("x", 0, 1, dtypes.float32)
     u = x * 0.0
@@ -314,6 +321,19 @@ def test_gate_narrows_gated_value() -> None:
     assert_same_values(gated, simplify(gated), R16)
 
 
+def test_gated_index_narrows_its_index() -> None:
+    buf = UOp(Ops.PARAM, dtypes.float32, (), 0)
+    assert simplify(buf.index(R16 % 8, R16.lt(5))) is buf.index(R16, R16.lt(5))
+    assert simplify(buf.index(R16, R16.lt(16))) is buf.index(R16)
+
+
+def test_gate_does_not_narrow_through_loads() -> None:
+    buf = UOp(Ops.PARAM, dtypes.int32, (), 0)
+    value = buf.index((R16 * 3) % 16).load().cast(dtypes.index) + R16 % 8  # the load runs even where the gate fails
+    gated = R16.lt(5).where(value, 0)
+    assert simplify(gated) is gated
+
+
 def test_where_of_not_swaps_branches() -> None:
     c = A.lt(N)
     assert simplify(c.logical_not().where(R16, R4)) is simplify(c.where(R4, R16))
@@ -349,7 +369,7 @@ def test_tables_are_plain_module_level_pattern_matchers() -> None:
 
     for pm in (pm_constant_fold, pm_symbolic):
         for _, fn in pm.rules:
-            assert fn.__closure__ is None  # type: ignore[attr-defined]
+            assert fn.__closure__ is None
     pickle.dumps([fn for _, fn in pm_symbolic.rules if fn.__name__ != "<lambda>"])
 
 

@@ -32,6 +32,7 @@ BASE_FLAGS: tuple[str, ...] = (
     "-fno-math-errno",  # lets sqrt and friends compile to single instructions
     "-ffp-contract=fast",  # a*b+c -> fma where the CPU has it
     "-fno-plt",
+    "-fwrapv",  # signed overflow wraps (two's complement), as the PYTHON reference executor defines it
 )
 # libm goes after the source so the linker sees the kernel's references to expf/logf/...; it adds a DT_NEEDED entry,
 # which keeps kernels loadable even in a host process that did not link libm itself.

@@ -179,8 +179,8 @@ def round_to(x: UOp, dtype: DType) -> UOp:
 
 
 def _storage_index(idx: UOp) -> UOp:
-    param = idx.src[0].replace(dtype=_storage(idx.src[0].dtype))
-    return idx.replace(dtype=_storage(idx.dtype), src=(param, *idx.src[1:]))
+    mem = _storage(idx.dtype)
+    return idx.replace(dtype=mem, src=(idx.src[0].replace(dtype=mem), *idx.src[1:]))
 
 
 def to_storage(x: UOp) -> UOp:
@@ -280,7 +280,8 @@ class _Float:
     bias: int
     magic: float  # 1.5 * 2**mant: (x + magic) - magic rounds x to an integer, ties to even
     exp2_coeffs: list[float]  # Taylor series of 2**f on [-0.5, 0.5]
-    log2_coeffs: list[float]  # log2(m) = s * P(s*s), s = (m-1)/(m+1), m in [sqrt(1/2), sqrt(2))
+    log2_coeffs: list[float]  # ln(m) = 2s + 2s*z*P(z), s = (m-1)/(m+1), z = s*s, m in [sqrt(1/2), sqrt(2))
+    inv_ln2: float
     sin_coeffs: list[float]  # sin(r) = r + r * z * P(z), z = r*r, r in [-pi/4, pi/4]
     cos_coeffs: list[float]  # cos(r) = 1 + z * P(z)
     pio2: list[float]  # pi/2 in Cody-Waite pieces
@@ -299,7 +300,8 @@ def _make_float(
         bias,
         1.5 * 2.0**mant,
         [rnd(ln2**k / math.factorial(k)) for k in range(n_exp + 1)],
-        [rnd(2 / ((2 * j + 1) * ln2)) for j in range(n_log)],
+        [rnd(1 / (2 * j + 3)) for j in range(n_log)],
+        rnd(1 / ln2),
         [rnd((-1) ** (j + 1) / math.factorial(2 * j + 3)) for j in range(n_sin)],
         [rnd((-1) ** (j + 1) / math.factorial(2 * j + 2)) for j in range(n_sin + 1)],
         [rnd(p) for p in _split(_PI / 2, pieces, split_bits, mant + 1)],
@@ -341,8 +343,12 @@ def _log2(x: UOp, p: _Float) -> UOp:
     t = w.bitcast(p.int_dtype) - sqrt_half
     m = (t.alu(Ops.AND, (1 << p.mant) - 1) + sqrt_half).bitcast(p.dtype)
     e = t.alu(Ops.SHR, p.mant).cast(p.dtype) + tiny.where(_k(p.dtype, -(p.mant + 1)), 0.0)
-    s = (m - 1.0).alu(Ops.FDIV, m + 1.0)
-    ret = e + s * _horner(s * s, p.log2_coeffs)
+    u = m - 1.0  # exact
+    s = u.alu(Ops.FDIV, m + 1.0)
+    # ln(m) = 2*atanh(s) = 2s + 2s*z*P(z); 2s = u - s*u keeps the leading term exact
+    z = s * s
+    ln_m = (u - s * u) + (s + s) * (z * _horner(z, p.log2_coeffs))
+    ret = e + ln_m * p.inv_ln2
     ret = x.lt(math.inf).where(ret, x)  # +inf and NaN
     ret = x.lt(0.0).where(_bits_const(p.dtype, _float_bits(math.nan, p.dtype)), ret)
     return x.ne(0.0).where(ret, -math.inf)

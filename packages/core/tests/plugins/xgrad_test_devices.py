@@ -5,7 +5,7 @@ from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, RendererSpec, hookimpl
 OPENED: list[str] = []
 
 
-class TestDevice:
+class DummyDevice:
     def __init__(self, name: str) -> None:
         OPENED.append(name)
         self.name = name
@@ -23,11 +23,11 @@ def xgrad_api_version() -> int:
 @hookimpl
 def xgrad_devices() -> list[DeviceSpec]:
     return [
-        DeviceSpec("TESTLOW", TestDevice, priority=1, available=lambda: (True, "")),
-        DeviceSpec("TESTHIGH", TestDevice, priority=5, available=lambda: (True, "")),
-        DeviceSpec("TESTOFF", TestDevice, priority=50, available=lambda: (False, "TESTOFF is off on purpose")),
-        DeviceSpec("TESTNORUN", TestDevice, priority=99, available=lambda: (True, ""), runs_kernels=False),
-        DeviceSpec("TESTRAISES", TestDevice, priority=98, available=_broken_check),
+        DeviceSpec("TESTLOW", DummyDevice, priority=1, available=lambda: (True, "")),
+        DeviceSpec("TESTHIGH", DummyDevice, priority=5, available=lambda: (True, "")),
+        DeviceSpec("TESTOFF", DummyDevice, priority=50, available=lambda: (False, "TESTOFF is off on purpose")),
+        DeviceSpec("TESTNORUN", DummyDevice, priority=99, available=lambda: (True, ""), runs_kernels=False),
+        DeviceSpec("TESTRAISES", DummyDevice, priority=98, available=_broken_check),
         DeviceSpec("TESTBROKEN", _refuse_to_open, priority=-1, available=lambda: (True, "")),
     ]
 
@@ -36,11 +36,11 @@ def _refuse_to_open(name: str) -> object:
     raise RuntimeError(f"{name} refuses to open on purpose")
 
 
-class TestRenderer:
+class DummyRenderer:
     def __init__(self, arch: str | None) -> None:
         self.arch = arch
 
 
 @hookimpl
 def xgrad_renderers() -> list[RendererSpec]:
-    return [RendererSpec("TESTR", TestRenderer, available=lambda: (True, ""), default_arch="t1")]
+    return [RendererSpec("TESTR", DummyRenderer, available=lambda: (True, ""), default_arch="t1")]

@@ -148,6 +148,13 @@ def fold_cast_const(u: UOp, c: UOp) -> UOp | None:
         return None
 
 
+def fold_add_zero(x: UOp, c: UOp) -> UOp | None:
+    """x + 0 is x, except that -0.0 + 0.0 is 0.0 in IEEE floats (x + -0.0 is always x)."""
+    if dtypes.is_float(x.dtype) and math.copysign(1.0, c.arg) > 0:
+        return None
+    return x
+
+
 def fold_int_zero(x: UOp) -> UOp | None:
     return _zero(x) if dtypes.is_int(x.dtype) else None
 
@@ -168,7 +175,7 @@ pm_constant_fold = PatternMatcher(
         (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="c"),), name="u"), fold_cast_const),
         (UPat(Ops.CAST, src=(UPat.var("x"),), name="u"), lambda u, x: x if x.dtype == u.dtype else None),
         # arithmetic identities
-        (UPat.var("x") + 0, lambda x: x),
+        (UPat.var("x") + UPat.const(None, 0).named("c"), fold_add_zero),
         (UPat(Ops.SUB, src=(UPat.var("x"), UPat.const(None, 0))), lambda x: x),
         (UPat.var("x") * 1, lambda x: x),
         (UPat.var("x") * 0, fold_int_zero),
@@ -558,16 +565,21 @@ def fold_or(u: UOp) -> UOp | None:
     return None if new is u else new
 
 
-def narrow_gated(u: UOp, c: UOp, a: UOp, b: UOp) -> UOp | None:
-    """where(gate, a, b): simplify a with the bounds the gate puts on its ranges and variables."""
-    if not _scalar_int(a) or a.op is Ops.CONST:
+_PURE = frozenset({Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BIND, Ops.SPECIAL}) | GroupOp.ALU
+
+
+def _narrow_under_gate(gate: UOp, a: UOp) -> UOp | None:
+    """`a` simplified with the bounds `gate` puts on its ranges and variables: equal to `a` wherever gate holds.
+
+    Only pure index arithmetic: a load under the gate could otherwise read another address where the gate is false."""
+    if not _scalar_int(a) or a.op is Ops.CONST or not all(x.op in _PURE for x in a.toposort):
         return None
     narrowed: dict[UOp, tuple[int, int]] = {}
-    for cond in _chain(c, Ops.AND):
+    for cond in _chain(gate, Ops.AND):
         if (iv := _interval(cond)) is None or iv[0].op not in (Ops.RANGE, Ops.DEFINE_VAR) or iv[0] not in a.toposort:
             continue
         v = iv[0]
-        lo, hi = _clip((v, *narrowed.get(v, (v.vmin, v.vmax))))
+        lo, hi = narrowed.get(v, (v.vmin, v.vmax))
         lo, hi = max(lo, iv[1]), min(hi, iv[2])
         if isinstance(lo, int) and isinstance(hi, int) and lo <= hi and (lo, hi) != (v.vmin, v.vmax):
             narrowed[v] = (lo, hi)
@@ -576,7 +588,17 @@ def narrow_gated(u: UOp, c: UOp, a: UOp, b: UOp) -> UOp | None:
     gate_vars = {v: UOp.variable(f"{v.render()}#gated", lo, hi, v.dtype) for v, (lo, hi) in narrowed.items()}
     simplified = graph_rewrite(substitute(a, gate_vars), pm_simplify, name="symbolic gated")
     back = substitute(simplified, {g: v for v, g in gate_vars.items()})
-    return None if back is a else UOp(Ops.WHERE, u.dtype, (c, back, b))
+    return None if back is a else back
+
+
+def narrow_gated_where(c: UOp, a: UOp, b: UOp) -> UOp | None:
+    return None if (new := _narrow_under_gate(c, a)) is None else c.where(new, b)
+
+
+def narrow_gated_index(u: UOp, buf: UOp, i: UOp, c: UOp) -> UOp | None:
+    if c.op is Ops.CONST and c.arg is True:
+        return u.replace(src=(buf, i))
+    return None if (new := _narrow_under_gate(c, i)) is None else u.replace(src=(buf, new, c))
 
 
 # ---- the tables ----
@@ -636,7 +658,8 @@ pm_conditions = PatternMatcher(
         (UPat.var("c").where(UPat.var("a"), _WHERE_IN_FALSE), lambda c, a, b: c.where(a, b)),
         (UPat.var("c", _BOOL).where(UPat.var("x", _BOOL), _FALSE), lambda c, x: c.logical_and(x)),
         (UPat.var("c", _BOOL).where(_TRUE, UPat.var("x", _BOOL)), lambda c, x: UOp(Ops.OR, _BOOL, (c, x))),
-        (UPat(Ops.WHERE, src=(UPat.var("c", _BOOL), UPat.var("a"), UPat.var("b")), name="u"), narrow_gated),
+        (UPat.var("c", _BOOL).where(UPat.var("a"), UPat.var("b")), narrow_gated_where),
+        (UPat(Ops.INDEX, src=(UPat.var("buf"), UPat.var("i"), UPat.var("c", _BOOL)), name="u"), narrow_gated_index),
     ]
 )
 
