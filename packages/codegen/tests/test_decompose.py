@@ -65,8 +65,9 @@ def _unary(op: Ops, dtype: DType, x: Arr, pm: PatternMatcher = pm_transcendental
 
 def _ulp_error(got: Arr, ref: Arr, np_dtype: Any) -> Arr:
     """|got - ref| in units of the last place of ref rounded to np_dtype (denormal results: the smallest step)."""
-    step = np.spacing(np.abs(ref.astype(np_dtype))).astype(np.float64)
-    return np.abs(got.astype(np.float64) - ref.astype(np.float64)) / step
+    step: Arr = np.spacing(np.abs(ref.astype(np_dtype))).astype(np.float64)
+    err: Arr = np.abs(got.astype(np.float64) - ref.astype(np.float64)) / step
+    return err
 
 
 def _same_bits_or_both_nan(got: Arr, want: Arr) -> bool:
@@ -91,8 +92,24 @@ def _bf16_halfway_cases() -> Arr:
     rng = np.random.default_rng(7)
     tops = rng.integers(0, 0x10000, 400, dtype=np.uint32) << 16
     bits = np.concatenate([tops | 0x8000, tops | 0x7FFF, tops | 0x8001, tops])
-    specials = np.array([0x7F7FFFFF, 0x7F7F8000, 0x7F7F7FFF, 0x00008000, 0x00018000, 0x80008000, 0x7F800000,
-                         0xFF800000, 0x7FC00000, 0xFFC00001, 0x7F800001, 0x00000000, 0x80000000], dtype=np.uint32)
+    specials = np.array(
+        [
+            0x7F7FFFFF,
+            0x7F7F8000,
+            0x7F7F7FFF,
+            0x00008000,
+            0x00018000,
+            0x80008000,
+            0x7F800000,
+            0xFF800000,
+            0x7FC00000,
+            0xFFC00001,
+            0x7F800001,
+            0x00000000,
+            0x80000000,
+        ],
+        dtype=np.uint32,
+    )
     return np.concatenate([bits, specials]).astype(np.uint32).view(np.float32)
 
 
@@ -108,8 +125,14 @@ def test_bf16_cast_from_float64_rounds_once_not_twice() -> None:
     rng = np.random.default_rng(3)
     base = bf16_bits_to_float(rng.integers(0x0080, 0x7F00, 500).astype(np.uint16)).astype(np.float64)
     half_ulp = np.ldexp(1.0, np.frexp(base)[1] - 9)
-    x = np.concatenate([base + half_ulp * (1 + 2.0**-40), base + half_ulp * (1 - 2.0**-40), base + half_ulp,
-                        [1e300, -1e300, 1e-300, -1e-300, 0.0, -0.0, np.inf, np.nan]])
+    x = np.concatenate(
+        [
+            base + half_ulp * (1 + 2.0**-40),
+            base + half_ulp * (1 - 2.0**-40),
+            base + half_ulp,
+            [1e300, -1e300, 1e-300, -1e-300, 0.0, -0.0, np.inf, np.nan],
+        ]
+    )
     ast = _kernel(dtypes.bfloat16, [dtypes.float64], len(x), lambda a: a.cast(dtypes.bfloat16))
     got = _run(ast, dtypes.bfloat16, len(x), x, passes=[pm_emulate_bf16])
     np.testing.assert_array_equal(got, float_to_bf16_bits(x))
@@ -149,8 +172,12 @@ def test_bf16_reduce_sum_accumulates_in_float32() -> None:
 
 def test_bf16_bitcast_to_and_from_int16_keeps_the_pattern() -> None:
     bits = np.array([0x3F80, 0xC000, 0x7F80, 0x0001, 0x8000], dtype=np.uint16)
-    ast = _kernel(dtypes.int16, [dtypes.bfloat16], 5, lambda a: (a.cast(dtypes.float32) * 1.0).cast(
-        dtypes.bfloat16).bitcast(dtypes.int16))
+    ast = _kernel(
+        dtypes.int16,
+        [dtypes.bfloat16],
+        5,
+        lambda a: (a.cast(dtypes.float32) * 1.0).cast(dtypes.bfloat16).bitcast(dtypes.int16),
+    )
     np.testing.assert_array_equal(_run(ast, dtypes.int16, 5, bits, passes=[pm_emulate_bf16]), bits.view(np.int16))
     ast = _kernel(dtypes.float32, [dtypes.int16], 5, lambda a: a.bitcast(dtypes.bfloat16).cast(dtypes.float32))
     got = _run(ast, dtypes.float32, 5, bits.view(np.int16), passes=[pm_emulate_bf16])
@@ -178,13 +205,32 @@ def _fp8_encode_cases(dtype: DType) -> Arr:
     vals = np.unique(fp8_bits_to_float(np.arange(256, dtype=np.uint8), dtype).astype(np.float64))
     vals = vals[np.isfinite(vals)]
     mids = (vals[1:] + vals[:-1]) / 2
-    beside = np.concatenate([np.nextafter(mids.astype(np.float32), np.float32(np.inf)),
-                             np.nextafter(mids.astype(np.float32), np.float32(-np.inf))])
+    beside = np.concatenate(
+        [
+            np.nextafter(mids.astype(np.float32), np.float32(np.inf)),
+            np.nextafter(mids.astype(np.float32), np.float32(-np.inf)),
+        ]
+    )
     top = vals.max()
     rng = np.random.default_rng(5)
     wide = rng.standard_normal(500) * np.exp2(rng.uniform(-24, 18, 500))
-    special = [top * 1.03, top * 1.1, -top * 1.2, 1e30, -1e30, np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, 1e-30,
-               -1e-30, 1e-45, 3.4e38]
+    special = [
+        top * 1.03,
+        top * 1.1,
+        -top * 1.2,
+        1e30,
+        -1e30,
+        np.inf,
+        -np.inf,
+        np.nan,
+        -np.nan,
+        0.0,
+        -0.0,
+        1e-30,
+        -1e-30,
+        1e-45,
+        3.4e38,
+    ]
     return np.concatenate([vals, mids, beside, wide, special]).astype(np.float32)
 
 
@@ -208,8 +254,12 @@ def test_fp8_combined_table_converts_between_formats() -> None:
 def test_fp8_arithmetic_from_float64_and_int_sources_rounds_once() -> None:
     rng = np.random.default_rng(2)
     x = rng.standard_normal(200) * 30
-    ast = _kernel(dtypes.fp8e4m3fnuz, [dtypes.float64, dtypes.int32], 200,
-                  lambda a, i: (a + i.cast(dtypes.float64)).cast(dtypes.fp8e4m3fnuz))
+    ast = _kernel(
+        dtypes.fp8e4m3fnuz,
+        [dtypes.float64, dtypes.int32],
+        200,
+        lambda a, i: (a + i.cast(dtypes.float64)).cast(dtypes.fp8e4m3fnuz),
+    )
     ints = rng.integers(-300, 300, 200).astype(np.int32)
     got = _run(ast, dtypes.fp8e4m3fnuz, 200, x, ints, passes=[pm_emulate_fp8_by_dtype[dtypes.fp8e4m3fnuz]])
     np.testing.assert_array_equal(got, float_to_fp8_bits(x + ints, dtypes.fp8e4m3fnuz))
@@ -246,8 +296,9 @@ def test_log2_within_few_ulp_including_denormal_inputs(dtype: DType) -> None:
     np_dt = _np_dtype(dtype)
     tiny = np.finfo(np_dt).smallest_subnormal.astype(np.float64)
     big = float(np.finfo(np_dt).max)
-    x = np.concatenate([np.exp2(rng.uniform(np.log2(tiny), np.log2(big), 1500)), rng.uniform(0.5, 2, 500),
-                        [tiny, tiny * 3, big, 1.0]]).astype(np_dt)
+    x = np.concatenate(
+        [np.exp2(rng.uniform(np.log2(tiny), np.log2(big), 1500)), rng.uniform(0.5, 2, 500), [tiny, tiny * 3, big, 1.0]]
+    ).astype(np_dt)
     got = _unary(Ops.LOG2, dtype, x)
     err = _ulp_error(got, np.log2(x.astype(np.float64)), np_dt)
     assert err.max() <= (_F32_ULP if dtype == dtypes.float32 else _F64_ULP)
@@ -259,8 +310,15 @@ def test_sin_within_few_ulp_including_near_multiples_of_pi(dtype: DType, span: f
     np_dt = _np_dtype(dtype)
     k = rng.integers(1, int(span / (np.pi / 2)), 700)
     near = (k * (np.pi / 2)).astype(np_dt)
-    x = np.concatenate([near, np.nextafter(near, np.array(np.inf, np_dt)), rng.uniform(-span, span, 500),
-                        rng.uniform(-4, 4, 500), [1e-30, -1e-30, 1e-40]]).astype(np_dt)
+    x = np.concatenate(
+        [
+            near,
+            np.nextafter(near, np.array(np.inf, np_dt)),
+            rng.uniform(-span, span, 500),
+            rng.uniform(-4, 4, 500),
+            [1e-30, -1e-30, 1e-40],
+        ]
+    ).astype(np_dt)
     got = _unary(Ops.SIN, dtype, x)
     err = _ulp_error(got, np.sin(x.astype(np.float64)), np_dt)
     assert err.max() <= (_F32_ULP if dtype == dtypes.float32 else _F64_ULP)
@@ -308,8 +366,14 @@ def test_transcendentals_on_float16_compute_in_float32() -> None:
 
 
 def test_transcendental_pass_leaves_no_exp2_log2_sin() -> None:
-    ast = _kernel(dtypes.float32, [dtypes.float32], 4, lambda a: UOp(Ops.SIN, dtypes.float32, (
-        UOp(Ops.LOG2, dtypes.float32, (UOp(Ops.EXP2, dtypes.float32, (a,)),)),)))
+    ast = _kernel(
+        dtypes.float32,
+        [dtypes.float32],
+        4,
+        lambda a: UOp(
+            Ops.SIN, dtypes.float32, (UOp(Ops.LOG2, dtypes.float32, (UOp(Ops.EXP2, dtypes.float32, (a,)),)),)
+        ),
+    )
     assert not _ops_in(graph_rewrite(ast, pm_transcendental, name="transcendental")) & {Ops.EXP2, Ops.LOG2, Ops.SIN}
 
 
@@ -337,9 +401,9 @@ def _operands(dtype: DType, n: int) -> list[Arr]:
     if dtype == dtypes.bool:
         return [rng.integers(0, 2, n).astype(np.bool_) for _ in range(3)]
     if dtypes.is_int(dtype):
-        vals = [rng.integers(-1000, 1000, n) for _ in range(3)]
-        vals[1] = np.where(vals[1] == 0, 7, vals[1])  # no division by zero
-        return [v.astype(_np_dtype(dtype)) for v in vals]
+        ints = [rng.integers(-1000, 1000, n) for _ in range(3)]
+        ints[1] = np.where(ints[1] == 0, 7, ints[1])  # no division by zero
+        return [v.astype(_np_dtype(dtype)) for v in ints]
     vals = [rng.standard_normal(n) * 10 for _ in range(3)]
     vals[0][:4], vals[1][:4] = [np.nan, 1.0, 0.0, -0.0], [1.0, np.nan, -0.0, 0.0]
     vals[1][4:8] = vals[0][4:8]
@@ -379,10 +443,17 @@ def test_decompositions_for_full_renderer_is_empty() -> None:
 
 
 def test_decompositions_for_renderer_lacking_bf16_and_fp8_emulates_each() -> None:
-    r = _FakeRenderer(supported_dtypes=frozenset(d for d in dtypes.all if d != dtypes.bfloat16 and not dtypes.is_fp8(d)))
+    r = _FakeRenderer(
+        supported_dtypes=frozenset(d for d in dtypes.all if d != dtypes.bfloat16 and not dtypes.is_fp8(d))
+    )
     names = [name for name, _ in decompositions_for(r)]
-    assert names == ["emulate bfloat16", "emulate fp8e4m3", "emulate fp8e5m2", "emulate fp8e4m3fnuz",
-                     "emulate fp8e5m2fnuz"]
+    assert names == [
+        "emulate bfloat16",
+        "emulate fp8e4m3",
+        "emulate fp8e5m2",
+        "emulate fp8e4m3fnuz",
+        "emulate fp8e5m2fnuz",
+    ]
 
 
 def test_decompositions_for_picks_only_missing_op_rules() -> None:

@@ -289,7 +289,15 @@ class _Float:
 
 
 def _make_float(
-    dtype: DType, int_dtype: DType, mant: int, bias: int, n_exp: int, n_log: int, n_sin: int, pieces: int, split_bits: int
+    dtype: DType,
+    int_dtype: DType,
+    mant: int,
+    bias: int,
+    n_exp: int,
+    n_log: int,
+    n_sin: int,
+    pieces: int,
+    split_bits: int,
 ) -> _Float:
     rnd = _round_f32 if dtype == F32 else float
     ln2 = math.log(2.0)
