@@ -339,6 +339,16 @@ def test_where_of_not_swaps_branches() -> None:
     assert simplify(c.logical_not().where(R16, R4)) is simplify(c.where(R4, R16))
 
 
+# ---- bugs found in ops.py (fix there, then drop the xfail) ----
+
+
+@pytest.mark.xfail(reason="ops._bounds computes IDIV bounds with float division (int(x / b)): wrong above 2**53")
+def test_idiv_bounds_exact_for_large_values() -> None:
+    v = UOp.variable("v", 2**60, 2**60 + 1)
+    assert (v // 3).vmin_vmax == (2**60 // 3, (2**60 + 1) // 3)
+    assert simplify(v // 3) is idx(2**60 // 3)  # fold_decided trusts the bounds: today it folds to a wrong constant
+
+
 # ---- public helpers ----
 
 
