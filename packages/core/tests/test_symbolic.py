@@ -342,7 +342,6 @@ def test_where_of_not_swaps_branches() -> None:
 # ---- bugs found in ops.py (fix there, then drop the xfail) ----
 
 
-@pytest.mark.xfail(reason="ops._bounds computes IDIV bounds with float division (int(x / b)): wrong above 2**53")
 def test_idiv_bounds_exact_for_large_values() -> None:
     v = UOp.variable("v", 2**60, 2**60 + 1)
     assert (v // 3).vmin_vmax == (2**60 // 3, (2**60 + 1) // 3)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xgrad.dtype import DType, dtypes
+from xgrad.dtype import DType, dtypes, truncate
 from xgrad.helpers import prod
 
 
@@ -170,13 +170,16 @@ class _UOpMeta(type):
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 in Python, but they are different constants
-        key = (op, dtype, src, arg, math.copysign(1.0, arg) if type(arg) is float else 0.0)
+        # 1, 1.0 and True are equal in Python but are different constants, and so are -0.0 and 0.0
+        key = (op, dtype, src, arg, type(arg), math.copysign(1.0, arg) if type(arg) is float else 0.0)
         try:
             return _UOpMeta._cache[key]
         except KeyError:
             pass
         except TypeError:
-            raise TypeError(f"UOp arg must be hashable, got {arg!r} for {op}") from None
+            raise TypeError(
+                f"UOp src must be a tuple of UOps and arg hashable, got {src!r}, {arg!r} for {op}"
+            ) from None
         created: UOp = super().__call__(op, dtype, src, arg)
         _UOpMeta._cache[key] = created
         return created
@@ -392,10 +395,11 @@ class UOp(metaclass=_UOpMeta):
         return self._bin(Ops.MAX, x)
 
     def minimum(self, x: UOp | int | float) -> UOp:
-        return self.neg().maximum(x.neg() if isinstance(x, UOp) else -x).neg()
+        other = x if isinstance(x, UOp) else self.const_like(x)
+        return self.lt(other).where(self, other)
 
     def where(self, a: UOp | int | float, b: UOp | int | float) -> UOp:
-        ua = a if isinstance(a, UOp) else (b.const_like(a) if isinstance(b, UOp) else UOp.const(dtypes.index, a))
+        ua = a if isinstance(a, UOp) else b.const_like(a) if isinstance(b, UOp) else UOp.const(_py_dtype(a, b), a)
         ub = b if isinstance(b, UOp) else ua.const_like(b)
         return UOp(Ops.WHERE, ua.dtype, (self, ua, ub))
 
@@ -440,6 +444,11 @@ def _as_index(x: UOp | int) -> UOp:
     return x if isinstance(x, UOp) else UOp.const(dtypes.index, x)
 
 
+def _py_dtype(*xs: Any) -> DType:
+    """Index for Python ints and bools in index math, float32 once a float is involved."""
+    return dtypes.float32 if any(isinstance(x, float) for x in xs) else dtypes.index
+
+
 def _cast_const(dtype: DType, value: Any) -> Any:
     if dtype == dtypes.void:
         return value
@@ -448,7 +457,9 @@ def _cast_const(dtype: DType, value: Any) -> Any:
     if dtypes.is_int(dtype):
         if isinstance(value, float) and not math.isfinite(value):
             return 0
-        return int(value)
+        if dtype in (dtypes.index, dtypes.weakint):
+            return int(value)
+        return int(truncate(dtype)(int(value)))
     return float(value)
 
 
@@ -513,7 +524,7 @@ def _bounds(u: UOp) -> tuple[int | float, int | float]:
         if u.op is Ops.MAX:
             return (max(a0, b0), max(a1, b1))
         if u.op is Ops.IDIV and isinstance(b0, int) and b0 == b1 and b0 != 0:
-            vals = [int(x / b0) if math.isfinite(x) else x * (1 if b0 > 0 else -1) for x in (a0, a1)]
+            vals = [_trunc_div(x, b0) if math.isfinite(x) else x * (1 if b0 > 0 else -1) for x in (a0, a1)]
             return (min(vals), max(vals))
         if u.op is Ops.MOD and isinstance(b0, int) and b0 == b1 and b0 > 0:
             if a0 >= 0:
@@ -544,6 +555,14 @@ def _bounds(u: UOp) -> tuple[int | float, int | float]:
     if dtypes.is_int(dt) and dt not in (dtypes.index, dtypes.weakint):
         return (dtypes.min(dt), dtypes.max(dt))
     return (-math.inf, math.inf)
+
+
+def _trunc_div(x: int | float, d: int) -> int | float:
+    """C division (toward zero) in exact integer arithmetic."""
+    if not isinstance(x, int):
+        return int(x / d)
+    q = abs(x) // abs(d)
+    return q if (x >= 0) == (d > 0) else -q
 
 
 def _mul_bound(x: int | float, y: int | float) -> int | float:
