@@ -1,11 +1,43 @@
 """xgrad: a small deep-learning framework whose Tensor API follows tinygrad's. Backends are plugins (see xgrad.plugin).
 
-Keep this a plain import list and keep it fast: importing xgrad must not load plugins or open devices.
+Keep `import xgrad` fast: it must not load plugins or open devices. The heavier public names (`Tensor`, `dtypes`,
+`UOp`, ...) are imported on first access through the module `__getattr__` below, so `from xgrad import Tensor`
+works as usual and costs its import only then.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device
 from xgrad.helpers import Context, getenv
 
+if TYPE_CHECKING:
+    from xgrad.dtype import dtypes
+    from xgrad.engine.realize import GlobalCounters
+    from xgrad.tensor import Tensor
+    from xgrad.uop.ops import UOp
+
+    Variable = UOp.variable
+
 __version__ = "0.1.0"
 
-__all__ = ["Context", "Device", "__version__", "getenv"]
+_LAZY = {
+    "Tensor": ("xgrad.tensor", "Tensor"),
+    "dtypes": ("xgrad.dtype", "dtypes"),
+    "UOp": ("xgrad.uop.ops", "UOp"),
+    "GlobalCounters": ("xgrad.engine.realize", "GlobalCounters"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Variable":
+        return importlib.import_module("xgrad.uop.ops").UOp.variable
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'xgrad' has no attribute {name!r}")
+
+
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "UOp", "Variable", "__version__", "dtypes", "getenv"]

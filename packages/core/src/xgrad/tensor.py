@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import pathlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -449,11 +449,16 @@ class Tensor:
     def log2(self) -> Tensor:
         return self._float()._unop(Ops.LOG2)
 
+    def _in_float32(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        """Compute a composed op in float32 when self is a narrower float, rounding once at the end (as torch)."""
+        x = self._float()
+        return fn(x.cast(dtypes.float32)).cast(x.dtype) if x.dtype.itemsize < 4 else fn(x)
+
     def exp(self) -> Tensor:
-        return (self._float() * (1 / math.log(2))).exp2()
+        return self._in_float32(lambda x: (x * (1 / math.log(2))).exp2())
 
     def log(self) -> Tensor:
-        return self.log2() * math.log(2)
+        return self._in_float32(lambda x: x.log2() * math.log(2))
 
     def sqrt(self) -> Tensor:
         return self._float()._unop(Ops.SQRT)
