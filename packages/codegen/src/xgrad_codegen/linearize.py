@@ -31,7 +31,7 @@ def identity_element(op: Ops, dtype: DType) -> UOp:
         return UOp.const(dtype, 0)
     if op is Ops.MUL:
         return UOp.const(dtype, 1)
-    return UOp.const(dtype, dtypes.min(dtype))
+    return UOp.const(dtype, dtypes.min(dtype.scalar()))
 
 
 @dataclass

@@ -16,6 +16,7 @@ from xgrad.uop.pattern import PatternMatcher, graph_rewrite
 from xgrad.uop.symbolic import simplify
 from xgrad_codegen.linearize import linearize
 from xgrad_codegen.opt import Opt, expand_lanes, optimize
+from xgrad_codegen.vectorize import vectorize
 
 PassHook = Callable[[str, UOp, float], None]
 _hooks: list[PassHook] = []
@@ -44,6 +45,8 @@ def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list
     ast = _run("simplify lanes", simplify, ast)  # each lane's constant index folds
     for name, pm in decompositions_for(renderer):  # ops and dtypes the target lacks
         ast = _run(name, functools.partial(_rewrite, pm=pm, name=name), ast)
+    width = getattr(renderer, "max_vector_width", 1)
+    ast = _run("vectorize", lambda a: vectorize(a, width), ast)  # neighbouring lanes become vector loads/ALU/stores
     uops = linearize(ast)  # loops, accumulators, order
     if DEBUG >= 5:
         print("\n".join(f"{i:4d} {u.op.name:12s} {u.dtype.name:10s} {u.arg!r}" for i, u in enumerate(uops)))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import pathlib
-from collections.abc import Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -278,6 +278,87 @@ class Tensor:
         if self.uop.base.op is not Ops.BUFFER:
             self.realize()
         self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+        return self
+
+    # ---- autograd ----
+    def contiguous_backward(self) -> Tensor:
+        """The same values; in the backward pass the gradient flowing through here is made contiguous (realized).
+
+        >>> x = Tensor([1.0, 2.0])
+        >>> x.contiguous_backward().tolist()
+        [1.0, 2.0]
+        """
+        return Tensor(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
+
+    def is_param_(self, is_param: bool = True) -> Tensor:
+        """Mark this tensor as a trainable parameter (read by optimizers), in place. Returns self.
+
+        >>> Tensor([1.0]).is_param_().is_param
+        True
+        """
+        self.is_param = is_param
+        return self
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        """The gradients of this tensor with respect to `targets`, as new lazy tensors (nothing is mutated).
+
+        Only floating-point tensors have gradients. A non-scalar tensor needs `gradient`, the gradient of its output.
+        A target this tensor does not depend on (or only through non-differentiable ops) gets zeros.
+
+        >>> x = Tensor([1.0, 2.0, 3.0])
+        >>> w = Tensor([4.0, 5.0, 6.0])
+        >>> dx, dw = (x * w).sum().gradient(x, w)
+        >>> dx.tolist(), dw.tolist()
+        ([4.0, 5.0, 6.0], [1.0, 2.0, 3.0])
+        """
+        from xgrad.gradient import compute_gradient
+
+        for t, what in [(self, "the differentiated tensor"), *((t, "a gradient target") for t in targets)]:
+            if not dtypes.is_float(t.dtype) or t.dtype in dtypes.weaks:
+                raise DTypeError(f"{what} has dtype {t.dtype.name}; only floating-point tensors have gradients")
+        if gradient is None:
+            if self.shape != ():
+                raise ShapeError(
+                    f"gradient of a tensor of shape {self.shape} needs `gradient=` (a tensor of that shape); "
+                    "only a 0-d (scalar) tensor has an implicit gradient of 1.0"
+                )
+            root_grad = UOp.const(self.dtype, 1.0, self.device, ())
+        else:
+            if gradient.shape != self.shape:
+                raise ShapeError(f"gradient has shape {gradient.shape}, the tensor has shape {self.shape}")
+            if gradient.device != self.device:
+                raise XgradError(f"gradient is on {gradient.device}, the tensor on {self.device}; move it with .to()")
+            root_grad = gradient.uop.cast(self.dtype)
+        grads = compute_gradient(self.uop, root_grad, {t.uop for t in targets})
+        return [Tensor(grads[t.uop]) if t.uop in grads else t.zeros_like() for t in targets]
+
+    def backward(self, gradient: Tensor | None = None) -> Tensor:
+        """Compute the gradient of this tensor for every live floating-point tensor in its graph (except bare
+        constants) and store it in `.grad`, or add it to an existing `.grad` (with `assign`). Returns self.
+
+        >>> w = Tensor([1.0, 2.0, 3.0])
+        >>> (w * w).sum().backward().item()
+        14.0
+        >>> w.grad.tolist()
+        [2.0, 4.0, 6.0]
+        """
+        from xgrad.engine.realize import all_tensors
+
+        in_graph = self.uop.toposort
+        targets = [
+            t
+            for t in list(all_tensors)
+            if t.uop in in_graph
+            and dtypes.is_float(t.dtype)
+            and t.dtype not in dtypes.weaks
+            and t.uop.device is not None
+            and t.uop.op is not Ops.CONST
+        ]
+        for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
+            if t.grad is None:
+                t.grad = g
+            else:
+                t.grad.assign(t.grad + g)
         return self
 
     # ---- movement ----

@@ -1,0 +1,322 @@
+"""The WGSL renderer: linear program in, one WGSL compute shader out.
+
+Kernel ABI (what `xgrad_webgpu.device` binds):
+    @group(0) @binding(i) var<storage, read|read_write> data<i>: array<T>;   one per PARAM i
+    @group(0) @binding(n) var<storage, read> xvars: array<i32>;             the variables, if the kernel has any
+    @compute @workgroup_size(64) fn main(gid, nwg)
+The first GLOBAL range of the program is the invocation id `gidx = gid.x + gid.y * nwg.x * 64` (a launch too big for
+one dispatch dimension spills into y), guarded by `if (gidx < end)`; every other range is a loop. A kernel without a
+GLOBAL range runs in invocation 0 only.
+
+What WGSL lacks, and what this renderer does about it:
+- Storage holds 32-bit words only (f32, i32, u32; f16 with the `shader-f16` feature). bool, int8/uint8 and
+  int16/uint16 buffers are packed into u32 words: a load reads the word and shifts/masks (sign-extends) the lane; a
+  store clears and sets the lane's bits with `atomicAnd`/`atomicOr`, so neighbouring lanes written by other
+  invocations survive. Their values live in i32/u32 (bool in `bool`) and every op that can leave the narrow range is
+  wrapped, as C's integer promotion would be. bfloat16/fp8 are emulated by codegen on uint16/uint8 memory.
+- No 64-bit types: int64, uint64 and float64 raise `DTypeError` naming the limit.
+- Shift counts must be u32; `select(false_value, true_value, cond)`; inf/NaN have no literal (built with bitcast);
+  `>` and `^` do not exist on bool (legalised below); integer division by zero does not trap (it yields the dividend).
+- EXP2, LOG2 and SIN are not listed as supported: codegen's accurate approximations replace them (WGSL's builtins
+  only promise 2**-11 absolute error for sin).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+from typing import ClassVar
+
+from xgrad.dtype import DType, dtypes
+from xgrad.errors import DTypeError
+from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.pattern import PatternMatcher, UPat
+from xgrad_codegen.renderer import CStyleRenderer, RenderState, base_uop_rules, round_float
+
+WORKGROUP_SIZE = 64
+F16_FEATURE = "shader-f16"
+
+# dtypes whose buffers are packed into u32 words: bits per element
+PACKED_BITS: dict[DType, int] = {
+    dtypes.bool: 8,
+    dtypes.int8: 8,
+    dtypes.uint8: 8,
+    dtypes.int16: 16,
+    dtypes.uint16: 16,
+}
+NARROW_INTS = frozenset({dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
+# why a dtype cannot be rendered (DTypeError text)
+UNSUPPORTED_REASON: dict[DType, str] = {
+    dtypes.int64: "WGSL has no 64-bit integers (storage holds 32-bit words: f32, i32, u32)",
+    dtypes.uint64: "WGSL has no 64-bit integers (storage holds 32-bit words: f32, i32, u32)",
+    dtypes.float64: "WGSL has no float64 (storage holds 32-bit words: f32, i32, u32)",
+    dtypes.float16: f"WGSL has f16 only with the WebGPU feature {F16_FEATURE!r}, which this adapter does not offer",
+}
+
+
+def wrap_narrow(expr: str, dtype: DType) -> str:
+    """An i32/u32 expression reduced to the range of narrow int `dtype` (two's complement wraparound)."""
+    bits = 8 * dtype.itemsize
+    if dtypes.is_unsigned(dtype):
+        return f"({expr} & {(1 << bits) - 1:#x}u)"
+    return f"(({expr} << {32 - bits}u) >> {32 - bits}u)"
+
+
+def wgsl_max(a: str, b: str, dtype: DType) -> str:
+    return f"select({b}, {a}, {a} > {b})"  # C's (a>b?a:b): NaN in b propagates, NaN in a does not
+
+
+def wgsl_neg(x: str, dtype: DType) -> str:
+    return f"(0u - {x})" if dtypes.is_unsigned(dtype) else f"(-{x})"
+
+
+def wgsl_trunc(x: str, dtype: DType) -> str:
+    return f"trunc({x})" if dtypes.is_float(dtype) else x
+
+
+code_for_op_wgsl: dict[Ops, Callable[..., str]] = {
+    Ops.NEG: wgsl_neg,
+    Ops.RECIPROCAL: lambda x, dtype: f"(1.0 / {x})",
+    Ops.SQRT: lambda x, dtype: f"sqrt({x})",
+    Ops.TRUNC: wgsl_trunc,
+    Ops.ADD: lambda a, b, dtype: f"({a} + {b})",
+    Ops.SUB: lambda a, b, dtype: f"({a} - {b})",
+    Ops.MUL: lambda a, b, dtype: f"({a} * {b})",
+    Ops.FDIV: lambda a, b, dtype: f"({a} / {b})",
+    Ops.IDIV: lambda a, b, dtype: f"({a} / {b})",
+    Ops.MOD: lambda a, b, dtype: f"({a} % {b})",
+    Ops.MAX: wgsl_max,
+    Ops.CMPLT: lambda a, b, dtype: f"({a} < {b})",
+    Ops.CMPNE: lambda a, b, dtype: f"({a} != {b})",
+    Ops.CMPEQ: lambda a, b, dtype: f"({a} == {b})",
+    Ops.AND: lambda a, b, dtype: f"({a} & {b})",
+    Ops.OR: lambda a, b, dtype: f"({a} | {b})",
+    Ops.XOR: lambda a, b, dtype: f"({a} ^ {b})",
+    Ops.SHL: lambda a, b, dtype: f"({a} << u32({b}))",
+    Ops.SHR: lambda a, b, dtype: f"({a} >> u32({b}))",
+    Ops.WHERE: lambda c, a, b, dtype: f"select({b}, {a}, {c})",
+    Ops.MULACC: lambda a, b, c, dtype: f"(({a} * {b}) + {c})",
+}
+
+# ops whose i32/u32 result can leave the range of a narrow int dtype
+WRAP_OPS = frozenset({Ops.NEG, Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.SHL, Ops.MULACC})
+
+
+# ---- legalisation: what WGSL lacks on bool ----
+def _true() -> UOp:
+    return UOp.const(dtypes.bool, True)
+
+
+def or_for_bool_max(a: UOp, b: UOp) -> UOp:
+    return UOp(Ops.OR, dtypes.bool, (a, b))
+
+
+def and_not_for_bool_cmplt(a: UOp, b: UOp) -> UOp:
+    return UOp(Ops.AND, dtypes.bool, (UOp(Ops.CMPNE, dtypes.bool, (a, _true())), b))
+
+
+def cmpne_for_bool_xor(a: UOp, b: UOp) -> UOp:
+    return UOp(Ops.CMPNE, dtypes.bool, (a, b))
+
+
+_BOOL = dtypes.bool
+pm_legalize_wgsl = PatternMatcher(
+    [
+        (UPat(Ops.MAX, _BOOL, src=(UPat.var("a"), UPat.var("b"))), or_for_bool_max),
+        (UPat(Ops.CMPLT, src=(UPat.var("a", _BOOL), UPat.var("b", _BOOL))), and_not_for_bool_cmplt),
+        (UPat(Ops.XOR, _BOOL, src=(UPat.var("a"), UPat.var("b"))), cmpne_for_bool_xor),
+    ]
+)
+
+
+# ---- uop rules that differ from the C family ----
+def rule_range_wgsl(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    """The first GLOBAL range is the invocation id, guarded; other ranges are loops."""
+    if u is not ctx.parallel_range:
+        base_uop_rules[Ops.RANGE](r, ctx, u)
+        return
+    ctx.exprs[u] = "gidx"
+    ctx.emit(f"if (gidx < {ctx.exprs[u.src[0]]}) {{")
+    ctx.depth += 1
+
+
+def buffer_of(ctx: RenderState, name: str) -> tuple[DType, bool]:
+    """The element dtype of buffer `name` and whether the kernel writes it."""
+    return next((u.dtype.scalar(), written) for u, n, written in ctx.params if n == name)
+
+
+uop_rules_wgsl = {**base_uop_rules, Ops.RANGE: rule_range_wgsl}
+
+
+class WGSLRenderer(CStyleRenderer):
+    """WGSL for WebGPU. `arch` is a comma-separated list of enabled WebGPU features; "shader-f16" enables float16."""
+
+    device = "WEBGPU"
+    name = "WGSL"
+    type_map: ClassVar[dict[DType, str]] = {
+        dtypes.bool: "bool",
+        dtypes.int8: "i32",
+        dtypes.uint8: "u32",
+        dtypes.int16: "i32",
+        dtypes.uint16: "u32",
+        dtypes.int32: "i32",
+        dtypes.uint32: "u32",
+        dtypes.index: "i32",
+        dtypes.float32: "f32",
+        dtypes.float16: "f16",
+    }
+    vector_type_prefix: ClassVar[dict[DType, str]] = {}
+    code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = code_for_op_wgsl
+    uop_rules = uop_rules_wgsl
+    legalize = pm_legalize_wgsl
+    max_vector_width = 1
+    float_suffix: ClassVar[dict[DType, str]] = {dtypes.float32: "f", dtypes.float16: "h"}
+    reserved_names: ClassVar[frozenset[str]] = frozenset(
+        {"gid", "gidx", "nwg", "xvars", "main", "fn", "let", "var", "const", "if", "else", "for", "loop", "while"}
+        | {"return", "break", "continue", "switch", "case", "default", "struct", "true", "false", "bitcast"}
+        | {"select", "array", "atomic", "bool", "i32", "u32", "f32", "f16", "enable", "override", "alias"}
+    )
+    global_max = (65535 * WORKGROUP_SIZE, 65535)
+
+    def __init__(self, arch: str | None = None) -> None:
+        super().__init__()
+        self.arch = arch
+        self.features = frozenset(f.strip() for f in (arch or "").split(",") if f.strip())
+        supported = {*PACKED_BITS, dtypes.int32, dtypes.uint32, dtypes.index, dtypes.float32}
+        if F16_FEATURE in self.features:
+            supported.add(dtypes.float16)
+        self.supported_dtypes = frozenset(supported)
+
+    # ---- types and constants ----
+    def render_dtype(self, ctx: RenderState | None, dtype: DType) -> str:
+        scalar = dtype.scalar()
+        if scalar not in self.supported_dtypes:
+            why = UNSUPPORTED_REASON.get(scalar, "WGSL has no such type and codegen did not emulate it")
+            raise DTypeError(f"the WGSL renderer cannot use {scalar!r}: {why}")
+        if dtype.count > 1:
+            raise DTypeError(f"the WGSL renderer has max_vector_width 1 but got {dtype!r}")
+        if ctx is not None and scalar == dtypes.float16:
+            ctx.helpers.setdefault("enable f16", "enable f16;")
+        return self.type_map[scalar]
+
+    def render_const(self, value: object, dtype: DType) -> str:
+        if dtypes.is_bool(dtype):
+            return "true" if value else "false"
+        self.render_dtype(None, dtype)  # refuse dtypes WGSL lacks
+        return super().render_const(value, dtype)
+
+    def render_int(self, value: int, dtype: DType) -> str:
+        if dtypes.is_unsigned(dtype):
+            return f"{value & 0xFFFFFFFF}u"
+        if value == -(2**31):
+            return "(-2147483647i - 1i)"  # 2147483648i does not exist
+        return f"({value}i)" if value < 0 else f"{value}i"
+
+    def render_float(self, value: float, dtype: DType) -> str:
+        rounded = round_float(value, dtype)
+        if math.isfinite(rounded):
+            text = f"{rounded!r}{self.float_suffix[dtype]}"
+            return f"({text})" if text.startswith("-") else text
+        if dtype == dtypes.float16:  # no literal for inf/NaN: build the bits
+            return f"bitcast<vec2<f16>>({struct.unpack('<H', struct.pack('<e', rounded))[0]:#x}u).x"
+        return f"bitcast<f32>({struct.unpack('<I', struct.pack('<f', rounded))[0]:#x}u)"
+
+    # ---- ALU ----
+    def render_alu(self, op: Ops, dtype: DType, operands: list[str], src_dtypes: list[DType]) -> str:
+        expr = self.code_for_op[op](*operands, dtype=dtype)
+        if dtype in NARROW_INTS and op in WRAP_OPS:
+            return wrap_narrow(expr, dtype)
+        return expr
+
+    def render_cast(self, ctx: RenderState, dtype: DType, src_dtype: DType, x: str) -> str:
+        if dtypes.is_bool(dtype):
+            return x if dtypes.is_bool(src_dtype) else f"({x} != {self.render_const(0, src_dtype)})"
+        expr = f"{self.render_dtype(ctx, dtype)}({x})"
+        return wrap_narrow(expr, dtype) if dtype in NARROW_INTS else expr
+
+    def render_bitcast(self, ctx: RenderState, dtype: DType, src_dtype: DType, x: str) -> str:
+        if dtype.itemsize == 4:
+            return f"bitcast<{self.render_dtype(ctx, dtype)}>({x})"
+        if dtype == dtypes.float16:  # from a 16-bit int held in i32/u32
+            return f"bitcast<vec2<f16>>(u32({x}) & 0xffffu).x"
+        if src_dtype == dtypes.float16:
+            bits = f"(bitcast<u32>(vec2<f16>({x}, 0.0h)) & 0xffffu)"
+            return bits if dtypes.is_unsigned(dtype) else wrap_narrow(f"i32({bits})", dtype)
+        return self.render_cast(ctx, dtype, src_dtype, x)  # narrow ints: the same bits are a wrapping conversion
+
+    # ---- memory ----
+    def render_load(self, ctx: RenderState, dtype: DType, buf: str, idx: str, gate: str | None) -> str:
+        mem, written = buffer_of(ctx, buf)
+        if mem in PACKED_BITS:
+            value = self._packed_load(mem, buf, idx, written)
+        else:
+            value = f"{buf}[{idx}]"
+        return f"select({self.render_const(0, dtype)}, {value}, {gate})" if gate is not None else value
+
+    def _packed_load(self, mem: DType, buf: str, idx: str, written: bool) -> str:
+        bits = PACKED_BITS[mem]
+        per_word = 32 // bits
+        word = f"{buf}[({idx}) / {per_word}i]"
+        word = f"atomicLoad(&{word})" if written else word
+        shift = f"(u32(({idx}) % {per_word}i) * {bits}u)"
+        if dtypes.is_bool(mem):
+            return f"((({word} >> {shift}) & 0xffu) != 0u)"
+        if dtypes.is_unsigned(mem):
+            return f"(({word} >> {shift}) & {(1 << bits) - 1:#x}u)"
+        return f"(bitcast<i32>({word} << ({32 - bits}u - {shift})) >> {32 - bits}u)"
+
+    def render_store(self, ctx: RenderState, dtype: DType, buf: str, idx: str, value: str, gate: str | None) -> str:
+        mem, _ = buffer_of(ctx, buf)
+        if mem in PACKED_BITS:
+            bits = PACKED_BITS[mem]
+            per_word = 32 // bits
+            mask = f"{(1 << bits) - 1:#x}u"
+            lane = f"select(0u, 1u, {value})" if dtypes.is_bool(dtype) else f"(u32({value}) & {mask})"
+            word = f"&{buf}[({idx}) / {per_word}i]"
+            shift = f"(u32(({idx}) % {per_word}i) * {bits}u)"
+            stmt = f"atomicAnd({word}, ~({mask} << {shift})); atomicOr({word}, {lane} << {shift});"
+        else:
+            stmt = f"{buf}[{idx}] = {value};"
+        return f"if ({gate}) {{ {stmt} }}" if gate is not None else stmt
+
+    def render_declare(self, ctx: RenderState, dtype: DType, name: str, expr: str, mutable: bool) -> str:
+        return f"{'var' if mutable else 'let'} {name}: {self.render_dtype(ctx, dtype)} = {expr};"
+
+    def render_range(self, ctx: RenderState, dtype: DType, name: str, start: str, end: str) -> str:
+        t = self.render_dtype(ctx, dtype)
+        return f"for (var {name}: {t} = {start}; {name} < {end}; {name}++) {{"
+
+    # ---- the kernel ----
+    def render_buffer_decl(self, ctx: RenderState, u: UOp, name: str, written: bool) -> str:
+        mem = u.dtype.scalar()
+        if mem in PACKED_BITS:
+            elem = "atomic<u32>" if written else "u32"
+        else:
+            elem = self.render_dtype(ctx, mem)
+        access = "read_write" if written else "read"
+        return f"@group(0) @binding({u.arg}) var<storage, {access}> {name}: array<{elem}>;"
+
+    def render_var_decl(self, ctx: RenderState, u: UOp, name: str, k: int) -> str:
+        return f"let {name}: {self.render_dtype(ctx, u.dtype)} = xvars[{k}];"
+
+    def render_kernel(self, ctx: RenderState, name: str, body: list[str]) -> str:
+        buffers = [self.render_buffer_decl(ctx, u, n, w) for u, n, w in ctx.params]
+        if ctx.variables:
+            binding = max(u.arg for u, _, _ in ctx.params) + 1 if ctx.params else 0
+            buffers.append(f"@group(0) @binding({binding}) var<storage, read> xvars: array<i32>;")
+        decls = [self.render_var_decl(ctx, u, n, k) for u, n, k in ctx.variables]
+        if ctx.parallel_range is not None:
+            decls.append(f"let gidx: i32 = i32(gid.x + gid.y * nwg.x * {WORKGROUP_SIZE}u);")
+        else:  # one work item
+            decls.append("if (gid.x != 0u || gid.y != 0u) { return; }")
+        head = [
+            f"// kernel {name}",
+            f"@compute @workgroup_size({WORKGROUP_SIZE})",
+            "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {",
+        ]
+        prefix = self.render_prefix(ctx)
+        return "\n".join([*prefix, *buffers, *head, *("  " + d for d in decls), *body, "}"]) + "\n"
+
+
+__all__ = ["WGSLRenderer", "pm_legalize_wgsl", "PACKED_BITS", "UNSUPPORTED_REASON", "WORKGROUP_SIZE", "F16_FEATURE"]

@@ -1,0 +1,101 @@
+"""Vectorization: the scalar lanes that `expand_lanes` produced become vector loads, stores and ALU ops.
+
+IR in: a kernel graph whose STOREs write neighbouring elements lane by lane (after UPCAST expansion). IR out: the
+same graph where each group of up to `width` neighbouring STOREs is one STORE of a vector, and the VECTORIZE of the
+lanes' values is pushed down: same-op lanes become one vector op, neighbouring LOADs one vector LOAD, per-lane
+REDUCEs one REDUCE with a vector accumulator. Lanes that do not line up stay a VECTORIZE of scalars (a gather).
+"""
+
+from __future__ import annotations
+
+from xgrad.dtype import dtypes
+from xgrad.uop.ops import GroupOp, Ops, UOp
+from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
+from xgrad.uop.symbolic import simplify
+
+
+def _offset(base: UOp, idx: UOp) -> int | None:
+    """idx - base as a constant, when it is one."""
+    diff = simplify(idx - base)
+    return int(diff.arg) if diff.op is Ops.CONST else None
+
+
+def _consecutive(indexes: list[UOp]) -> bool:
+    """INDEXes into the same buffer, same gate, at positions p, p+1, p+2, ..."""
+    first = indexes[0]
+    if any(i.src[0] is not first.src[0] or i.src[2:] != first.src[2:] or i.dtype.count != 1 for i in indexes):
+        return False
+    return all(_offset(first.src[1], i.src[1]) == k for k, i in enumerate(indexes))
+
+
+def group_stores(ctx: int, sink: UOp) -> UOp | None:
+    """Runs of neighbouring scalar STOREs (up to `ctx` lanes, a power of two) become one vector STORE."""
+    stores = list(sink.src)
+    out: list[UOp] = []
+    changed = False
+    i = 0
+    while i < len(stores):
+        width = ctx
+        while width > 1:
+            run = stores[i : i + width]
+            if len(run) == width and all(s.op is Ops.STORE for s in run) and _consecutive([s.src[0] for s in run]):
+                break
+            width //= 2
+        if width > 1:
+            run = stores[i : i + width]
+            idx = run[0].src[0]
+            vec_dtype = idx.dtype.vec(width)
+            values = tuple(s.src[1] for s in run)
+            value = UOp(Ops.VECTORIZE, values[0].dtype.vec(width), values)
+            out.append(UOp(Ops.STORE, dtypes.void, (idx.replace(dtype=vec_dtype), value)))
+            changed = True
+            i += width
+        else:
+            out.append(stores[i])
+            i += 1
+    return sink.replace(src=tuple(out)) if changed else None
+
+
+def push_vectorize(vec: UOp) -> UOp | None:
+    lanes = vec.src
+    first = lanes[0]
+    if all(x is first for x in lanes) or len(lanes) < 2:
+        return None
+    same_shape = all(
+        x.op is first.op and x.dtype == first.dtype and x.arg == first.arg and len(x.src) == len(first.src)
+        for x in lanes
+    )
+    if not same_shape:
+        return None
+    n = len(lanes)
+    if first.op in GroupOp.ALU or first.op in (Ops.CAST, Ops.BITCAST):
+        srcs = tuple(_lane_vector([x.src[k] for x in lanes]) for k in range(len(first.src)))
+        out_dtype = first.dtype.vec(n)
+        return UOp(first.op, out_dtype, srcs, first.arg)
+    if first.op is Ops.LOAD and _consecutive([x.src[0] for x in lanes]):
+        idx = first.src[0]
+        return UOp(Ops.LOAD, first.dtype.vec(n), (idx.replace(dtype=idx.dtype.vec(n)),))
+    if first.op is Ops.REDUCE and all(x.src[1:] == first.src[1:] for x in lanes):
+        value = _lane_vector([x.src[0] for x in lanes])
+        return UOp(Ops.REDUCE, first.dtype.vec(n), (value, *first.src[1:]), first.arg)
+    return None
+
+
+def _lane_vector(xs: list[UOp]) -> UOp:
+    if all(x is xs[0] for x in xs) and xs[0].op is Ops.CONST:
+        return UOp(Ops.CONST, xs[0].dtype.vec(len(xs)), (), xs[0].arg)
+    return UOp(Ops.VECTORIZE, xs[0].dtype.vec(len(xs)), tuple(xs))
+
+
+pm_vectorize = PatternMatcher(
+    [
+        (UPat(Ops.SINK, name="sink"), group_stores),
+        (UPat(Ops.VECTORIZE, name="vec"), push_vectorize),
+    ]
+)
+
+
+def vectorize(ast: UOp, width: int) -> UOp:
+    if width < 2:
+        return ast
+    return graph_rewrite(ast, pm_vectorize, ctx=width, name="vectorize")

@@ -1,0 +1,192 @@
+"""Reverse-mode autodiff over the tensor graph.
+
+In: a tensor-graph root UOp, the gradient of the root, and the target UOps. Out: a map from each reached target to a
+tensor-graph UOp holding its gradient (built from the same tensor-graph ops, so it schedules like any other graph).
+
+`pm_gradient` holds one rule per op. A rule gets the node as `ret` and the gradient of its output as `ctx`, and
+returns one gradient per source (None where no gradient flows: comparisons, WHERE conditions, DETACH, BITCAST).
+Ties in MAX (elementwise and reduction) split the gradient evenly, as torch's `maximum` and `amax` do.
+"""
+
+from __future__ import annotations
+
+import math
+
+from xgrad.dtype import dtypes, sum_acc_dtype
+from xgrad.errors import XgradError
+from xgrad.uop.ops import GroupOp, Ops, UOp
+from xgrad.uop.pattern import PatternMatcher, UPat
+
+GradTuple = tuple[UOp | None, ...]
+
+
+# ---- small builders (every constant takes the shape and device of the node it meets) ----
+def _neg(x: UOp) -> UOp:
+    return UOp(Ops.NEG, x.dtype, (x,))
+
+
+def _where(cond: UOp, a: UOp, b: UOp) -> UOp:
+    return UOp(Ops.WHERE, a.dtype, (cond, a, b))
+
+
+def _zeros(x: UOp) -> UOp:
+    return x.const_like(0)
+
+
+def _inverse_order(order: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(range(len(order)), key=order.__getitem__))
+
+
+# ---- rules: (ctx = gradient of ret, ret = the node) -> one gradient per source ----
+def grad_cast(ctx: UOp, ret: UOp) -> GradTuple:
+    src = ret.src[0]
+    return (ctx.cast(src.dtype),) if dtypes.is_float(src.dtype) else (None,)
+
+
+def grad_sin(ctx: UOp, ret: UOp) -> GradTuple:
+    x = ret.src[0]
+    cos_x = UOp(Ops.SIN, x.dtype, (x.const_like(math.pi / 2).alu(Ops.ADD, _neg(x)),))
+    return (ctx.alu(Ops.MUL, cos_x),)
+
+
+def grad_max(ctx: UOp, ret: UOp) -> GradTuple:
+    a, b = ret.src
+    tie_share = _where(a.alu(Ops.CMPEQ, b), ctx.alu(Ops.MUL, 0.5), _zeros(ctx))
+    return (_where(b.alu(Ops.CMPLT, a), ctx, tie_share), _where(a.alu(Ops.CMPLT, b), ctx, tie_share))
+
+
+def grad_reduce_sum(ctx: UOp, ret: UOp) -> GradTuple | None:
+    if ret.arg[0] is not Ops.ADD:
+        return None
+    x = ret.src[0]
+    assert x.shape is not None
+    return (ctx.expand(x.shape),)
+
+
+def grad_reduce_max(ctx: UOp, ret: UOp) -> GradTuple | None:
+    if ret.arg[0] is not Ops.MAX:
+        return None
+    x = ret.src[0]
+    assert x.shape is not None
+    is_max = x.alu(Ops.CMPEQ, ret.expand(x.shape))
+    count = _where(is_max, x.const_like(1), _zeros(x)).reduce_axis(Ops.ADD, ret.arg[1])
+    share = ctx.alu(Ops.FDIV, count).expand(x.shape)
+    return (_where(is_max, share, _zeros(share)),)
+
+
+def grad_expand(ctx: UOp, ret: UOp) -> GradTuple:
+    x = ret.src[0]
+    assert x.shape is not None and ret.shape is not None
+    axes = tuple(i for i, (s, n) in enumerate(zip(x.shape, ret.shape)) if s != n)
+    acc = sum_acc_dtype(ctx.dtype)
+    return (ctx.cast(acc).reduce_axis(Ops.ADD, axes).cast(ctx.dtype).reshape(x.shape),)
+
+
+def grad_pad(ctx: UOp, ret: UOp) -> GradTuple:
+    x = ret.src[0]
+    assert x.shape is not None
+    return (ctx.shrink(tuple((before, before + s) for (before, _), s in zip(ret.arg, x.shape))),)
+
+
+def grad_shrink(ctx: UOp, ret: UOp) -> GradTuple:
+    x = ret.src[0]
+    assert x.shape is not None
+    return (ctx.pad(tuple((start, s - end) for (start, end), s in zip(ret.arg, x.shape))),)
+
+
+def grad_reshape(ctx: UOp, ret: UOp) -> GradTuple:
+    x = ret.src[0]
+    assert x.shape is not None
+    return (ctx.reshape(x.shape),)
+
+
+def grad_copy(ctx: UOp, ret: UOp) -> GradTuple:
+    home = UOp(Ops.DEVICE, arg=ret.src[0].device)
+    return (UOp(Ops.COPY, ctx.dtype, (ctx, home)), None)
+
+
+pm_gradient = PatternMatcher(
+    [
+        # unary math
+        (UPat(Ops.CAST, name="ret"), grad_cast),
+        (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (_neg(ctx.alu(Ops.MUL, ret).alu(Ops.MUL, ret)),)),
+        (UPat(Ops.SIN, name="ret"), grad_sin),
+        (
+            UPat(Ops.LOG2, name="ret"),
+            lambda ctx, ret: (ctx.alu(Ops.FDIV, ret.src[0].alu(Ops.MUL, math.log(2))),),
+        ),
+        (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ctx.alu(Ops.MUL, ret).alu(Ops.MUL, math.log(2)),)),
+        (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx.alu(Ops.FDIV, ret.alu(Ops.MUL, 2)),)),
+        (UPat(Ops.NEG), lambda ctx: (_neg(ctx),)),
+        (UPat(Ops.TRUNC), lambda ctx: (_zeros(ctx),)),
+        # binary and ternary math
+        (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),
+        (UPat(Ops.SUB), lambda ctx: (ctx, _neg(ctx))),
+        (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (ctx.alu(Ops.MUL, ret.src[1]), ctx.alu(Ops.MUL, ret.src[0]))),
+        (
+            UPat(Ops.FDIV, name="ret"),
+            lambda ctx, ret: (ctx.alu(Ops.FDIV, ret.src[1]), _neg(ctx.alu(Ops.MUL, ret).alu(Ops.FDIV, ret.src[1]))),
+        ),
+        (UPat(Ops.MAX, name="ret"), grad_max),
+        (
+            UPat(Ops.MULACC, name="ret"),
+            lambda ctx, ret: (ctx.alu(Ops.MUL, ret.src[1]), ctx.alu(Ops.MUL, ret.src[0]), ctx),
+        ),
+        (
+            UPat(Ops.WHERE, name="ret"),
+            lambda ctx, ret: (None, _where(ret.src[0], ctx, _zeros(ctx)), _where(ret.src[0], _zeros(ctx), ctx)),
+        ),
+        (UPat(GroupOp.Comparison), lambda ctx: (None, None)),
+        # reductions
+        (UPat(Ops.REDUCE_AXIS, name="ret"), grad_reduce_sum),
+        (UPat(Ops.REDUCE_AXIS, name="ret"), grad_reduce_max),
+        # movement: each gradient is the inverse movement
+        (UPat(Ops.RESHAPE, name="ret"), grad_reshape),
+        (UPat(Ops.PERMUTE, name="ret"), lambda ctx, ret: (ctx.permute(_inverse_order(ret.arg)),)),
+        (UPat(Ops.EXPAND, name="ret"), grad_expand),
+        (UPat(Ops.PAD, name="ret"), grad_pad),
+        (UPat(Ops.SHRINK, name="ret"), grad_shrink),
+        (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (ctx.flip(ret.arg),)),
+        # structure
+        (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),
+        (UPat(Ops.CONTIGUOUS_BACKWARD), lambda ctx: (UOp(Ops.CONTIGUOUS, ctx.dtype, (ctx,)),)),
+        (UPat(Ops.DETACH), lambda ctx: (None,)),
+        (UPat(Ops.BITCAST), lambda ctx: (None,)),
+        (UPat(Ops.COPY, name="ret"), grad_copy),
+        (UPat(Ops.ASSIGN), lambda ctx: (None, ctx)),
+    ]
+)
+
+
+def _on_path(root: UOp, targets: set[UOp]) -> dict[UOp, bool]:
+    """For every node under root: whether some target is under it (or is it)."""
+    on_path: dict[UOp, bool] = {}
+    for u in root.toposort:
+        on_path[u] = u in targets or any(on_path[s] for s in u.src)
+    return on_path
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+    """Gradients of `root` with respect to each target that a differentiable path reaches.
+
+    Walks the graph from root to leaves (reverse topological order), so a node's gradient is complete (summed over
+    all its users) before its rule runs. Only nodes with a target under them are visited. Targets that no gradient
+    reaches are absent from the result."""
+    on_path = _on_path(root, targets)
+    grads: dict[UOp, UOp] = {root: root_grad}
+    for node in reversed(root.toposort):
+        if (grad := grads.get(node)) is None or not any(on_path[s] for s in node.src):
+            continue
+        src_grads = pm_gradient.first_result(node, grad)
+        if src_grads is None:
+            raise XgradError(f"no gradient rule for {node.op.name} ({node.dtype.name}); it cannot be differentiated")
+        assert len(src_grads) == len(node.src), f"gradient rule for {node.op} returned {len(src_grads)} grads"
+        for src, src_grad in zip(node.src, src_grads):
+            if src_grad is None or not on_path[src]:
+                continue
+            assert src_grad.shape == src.shape, f"{node.op} gradient shape {src_grad.shape} != {src.shape}"
+            grads[src] = grads[src].alu(Ops.ADD, src_grad) if src in grads else src_grad
+    return {t: g for t, g in grads.items() if t in targets}
+
+
+__all__ = ["pm_gradient", "compute_gradient"]
