@@ -10,9 +10,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from xgrad.helpers import DEBUG
+from xgrad.helpers import DEBUG, SPEC
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, graph_rewrite
+from xgrad.uop.spec import check_linear
 from xgrad.uop.symbolic import simplify
 from xgrad_codegen.linearize import linearize
 from xgrad_codegen.opt import Opt, expand_lanes, optimize
@@ -48,6 +49,8 @@ def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list
     width = getattr(renderer, "max_vector_width", 1)
     ast = _run("vectorize", lambda a: vectorize(a, width), ast)  # neighbouring lanes become vector loads/ALU/stores
     uops = linearize(ast)  # loops, accumulators, order
+    if SPEC:
+        check_linear(uops)  # the contract with renderers and the PYTHON executor
     if DEBUG >= 5:
         print("\n".join(f"{i:4d} {u.op.name:12s} {u.dtype.name:10s} {u.arg!r}" for i, u in enumerate(uops)))
     assert uops[-1].op is Ops.SINK

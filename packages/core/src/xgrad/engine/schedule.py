@@ -301,6 +301,10 @@ def kernel_name(value: UOp, shape: tuple[int, ...]) -> str:
 # ---- 3. the whole schedule ----
 def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """Kernels and copies that realize `roots`, in order, and what each root becomes (a view of its new buffer)."""
+    if SPEC:
+        from xgrad.uop.spec import check_tensor_graph
+
+        check_tensor_graph(UOp(Ops.SINK, dtypes.void, tuple(roots)))
     boundaries = find_realizes(roots)
     order = [u for u in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort if u in boundaries]
     realizes: dict[UOp, UOp] = {}
