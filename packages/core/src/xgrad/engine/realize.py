@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device
 from xgrad.engine.memory import plan_memory
-from xgrad.engine.schedule import ScheduleItem, create_schedule
+from xgrad.engine.schedule import ScheduleItem
+from xgrad.engine.schedule_cache import cached_schedule
 from xgrad.helpers import DEBUG
 from xgrad.uop.ops import Ops
 from xgrad.uop.pattern import substitute
@@ -45,7 +46,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     if not pending:
         return
     roots = list(dict.fromkeys(t.uop for t in pending))
-    items, becomes = create_schedule(roots)
+    items, becomes = cached_schedule(roots)
     run_schedule(plan_memory(items, [becomes[r] for r in roots if r in becomes]))
     for t in list(all_tensors):
         if (new := becomes.get(t.uop)) is not None:

@@ -324,7 +324,8 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
             src = node.src[0]
             src_buf = realizes.get(src, src.base if is_realized(src) and _is_contiguous_view(src) else None)
             assert src_buf is not None, "copy source must be realized contiguously"
-            items.append(ScheduleItem(node, (buffer_of(out), buffer_of(src_buf)), device))
+            marker = UOp(Ops.COPY, node.dtype, (UOp(Ops.DEVICE, arg=src.device), UOp(Ops.DEVICE, arg=device)))
+            items.append(ScheduleItem(marker, (buffer_of(out), buffer_of(src_buf)), device))
         else:
             ast, params = lower_kernel(node, out, realizes)
             items.append(ScheduleItem(ast, tuple(buffer_of(p) for p in params), device))
