@@ -365,3 +365,17 @@ def test_same_graph_structure_reuses_the_schedule(xgrad_device):
     ref = np.exp((a * 2 * b).sum(1) - (a * 2 * b).sum(1).max())
     np.testing.assert_allclose(second, ref / ref.sum() + 1, rtol=1e-5)
     assert not np.allclose(first, second)
+
+
+def test_disk_file_is_a_uint8_tensor_with_lazy_slices(tmp_path, xgrad_device):
+    import pathlib
+
+    data = bytes(range(256)) * 4
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data)
+    t = Tensor(pathlib.Path(path))
+    assert t.dtype == dtypes.uint8 and t.shape == (1024,) and t.device.startswith("DISK:")
+    assert t.to(xgrad_device).numpy().tobytes() == data
+    part = t.shrink(((260, 300),)).to(xgrad_device)  # a byte range: copied through a view, no DISK kernel
+    assert part.numpy().tobytes() == data[260:300]
+    assert (t.reshape(4, 256).shrink(((2, 3), (0, 256))).to(xgrad_device).numpy() == np.arange(256)).all()

@@ -69,7 +69,7 @@ def find_realizes(roots: list[UOp]) -> set[UOp]:
     for u in sink_order:
         if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY):
             realizes.add(u)
-        if u.op is Ops.COPY and not (is_realized(u.src[0]) and _is_contiguous_view(u.src[0])):
+        if u.op is Ops.COPY and not (is_realized(u.src[0]) and contiguous_range(u.src[0]) is not None):
             realizes.add(u.src[0])
     # reductions: realize when reached through an expand (it would be recomputed per broadcast element) or when
     # several nodes use it. Walk users before sources, tracking "an expand lies between here and a boundary".
@@ -322,10 +322,10 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
         out = new_buffer_uop(device, prod(shape), node.dtype)
         if node.op is Ops.COPY:
             src = node.src[0]
-            src_buf = realizes.get(src, src.base if is_realized(src) and _is_contiguous_view(src) else None)
-            assert src_buf is not None, "copy source must be realized contiguously"
+            src_buf = realizes.get(src) or _range_view(src)
             marker = UOp(Ops.COPY, node.dtype, (UOp(Ops.DEVICE, arg=src.device), UOp(Ops.DEVICE, arg=device)))
-            items.append(ScheduleItem(marker, (buffer_of(out), buffer_of(src_buf)), device))
+            items.append(ScheduleItem(marker, (buffer_of(out), src_buf if isinstance(src_buf, Buffer) else
+                                               buffer_of(src_buf)), device))
         else:
             ast, params = lower_kernel(node, out, realizes)
             items.append(ScheduleItem(ast, tuple(buffer_of(p) for p in params), device))
@@ -339,6 +339,34 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
         for i, it in enumerate(items):
             print(f"schedule {i}: {'copy' if it.is_copy else it.ast.arg.name} on {it.device} bufs={list(it.bufs)}")
     return items, becomes
+
+
+def contiguous_range(u: UOp) -> int | None:
+    """If the view `u` of a buffer reads one contiguous run of it in order, the element offset of that run."""
+    if not is_realized(u):
+        return None
+    if _is_contiguous_view(u):
+        return 0
+    from xgrad.uop.symbolic import simplify
+
+    ctx = KernelCtx({}, [], itertools.count(), {})
+    shape = _shape(u)
+    ranges = tuple(UOp.range(s, i) for i, s in enumerate(shape))
+    load = lower(ctx, u, ranges, None)
+    if load.op is not Ops.LOAD or len(load.src[0].src) != 2:
+        return None
+    diff = simplify(load.src[0].src[1] - flat_index(ranges, shape))
+    return int(diff.arg) if diff.op is Ops.CONST and diff.arg >= 0 else None
+
+
+def _range_view(u: UOp) -> Buffer:
+    """A Buffer sharing the memory of the contiguous run that the view `u` reads (DISK slices copy from it)."""
+    offset = contiguous_range(u)
+    assert offset is not None, "copy source must be one contiguous run of a buffer"
+    base = buffer_of(u)
+    if offset == 0 and prod(_shape(u)) == base.size:
+        return base
+    return Buffer(base.device, prod(_shape(u)), u.dtype, base=base, offset=offset * u.dtype.itemsize)
 
 
 def _is_contiguous_view(u: UOp) -> bool:
