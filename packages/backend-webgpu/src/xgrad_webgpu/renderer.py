@@ -146,7 +146,26 @@ def buffer_of(ctx: RenderState, name: str) -> tuple[DType, bool]:
     return next((u.dtype.scalar(), written) for u, n, written in ctx.params if n == name)
 
 
-uop_rules_wgsl = {**base_uop_rules, Ops.RANGE: rule_range_wgsl}
+# (x + M) - M rounds x to an integer (ties to even) when M is 2**23 or 1.5*2**23; codegen's approximations use it.
+# Shader compilers treat WGSL float math as reassociable and fold it to x (lavapipe does), so it is printed as round().
+ROUNDING_MAGIC = frozenset({2.0**23, 1.5 * 2.0**23})
+
+
+def rule_add_wgsl(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    inner, c2 = u.src
+    if (
+        u.dtype == dtypes.float32
+        and inner.op is Ops.ADD
+        and c2.op is Ops.CONST
+        and (c1 := inner.src[1]).op is Ops.CONST
+        and c1.arg in ROUNDING_MAGIC
+        and c2.arg == -c1.arg
+    ):
+        return f"round({ctx.exprs[inner.src[0]]})"
+    return base_uop_rules[Ops.ADD](r, ctx, u) or ""
+
+
+uop_rules_wgsl = {**base_uop_rules, Ops.RANGE: rule_range_wgsl, Ops.ADD: rule_add_wgsl}
 
 
 class WGSLRenderer(CStyleRenderer):

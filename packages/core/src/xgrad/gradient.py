@@ -166,6 +166,19 @@ def _on_path(root: UOp, targets: set[UOp]) -> dict[UOp, bool]:
     return on_path
 
 
+def nodes_with_gradient_path(root: UOp) -> set[UOp]:
+    """The nodes under root (and root) that a gradient can reach: the walk stops at DETACH, which cuts the graph."""
+    seen: set[UOp] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node in seen or node.op is Ops.DETACH:
+            continue
+        seen.add(node)
+        stack.extend(node.src)
+    return seen
+
+
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
     """Gradients of `root` with respect to each target that a differentiable path reaches.
 
@@ -189,4 +202,4 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
     return {t: g for t, g in grads.items() if t in targets}
 
 
-__all__ = ["pm_gradient", "compute_gradient"]
+__all__ = ["pm_gradient", "compute_gradient", "nodes_with_gradient_path"]

@@ -333,8 +333,10 @@ class Tensor:
         return [Tensor(grads[t.uop]) if t.uop in grads else t.zeros_like() for t in targets]
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
-        """Compute the gradient of this tensor for every live floating-point tensor in its graph (except bare
-        constants) and store it in `.grad`, or add it to an existing `.grad` (with `assign`). Returns self.
+        """Compute the gradient of this tensor for every live floating-point tensor in its graph and store it in
+        `.grad`, or add it to an existing `.grad` (with `assign`). Skipped: what is only reached through `detach()`,
+        and bare 0-d constants such as `Tensor(2.0)` unless marked `is_param`. A non-scalar tensor needs `gradient`.
+        Returns self.
 
         >>> w = Tensor([1.0, 2.0, 3.0])
         >>> (w * w).sum().backward().item()
@@ -343,8 +345,9 @@ class Tensor:
         [2.0, 4.0, 6.0]
         """
         from xgrad.engine.realize import all_tensors
+        from xgrad.gradient import nodes_with_gradient_path
 
-        in_graph = self.uop.toposort
+        in_graph = nodes_with_gradient_path(self.uop)
         targets = [
             t
             for t in list(all_tensors)
@@ -352,7 +355,7 @@ class Tensor:
             and dtypes.is_float(t.dtype)
             and t.dtype not in dtypes.weaks
             and t.uop.device is not None
-            and t.uop.op is not Ops.CONST
+            and (t.uop.op is not Ops.CONST or t.is_param)
         ]
         for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
             if t.grad is None:

@@ -322,10 +322,9 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
         out = new_buffer_uop(device, prod(shape), node.dtype)
         if node.op is Ops.COPY:
             src = node.src[0]
-            src_buf = realizes.get(src) or _range_view(src)
+            src_buf = buffer_of(realizes[src]) if src in realizes else _range_view(src)
             marker = UOp(Ops.COPY, node.dtype, (UOp(Ops.DEVICE, arg=src.device), UOp(Ops.DEVICE, arg=device)))
-            items.append(ScheduleItem(marker, (buffer_of(out), src_buf if isinstance(src_buf, Buffer) else
-                                               buffer_of(src_buf)), device))
+            items.append(ScheduleItem(marker, (buffer_of(out), src_buf), device))
         else:
             ast, params = lower_kernel(node, out, realizes)
             items.append(ScheduleItem(ast, tuple(buffer_of(p) for p in params), device))
