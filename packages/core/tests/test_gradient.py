@@ -442,18 +442,8 @@ def test_tiny_mlp_backward_matches_torch(xgrad_device: str) -> None:
     mlp_backward_against_torch(xgrad_device, with_bias=False)
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    reason="codegen: linearize gets stuck on a REDUCE whose value does not use one of its ranges "
-    "(Tensor.ones(8, 3).sum(0) fails the same way); the bias gradients are such sums",
-)
 def test_tiny_mlp_with_bias_backward_matches_torch(xgrad_device: str) -> None:
-    try:
-        mlp_backward_against_torch(xgrad_device, with_bias=True)
-    except AssertionError as e:
-        if "linearize is stuck" in str(e):
-            raise
-        raise RuntimeError(f"not the known codegen failure: {e}") from e  # a wrong gradient fails, never xfails
+    mlp_backward_against_torch(xgrad_device, with_bias=True)
 
 
 # ---- errors ----

@@ -379,3 +379,18 @@ def test_disk_file_is_a_uint8_tensor_with_lazy_slices(tmp_path, xgrad_device):
     part = t.shrink(((260, 300),)).to(xgrad_device)  # a byte range: copied through a view, no DISK kernel
     assert part.numpy().tobytes() == data[260:300]
     assert (t.reshape(4, 256).shrink(((2, 3), (0, 256))).to(xgrad_device).numpy() == np.arange(256)).all()
+
+
+def test_reduce_whose_value_ignores_a_loop(xgrad_device):
+    # the reduced value does not depend on the reduce loop (or on an output loop): the accumulator must still be
+    # reset per output element and updated in every iteration
+    assert Tensor.ones(8, 3, device=xgrad_device).sum(0).tolist() == [8.0, 8.0, 8.0]
+    assert Tensor.full((5, 2), 3.0, device=xgrad_device).max(0).tolist() == [3.0, 3.0]
+    w = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device=xgrad_device)
+    np.testing.assert_allclose(
+        (Tensor.ones(8, 3, device=xgrad_device) @ w.T).numpy(), np.ones((8, 3)) @ np.arange(6).reshape(2, 3).T
+    )
+    x = make((4, 5), dtypes.float32)
+    t = Tensor(x, device=xgrad_device)
+    nested = (t.sum(1, keepdim=True) * Tensor.ones(4, 7, device=xgrad_device)).sum(1)  # a reduce inside a reduce
+    np.testing.assert_allclose(nested.numpy(), x.sum(1) * 7, rtol=1e-5)

@@ -37,21 +37,46 @@ def identity_element(op: Ops, dtype: DType) -> UOp:
 @dataclass
 class AccCtx:
     counter: itertools.count[int] = field(default_factory=itertools.count)
-    outer: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # DEFINE_ACC -> the loops it lives in
+    context: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # REDUCE -> the loops around its use
+    loops: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # DEFINE_ACC / ASSIGN_ACC -> their exact loops
 
 
 def lower_reduce(ctx: AccCtx, red: UOp) -> UOp:
+    """REDUCE -> an accumulator defined in the loops around the reduction's use, updated inside its own loops."""
     value, ranges = red.src[0], sorted(red.src[1:], key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0]))
     acc = UOp(Ops.DEFINE_ACC, red.dtype, (identity_element(red.arg, red.dtype),), next(ctx.counter))
-    ctx.outer[acc] = frozenset(r for r in _ranges_in(value) if r not in ranges)
-    step: UOp = UOp(Ops.ASSIGN_ACC, red.dtype, (acc, UOp(red.arg, red.dtype, (acc, value))))
+    outer = ctx.context.get(red, frozenset()) | (free_ranges(value) - set(ranges))
+    combined = UOp(red.arg, red.dtype, (acc, value))
+    step: UOp = UOp(Ops.ASSIGN_ACC, red.dtype, (acc, combined))
+    ctx.loops[acc] = outer
+    # reading and updating the register happen in every reduce loop, whether the value uses that loop or not
+    ctx.loops[combined] = ctx.loops[step] = outer | set(ranges)
     for rng in reversed(ranges):
         step = UOp(Ops.END, dtypes.void, (rng, step))
     return UOp(Ops.NOOP, red.dtype, (acc, step))
 
 
-def _ranges_in(u: UOp) -> set[UOp]:
-    return {x for x in u.toposort if x.op is Ops.RANGE}
+def free_ranges(u: UOp) -> frozenset[UOp]:
+    """The RANGEs `u` depends on that no REDUCE inside it binds."""
+    free: dict[UOp, frozenset[UOp]] = {}
+    for x in u.toposort:
+        inner = frozenset().union(*(free[s] for s in x.src)) if x.src else frozenset()
+        free[x] = inner | {x} if x.op is Ops.RANGE else inner - set(x.src[1:]) if x.op is Ops.REDUCE else inner
+    return free[u]
+
+
+def reduce_contexts(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+    """For every REDUCE, the loops its result is used in: the store's output loops, plus the loops of every
+    reduction it sits inside (its accumulator must be reset in each of their iterations)."""
+    context: dict[UOp, frozenset[UOp]] = {}
+    for st in sink.src:
+        context[st] = free_ranges(st)
+    for x in reversed(list(sink.toposort)):
+        here = context.get(x, frozenset())
+        inner = here | set(x.src[1:]) if x.op is Ops.REDUCE else here
+        for s in x.src:
+            context[s] = context.get(s, frozenset()) | inner
+    return {x: c for x, c in context.items() if x.op is Ops.REDUCE}
 
 
 pm_lower_reduce = PatternMatcher(
@@ -100,9 +125,9 @@ def _open_ranges_of(u: UOp) -> set[UOp]:
     return set(rs[u])
 
 
-def _range_set(x: UOp, rs: dict[UOp, frozenset[UOp]], acc_outer: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
-    if x.op is Ops.DEFINE_ACC and x in acc_outer:
-        return acc_outer[x]
+def _range_set(x: UOp, rs: dict[UOp, frozenset[UOp]], fixed: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
+    if x in fixed:
+        return fixed[x]
     out: frozenset[UOp] = frozenset().union(*(rs[s] for s in x.src)) if x.src else frozenset()
     if x.op is Ops.RANGE:
         return out | {x}
@@ -113,14 +138,15 @@ def _range_set(x: UOp, rs: dict[UOp, frozenset[UOp]], acc_outer: dict[UOp, froze
 
 def linearize(sink: UOp) -> list[UOp]:
     """Order the graph into a program: each node inside exactly the loops it needs, loops properly nested."""
-    ctx = AccCtx()
-    sink = graph_rewrite(sink, pm_lower_reduce, ctx=ctx, name="lower reduce")
+    ctx = AccCtx(context=reduce_contexts(sink))
+    # bottom_up: a REDUCE is lowered while it is still the node `reduce_contexts` saw
+    sink = graph_rewrite(sink, pm_lower_reduce, ctx=ctx, name="lower reduce", bottom_up=True)
     sink = close_output_loops(sink)
     nodes = list(sink.toposort)
     position = {u: i for i, u in enumerate(nodes)}
     rs: dict[UOp, frozenset[UOp]] = {}
     for x in nodes:
-        rs[x] = _range_set(x, rs, ctx.outer)
+        rs[x] = _range_set(x, rs, ctx.loops)
     users: dict[UOp, list[UOp]] = {u: [] for u in nodes}
     for u in nodes:
         for s in u.src:
@@ -149,7 +175,7 @@ def linearize(sink: UOp) -> list[UOp]:
             u
             for u in ready
             if u.op not in (Ops.RANGE, Ops.END, Ops.SINK)
-            and (rs[u] == open_set if u.op in (Ops.DEFINE_ACC, Ops.STORE) else rs[u] <= open_set)
+            and (rs[u] == open_set if u.op in (Ops.DEFINE_ACC, Ops.ASSIGN_ACC, Ops.STORE) else rs[u] <= open_set)
         ]
         if body:
             emit(min(body, key=lambda u: (u.op is not Ops.DEFINE_ACC, position[u])))
