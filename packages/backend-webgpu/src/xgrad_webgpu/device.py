@@ -1,0 +1,267 @@
+"""The WEBGPU device: kernels rendered as WGSL, compiled by the WebGPU implementation (wgpu-native through the `wgpu`
+Python package) into compute pipelines, dispatched on the adapter's queue.
+
+Memory: every buffer is a storage buffer (STORAGE | COPY_SRC | COPY_DST) rounded up to whole 4-byte words (WGSL
+storage holds words; packed bool/int8/int16 buffers need the tail word). Copies go through `queue.write_buffer` and
+`queue.read_buffer`, which waits for the work submitted before it. Offset views bind the base buffer at an offset,
+which WebGPU allows only at multiples of the adapter's `min-storage-buffer-offset-alignment`: other offsets are
+refused with a `DeviceError`.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from xgrad.buffer import ProgramInfo
+from xgrad.errors import CompileError, DeviceError
+from xgrad.uop.ops import Ops, UOp
+from xgrad_codegen.device import CompiledDevice
+from xgrad_webgpu.renderer import F16_FEATURE, WORKGROUP_SIZE, WGSLRenderer
+
+# optional features the renderer can use when the adapter has them
+WANTED_FEATURES = (F16_FEATURE, "timestamp-query")
+
+
+@dataclass
+class WebGPUBuffer:
+    """An allocator handle: `nbytes` bytes at byte `offset` of a wgpu buffer (offset 0 unless it is a view)."""
+
+    buffer: Any
+    offset: int
+    nbytes: int
+
+    @property
+    def binding_size(self) -> int:
+        return max(4, _words(self.nbytes))
+
+
+def _words(nbytes: int) -> int:
+    return (nbytes + 3) // 4 * 4
+
+
+def load_wgpu() -> Any:
+    """The wgpu module, imported on first use (importing the plugin must stay cheap)."""
+    import wgpu  # type: ignore[import-untyped]  # wgpu ships no type information
+
+    return wgpu
+
+
+_lock = threading.Lock()
+_adapter: Any = None
+
+
+def get_adapter() -> Any:
+    """The adapter WebGPU picks (high-performance preference), requested once per process; None if there is none."""
+    global _adapter
+    with _lock:
+        if _adapter is None:
+            wgpu = load_wgpu()
+
+            _adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance") or False
+        return _adapter or None
+
+
+def describe_adapter(adapter: Any) -> str:
+    info = adapter.info
+    return f"{info.get('device', '?')} ({info.get('backend_type', '?')}, {info.get('description', '')})"
+
+
+class WebGPUAllocator:
+    """Storage buffers of one wgpu device."""
+
+    def __init__(self, device: Any, offset_alignment: int) -> None:
+        wgpu = load_wgpu()
+
+        self.device = device
+        self.offset_alignment = offset_alignment
+        self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+
+    def alloc(self, nbytes: int) -> WebGPUBuffer:
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate a negative number of bytes: {nbytes}")
+        limit = self.device.limits["max-storage-buffer-binding-size"]
+        if nbytes > limit:
+            raise DeviceError(f"WEBGPU buffer of {nbytes} bytes exceeds the adapter's storage binding limit {limit}")
+        return WebGPUBuffer(self.device.create_buffer(size=max(4, _words(nbytes)), usage=self.usage), 0, nbytes)
+
+    def free(self, handle: WebGPUBuffer, nbytes: int) -> None:
+        handle.buffer.destroy()  # wgpu keeps it alive until submitted work that uses it is done
+
+    def copyin(self, dest: WebGPUBuffer, src: memoryview) -> None:
+        data = bytes(src.cast("B") if src.format != "B" or src.ndim != 1 else src)
+        if len(data) != dest.nbytes:
+            raise ValueError(f"copyin of {len(data)} bytes into a buffer of {dest.nbytes} bytes")
+        if not data:
+            return
+        if len(data) % 4 or dest.offset % 4:  # write whole words: keep the bytes around ours
+            start = dest.offset - dest.offset % 4
+            old = bytearray(self._read(dest.buffer, start, _words(dest.offset + len(data)) - start))
+            old[dest.offset - start : dest.offset - start + len(data)] = data
+            self.device.queue.write_buffer(dest.buffer, start, bytes(old))
+        else:
+            self.device.queue.write_buffer(dest.buffer, dest.offset, data)
+
+    def copyout(self, dest: memoryview, src: WebGPUBuffer) -> None:
+        dest = dest.cast("B") if dest.format != "B" or dest.ndim != 1 else dest
+        if dest.nbytes != src.nbytes:
+            raise ValueError(f"copyout of a buffer of {src.nbytes} bytes into {dest.nbytes} bytes")
+        if not src.nbytes:
+            return
+        start = src.offset - src.offset % 4
+        data = self._read(src.buffer, start, _words(src.offset + src.nbytes) - start)
+        dest[:] = data[src.offset - start : src.offset - start + src.nbytes]
+
+    def _read(self, buffer: Any, offset: int, size: int) -> memoryview:
+        return memoryview(self.device.queue.read_buffer(buffer, buffer_offset=offset, size=size)).cast("B")
+
+    def offset(self, handle: WebGPUBuffer, offset: int, nbytes: int) -> WebGPUBuffer:
+        if offset < 0 or nbytes < 0 or offset + nbytes > handle.nbytes:
+            raise ValueError(f"view [{offset}, {offset + nbytes}) is outside a buffer of {handle.nbytes} bytes")
+        start = handle.offset + offset
+        if start % self.offset_alignment:
+            raise DeviceError(
+                f"WEBGPU cannot bind a view at byte {start}: WebGPU binds storage buffers at multiples of "
+                f"{self.offset_alignment} bytes; copy the data to a new buffer (e.g. .contiguous()) instead"
+            )
+        return WebGPUBuffer(handle.buffer, start, nbytes)
+
+
+@dataclass
+class WebGPUProgram:
+    """A compute pipeline with its bind group layout: `nbufs` storage buffers, then the variables (if any)."""
+
+    name: str
+    pipeline: Any
+    layout: Any
+    nbufs: int
+    has_vars: bool
+
+
+class WebGPUDevice(CompiledDevice):
+    def __init__(self, name: str) -> None:
+        wgpu = load_wgpu()
+
+        adapter = get_adapter()
+        if adapter is None:
+            raise DeviceError(f"{name}: no WebGPU adapter found; {NO_ADAPTER_FIX}")
+        self.adapter = adapter
+        features = [f for f in WANTED_FEATURES if f in adapter.features]
+        self.device = adapter.request_device_sync(required_features=features, label=f"xgrad {name}")
+        self.features = frozenset(features)
+        self.timestamps = "timestamp-query" in self.features
+        alignment = int(self.device.limits["min-storage-buffer-offset-alignment"])
+        self.max_groups = int(self.device.limits["max-compute-workgroups-per-dimension"])
+        renderer = WGSLRenderer(",".join(f for f in features if f == F16_FEATURE))
+        super().__init__(name, WebGPUAllocator(self.device, alignment), renderer, _NoCompiler(), _no_factory)
+        self._wgpu = wgpu
+        self._sync_buffer = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
+
+    def build(self, name: str, uops: list[UOp], src: str) -> WebGPUProgram:
+        """WGSL -> a compute pipeline. The driver's rejection becomes a CompileError with the source and its log."""
+        wgpu = self._wgpu
+        params = [u for u in uops if u.op is Ops.PARAM]
+        written = {u.src[0].src[0].arg for u in uops if u.op is Ops.STORE}
+        nbufs = max((u.arg for u in params), default=-1) + 1
+        has_vars = any(u.op is Ops.DEFINE_VAR for u in uops)
+        storage, read_only = wgpu.BufferBindingType.storage, wgpu.BufferBindingType.read_only_storage
+        entries = [
+            {
+                "binding": i,
+                "visibility": wgpu.ShaderStage.COMPUTE,
+                "buffer": {"type": storage if i in written else read_only},
+            }
+            for i in range(nbufs + int(has_vars))
+        ]
+        try:
+            module = self.device.create_shader_module(code=src, label=name)
+            layout = self.device.create_bind_group_layout(entries=entries)
+            pipeline = self.device.create_compute_pipeline(
+                layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
+                compute={"module": module, "entry_point": "main"},
+                label=name,
+            )
+        except Exception as e:  # wgpu raises GPUValidationError (and friends) with the driver's message
+            raise CompileError(
+                f"{self.name} ({describe_adapter(self.adapter)}) rejected kernel {name}", source=src, log=str(e)
+            ) from None
+        return WebGPUProgram(name, pipeline, layout, nbufs, has_vars)
+
+    def launch(
+        self, raw: WebGPUProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool
+    ) -> float | None:
+        gs = info.global_size if isinstance(info.global_size, int) else _eval_size(info.global_size, vals)
+        if gs <= 0:
+            return 0.0 if wait else None
+        groups = -(-gs // WORKGROUP_SIZE)
+        x = min(groups, self.max_groups)
+        y = -(-groups // x)
+        if y > self.max_groups:
+            raise DeviceError(f"kernel {raw.name}: {gs} work items exceed the WebGPU dispatch limit")
+        entries = [_binding(i, b) for i, b in enumerate(bufs[: raw.nbufs])]
+        if raw.has_vars:
+            data = struct.pack(f"<{len(info.var_names)}i", *(vals[n] for n in info.var_names))
+            usage = self._wgpu.BufferUsage.STORAGE
+            var_buffer = self.device.create_buffer_with_data(data=data, usage=usage)
+            entries.append({"binding": raw.nbufs, "resource": {"buffer": var_buffer}})
+        group = self.device.create_bind_group(layout=raw.layout, entries=entries)
+        query = self._timestamp_query() if wait and self.timestamps else None
+        encoder = self.device.create_command_encoder()
+        cpass = encoder.begin_compute_pass(timestamp_writes=query[0] if query else None)
+        cpass.set_pipeline(raw.pipeline)
+        cpass.set_bind_group(0, group)
+        cpass.dispatch_workgroups(x, y, 1)
+        cpass.end()
+        if query:
+            encoder.resolve_query_set(query[1], 0, 2, query[2], 0)
+        start = time.perf_counter()
+        self.device.queue.submit([encoder.finish()])
+        if not wait:
+            return None
+        if query:
+            t0, t1 = struct.unpack("<2Q", self.device.queue.read_buffer(query[2]))
+            return float(t1 - t0) * 1e-9  # WebGPU timestamps are nanoseconds
+        self.synchronize()
+        return time.perf_counter() - start
+
+    def _timestamp_query(self) -> tuple[dict[str, Any], Any, Any]:
+        wgpu = self._wgpu
+        qs = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+        out = self.device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        writes = {"query_set": qs, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
+        return writes, qs, out
+
+    def synchronize(self) -> None:
+        # reading a buffer waits for all submitted work (queue order); wgpu 0.32's on_submitted_work_done_sync is
+        # broken (a cffi callback signature mismatch), so this is the portable way to wait
+        self.device.queue.read_buffer(self._sync_buffer)
+
+    def __repr__(self) -> str:
+        return f"WebGPUDevice({self.name!r}, {describe_adapter(self.adapter)})"
+
+
+NO_ADAPTER_FIX = "install a Vulkan driver (for a CPU one: apt-get install mesa-vulkan-drivers)"
+
+
+def _binding(i: int, b: WebGPUBuffer) -> dict[str, Any]:
+    return {"binding": i, "resource": {"buffer": b.buffer, "offset": b.offset, "size": b.binding_size}}
+
+
+def _eval_size(expr: UOp, vals: dict[str, int]) -> int:
+    from xgrad.uop.symbolic import sym_infer
+
+    return int(sym_infer(expr, vals))
+
+
+class _NoCompiler:
+    """WGSL goes to the driver as source; `WebGPUDevice.build` makes the pipeline."""
+
+    def compile(self, src: str) -> bytes:
+        return src.encode()
+
+
+def _no_factory(name: str, lib: bytes) -> Any:
+    raise AssertionError("WebGPUDevice.build makes programs")

@@ -1,0 +1,138 @@
+"""WGSL text for hand-built linear programs: what WGSL lacks is legalised, unsupported dtypes are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from xgrad.dtype import DType, dtypes
+from xgrad.errors import DTypeError
+from xgrad.uop.ops import AxisType, Ops, UOp
+from xgrad_webgpu.renderer import WGSLRenderer
+
+IDX = dtypes.index
+
+
+def linear(*items: UOp) -> list[UOp]:
+    out: dict[UOp, None] = {}
+    for item in items:
+        for u in item.toposort:
+            out.setdefault(u, None)
+    return [*out, UOp(Ops.SINK, dtypes.void, ())]
+
+
+def param(i: int, dtype: DType) -> UOp:
+    return UOp(Ops.PARAM, dtype, (), i)
+
+
+def idx(n: int) -> UOp:
+    return UOp.const(IDX, n)
+
+
+def end(r: UOp) -> UOp:
+    return UOp(Ops.END, dtypes.void, (r,))
+
+
+def unary_program(dtype: DType, fn: object = None, out_dtype: DType | None = None) -> list[UOp]:
+    """out[i] = fn(x[i]) over a GLOBAL range of 10."""
+    out, x = param(0, out_dtype or dtype), param(1, dtype)
+    r = UOp.range(idx(10), 0, AxisType.GLOBAL)
+    value = x.index(r).load()
+    value = fn(value) if callable(fn) else value
+    return linear(out.index(r).store(value), end(r))
+
+
+def render(uops: list[UOp], arch: str | None = "shader-f16") -> str:
+    return WGSLRenderer(arch).render("k", uops)
+
+
+def test_kernel_binds_buffers_and_guards_the_invocation_id() -> None:
+    src = render(unary_program(dtypes.float32, lambda v: v * UOp.const(dtypes.float32, 2.0)))
+    assert "@group(0) @binding(0) var<storage, read_write> data0: array<f32>;" in src
+    assert "@group(0) @binding(1) var<storage, read> data1: array<f32>;" in src
+    assert "@compute @workgroup_size(64)" in src
+    assert "let gidx: i32 = i32(gid.x + gid.y * nwg.x * 64u);" in src
+    assert "if (gidx < 10i) {" in src
+    assert "data0[gidx] = (val0 * 2.0f);" in src
+
+
+def test_program_without_global_range_runs_in_one_invocation() -> None:
+    out = param(0, dtypes.int32)
+    src = render(linear(out.index(idx(0)).store(UOp.const(dtypes.int32, -(2**31)))))
+    assert "if (gid.x != 0u || gid.y != 0u) { return; }" in src
+    assert "data0[0i] = (-2147483647i - 1i);" in src
+
+
+def test_loops_accumulators_and_select() -> None:
+    out, x = param(0, dtypes.float32), param(1, dtypes.float32)
+    r = UOp.range(idx(4), 0, AxisType.GLOBAL)
+    acc = UOp(Ops.DEFINE_ACC, dtypes.float32, (UOp.const(dtypes.float32, float("-inf")),), 0)
+    rr = UOp.range(idx(7), 1, AxisType.REDUCE)
+    assign = UOp(Ops.ASSIGN_ACC, dtypes.float32, (acc, acc.maximum(x.index(r * idx(7) + rr).load())))
+    result = acc.lt(UOp.const(dtypes.float32, 0.0)).where(UOp.const(dtypes.float32, float("nan")), acc)
+    src = render(linear(r, acc, rr, assign, end(rr), out.index(r).store(result), end(r)))
+    assert "var acc0: f32 = (-bitcast<f32>(0x7f800000u));" in src or "bitcast<f32>(0xff800000u)" in src
+    assert "for (var ridx0: i32 = 0i; ridx0 < 7i; ridx0++) {" in src
+    assert "select(acc0, val0, val0 > acc0)" in src or "select(val0, acc0, acc0 > val0)" in src
+    assert "bitcast<f32>(0x7fc00000u)" in src
+
+
+def test_shift_counts_are_u32() -> None:
+    src = render(unary_program(dtypes.int32, lambda v: v.alu(Ops.SHL, UOp.const(dtypes.int32, 3))))
+    assert "(val0 << u32(3i))" in src
+
+
+def test_int8_buffers_are_packed_words_written_with_atomics() -> None:
+    src = render(unary_program(dtypes.int8, lambda v: v * UOp.const(dtypes.int8, 3)))
+    assert "var<storage, read_write> data0: array<atomic<u32>>;" in src
+    assert "var<storage, read> data1: array<u32>;" in src
+    assert "bitcast<i32>(data1[(gidx) / 4i] << (24u - (u32((gidx) % 4i) * 8u))) >> 24u" in src  # sign-extended lane
+    assert "atomicAnd(&data0[(gidx) / 4i]" in src and "atomicOr(&data0[(gidx) / 4i]" in src
+    assert "(((val0 * 3i) << 24u) >> 24u)" in src  # int8 arithmetic wraps
+
+
+def test_bool_and_uint16_lanes() -> None:
+    src = render(unary_program(dtypes.bool, lambda v: v.alu(Ops.CMPLT, UOp.const(dtypes.bool, True))))
+    assert "(((data1[(gidx) / 4i] >> (u32((gidx) % 4i) * 8u)) & 0xffu) != 0u)" in src
+    assert "((val0 != true) & true)" in src  # bool < bool has no WGSL operator
+    assert "select(0u, 1u," in src
+    src = render(unary_program(dtypes.uint16))
+    assert "((data1[(gidx) / 2i] >> (u32((gidx) % 2i) * 16u)) & 0xffffu)" in src
+
+
+def test_float16_enables_the_extension() -> None:
+    src = render(unary_program(dtypes.float16, lambda v: v + UOp.const(dtypes.float16, 1.5)))
+    assert src.startswith("enable f16;")
+    assert "array<f16>" in src and "1.5h" in src
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int64, dtypes.uint64, dtypes.float64])
+def test_64_bit_dtypes_are_refused_with_the_reason(dtype: DType) -> None:
+    with pytest.raises(DTypeError, match=f"{dtype.name}.*WGSL has no"):
+        render(unary_program(dtype))
+
+
+def test_float16_without_shader_f16_is_refused() -> None:
+    assert dtypes.float16 not in WGSLRenderer("").supported_dtypes
+    with pytest.raises(DTypeError, match="shader-f16"):
+        render(unary_program(dtypes.float16), arch="")
+
+
+def test_rounding_idiom_is_printed_as_round() -> None:
+    magic = 1.5 * 2.0**23
+    fn = lambda v: (v + UOp.const(dtypes.float32, magic)) + UOp.const(dtypes.float32, -magic)  # noqa: E731
+    assert "data0[gidx] = round(val0);" in render(unary_program(dtypes.float32, fn))
+
+
+def test_variables_come_from_their_own_binding() -> None:
+    out = param(0, dtypes.float32)
+    n = UOp.variable("n", 1, 100)
+    r = UOp.range(n, 0, AxisType.GLOBAL)
+    src = render(linear(out.index(r).store(UOp.const(dtypes.float32, 1.0)), end(r)))
+    assert "@group(0) @binding(1) var<storage, read> xvars: array<i32>;" in src
+    assert "let n: i32 = xvars[0];" in src and "if (gidx < n) {" in src
+
+
+def test_exp2_log2_sin_are_left_to_codegen() -> None:
+    ops = WGSLRenderer().supported_ops
+    assert not {Ops.EXP2, Ops.LOG2, Ops.SIN} & ops
+    assert {Ops.SQRT, Ops.WHERE, Ops.IDIV, Ops.MOD, Ops.SHL} <= ops

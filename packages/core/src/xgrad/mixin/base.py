@@ -1,0 +1,99 @@
+"""The core of every Tensor: its graph node and the facts read from it. The mixins build on it in layers
+(movement <- elementwise <- reduce <- creation <- Tensor), each using the methods of the layers below."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from xgrad.dtype import DType, dtypes
+from xgrad.errors import IndexingError, ShapeError, XgradError
+from xgrad.helpers import prod
+from xgrad.mixin.common import Scalar
+from xgrad.uop.ops import UOp
+
+if TYPE_CHECKING:
+    from xgrad.tensor import Tensor
+
+
+class TensorBase:
+    __slots__ = ()
+    uop: UOp
+
+    @staticmethod
+    def _tensor_cls() -> type[Tensor]:
+        from xgrad.tensor import Tensor
+
+        return Tensor
+
+    def _new(self, uop: UOp) -> Tensor:
+        """A Tensor for a new graph node."""
+        return self._tensor_cls()(uop)
+
+    def _t(self) -> Tensor:
+        """self, typed as the Tensor it is."""
+        return cast("Tensor", self)
+
+    # ---- properties ----
+    @property
+    def shape(self) -> tuple[int, ...]:
+        assert self.uop.shape is not None
+        return tuple(int(s) for s in self.uop.shape)
+
+    @property
+    def dtype(self) -> DType:
+        return self.uop.dtype
+
+    @property
+    def device(self) -> str:
+        dev = self.uop.device
+        assert dev is not None
+        return dev
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return int(prod(self.shape))
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def nbytes(self) -> int:
+        return self.numel() * self.element_size()
+
+    def is_floating_point(self) -> bool:
+        return dtypes.is_float(self.dtype)
+
+    def size(self, dim: int | None = None) -> int | tuple[int, ...]:
+        return self.shape if dim is None else self.shape[self._axis(dim)]
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise XgradError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __bool__(self) -> bool:
+        raise XgradError("the truth value of a Tensor is ambiguous; use .item() or .any()/.all()")
+
+    def __repr__(self) -> str:
+        return f"<Tensor {self.device} {self.shape} {self.dtype.name}>"
+
+    def _axis(self, axis: int, ndim: int | None = None) -> int:
+        n = self.ndim if ndim is None else ndim
+        if not -max(n, 1) <= axis < max(n, 1):
+            raise IndexingError(f"axis {axis} is out of range for a tensor with {n} dimensions")
+        return axis + n if axis < 0 else axis
+
+    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        if self.shape == shape:
+            return self._t()
+        if len(shape) < self.ndim:
+            raise ShapeError(f"cannot broadcast shape {self.shape} to {shape}")
+        padded = (1,) * (len(shape) - self.ndim) + self.shape
+        if any(p != s and p != 1 for p, s in zip(padded, shape)):
+            raise ShapeError(f"cannot broadcast shape {self.shape} to {shape}")
+        return self._new(self.uop.reshape(padded).expand(shape))
+
+    def _const(self, value: Scalar, dtype: DType | None = None) -> Tensor:
+        return self._new(UOp.const(dtype or self.dtype, value, self.device, self.shape))
