@@ -11,22 +11,11 @@ import pytest
 from xgrad.dtype import dtypes, to_np_dtype
 from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.tensor import Tensor
+from xgrad.testing import skip_unsupported
 
 rng = np.random.default_rng(0)
 
 # (device type, dtype) pairs a device cannot compute in, with the reason: tests of that dtype skip there
-UNSUPPORTED_DTYPES = {
-    ("WEBGPU", dtypes.int64): "WGSL has no 64-bit integers (WebGPU storage holds 32-bit words)",
-    ("WEBGPU", dtypes.float64): "WGSL has no float64 (WebGPU storage holds 32-bit words)",
-}
-
-
-def skip_unsupported(device: str, *dts: Any) -> None:
-    for d in dts:
-        if (reason := UNSUPPORTED_DTYPES.get((device.split(":")[0], d))) is not None:
-            pytest.skip(f"{d.name} on {device}: {reason}")
-
-
 TOL = {dtypes.float32: 1e-5, dtypes.float16: 2e-3, dtypes.float64: 1e-12, dtypes.bfloat16: 1e-2}
 
 
@@ -394,3 +383,9 @@ def test_reduce_whose_value_ignores_a_loop(xgrad_device):
     t = Tensor(x, device=xgrad_device)
     nested = (t.sum(1, keepdim=True) * Tensor.ones(4, 7, device=xgrad_device)).sum(1)  # a reduce inside a reduce
     np.testing.assert_allclose(nested.numpy(), x.sum(1) * 7, rtol=1e-5)
+
+
+def test_bool_arithmetic_is_logical(xgrad_device):
+    a, b = np.array([True, True, False, False]), np.array([True, False, True, False])
+    check(xgrad_device, lambda x, y: x + y, np.add, a, b)
+    check(xgrad_device, lambda x, y: x * y, np.multiply, a, b)

@@ -14,7 +14,7 @@ import numpy as np
 from xgrad.dtype import DType, dtypes, from_np_dtype, to_dtype
 from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
-from xgrad.mixin.creation import CreationMixin
+from xgrad.mixin.nn import NNMixin
 from xgrad.uop.ops import Ops, UOp
 
 
@@ -42,7 +42,7 @@ def _np_to_uop(arr: np.ndarray, device: str, dtype: DType | None) -> UOp:
     return buf.reshape(tuple(int(s) for s in arr.shape))
 
 
-class Tensor(CreationMixin):
+class Tensor(NNMixin):
     """A lazy tensor.
 
     >>> Tensor([1, 2, 3]).tolist()

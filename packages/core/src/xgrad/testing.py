@@ -65,3 +65,29 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def xgrad_device(request: pytest.FixtureRequest) -> str:
     """The canonical name of the device under test (see the module docstring)."""
     return str(request.param)
+
+
+_dtype_support: dict[tuple[str, str], str | None] = {}
+
+
+def unsupported_reason(device: str, dtype: Any) -> str | None:
+    """Why `device` cannot hold or compute `dtype` (the device's own DTypeError message), or None if it can.
+    Found by running one tiny kernel, once per (device, dtype)."""
+    from xgrad.errors import DTypeError
+    from xgrad.tensor import Tensor
+
+    key = (device, dtype.name)
+    if key not in _dtype_support:
+        try:
+            Tensor([0, 1], device=device, dtype=dtype).contiguous().realize()
+            _dtype_support[key] = None
+        except DTypeError as e:
+            _dtype_support[key] = str(e)
+    return _dtype_support[key]
+
+
+def skip_unsupported(device: str, *dtypes: Any) -> None:
+    """In a conformance test: skip, with the device's reason, when it cannot do one of `dtypes`."""
+    for dt in dtypes:
+        if (reason := unsupported_reason(device, dt)) is not None:
+            pytest.skip(f"{dt.name} on {device}: {reason}")

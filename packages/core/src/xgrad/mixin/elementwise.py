@@ -140,14 +140,16 @@ class ElementwiseMixin(MovementMixin):
         return self._new(self.cast(dtypes.bool).uop.alu(Ops.CMPNE, True))
 
     def add(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        return self._binop(Ops.ADD, x, reverse)
+        a, b = self._broadcasted(x, reverse)
+        return a._binop(Ops.OR if a.dtype == dtypes.bool else Ops.ADD, b)  # bool + bool is "or", as in numpy
 
     def sub(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
         return a + (-b)
 
     def mul(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        return self._binop(Ops.MUL, x, reverse)
+        a, b = self._broadcasted(x, reverse)
+        return a._binop(Ops.AND if a.dtype == dtypes.bool else Ops.MUL, b)  # bool * bool is "and", as in numpy
 
     def div(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
