@@ -82,39 +82,45 @@ def _stores_contiguous_on(ast: UOp, rng: UOp) -> bool:
     return True
 
 
-def heuristic_opts(ast: UOp, max_upcast: int = 4) -> list[Opt]:
-    """The first heuristic: upcast the store-contiguous output axis; unroll a short inner reduction. Each opt's
-    axis indexes the ranges of the kernel after the opts before it."""
+def heuristic_opts(ast: UOp, vector_width: int = 4) -> list[Opt]:
+    """The first heuristic. Each opt's axis indexes the ranges of the kernel after the opts before it.
+
+    1. upcast the store-contiguous output axis by the vector width (vector loads, stores and ALU);
+    2. in a reduction, also upcast another output axis by 4: a register tile of accumulators, so each loaded
+       vector is reused 4 times (matmul, conv);
+    3. unroll the innermost reduction by 4."""
     if NOOPT:
         return []
     opts: list[Opt] = []
+
+    def add(opt: Opt) -> None:
+        nonlocal ast
+        opts.append(opt)
+        ast = apply_opt(ast, opt)
+
     rngs = kernel_ranges(ast)
     outs = [r for r in rngs if r.arg[1] is AxisType.LOOP]
-    if outs:
-        last = outs[-1]
-        size = range_size(last)
-        if (
-            size is not None
-            and size % max_upcast == 0
-            and size >= max_upcast
-            and _stores_contiguous_on(ast, last)
-            and (len(outs) > 1 or size > max_upcast)
-        ):
-            opts.append(Opt("UPCAST", rngs.index(last), max_upcast))
-            ast = apply_opt(ast, opts[-1])
-            rngs = kernel_ranges(ast)
-    reds = [r for r in rngs if r.arg[1] is AxisType.REDUCE]
-    if reds:
-        last_red = reds[-1]
-        size = range_size(last_red)
-        if size is not None and size % 4 == 0 and size >= 8:
-            opts.append(Opt("UNROLL", rngs.index(last_red), 4))
+    has_reduce = any(r.arg[1] is AxisType.REDUCE for r in rngs)
+    contiguous = next((r for r in reversed(outs) if _stores_contiguous_on(ast, r)), None)
+    if contiguous is not None and (size := range_size(contiguous)) is not None:
+        amount = next((w for w in (vector_width, 4) if w > 1 and size % w == 0 and (size > w or len(outs) > 1)), 0)
+        if amount:
+            add(Opt("UPCAST", kernel_ranges(ast).index(contiguous), amount))
+    if has_reduce:
+        split_axis = contiguous.arg[0] if contiguous is not None else -1  # its outer part keeps the axis id
+        others = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP and r.arg[0] != split_axis]
+        tile = next((r for r in reversed(others) if (n := range_size(r)) is not None and n % 4 == 0 and n > 4), None)
+        if tile is not None and opts:
+            add(Opt("UPCAST", kernel_ranges(ast).index(tile), 4))
+    reds = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.REDUCE]
+    if reds and (size := range_size(reds[-1])) is not None and size % 4 == 0 and size >= 8:
+        add(Opt("UNROLL", kernel_ranges(ast).index(reds[-1]), 4))
     return opts
 
 
-def optimize(ast: UOp, opts: list[Opt] | None = None) -> UOp:
+def optimize(ast: UOp, opts: list[Opt] | None = None, vector_width: int = 4) -> UOp:
     """Apply `opts` (default: the heuristic), then make the outermost output loop GLOBAL."""
-    chosen = heuristic_opts(ast) if opts is None else opts
+    chosen = heuristic_opts(ast, vector_width) if opts is None else opts
     for opt in chosen:
         ast = apply_opt(ast, opt)
     loops = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP]

@@ -41,12 +41,14 @@ def _run(name: str, fn: Callable[[UOp], UOp], ast: UOp) -> UOp:
 def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list[UOp]:
     """Kernel AST -> linear program for `renderer`."""
     ast = _run("simplify indexes", simplify, ast)  # movement-op index math collapses before choosing opts
-    ast = _run("optimize", lambda a: optimize(a, opts), ast)  # split and re-kind ranges (parallel, upcast, unroll)
+    width = getattr(renderer, "max_vector_width", 1)
+    ast = _run(
+        "optimize", lambda a: optimize(a, opts, width), ast
+    )  # split and re-kind ranges (parallel, upcast, unroll)
     ast = _run("expand lanes", expand_lanes, ast)  # UPCAST/UNROLL ranges become straight-line lanes
     ast = _run("simplify lanes", simplify, ast)  # each lane's constant index folds
     for name, pm in decompositions_for(renderer):  # ops and dtypes the target lacks
         ast = _run(name, functools.partial(_rewrite, pm=pm, name=name), ast)
-    width = getattr(renderer, "max_vector_width", 1)
     ast = _run("vectorize", lambda a: vectorize(a, width), ast)  # neighbouring lanes become vector loads/ALU/stores
     uops = linearize(ast)  # loops, accumulators, order
     if SPEC:

@@ -29,31 +29,33 @@ def _consecutive(indexes: list[UOp]) -> bool:
 
 
 def group_stores(ctx: int, sink: UOp) -> UOp | None:
-    """Runs of neighbouring scalar STOREs (up to `ctx` lanes, a power of two) become one vector STORE."""
-    stores = list(sink.src)
+    """Runs of neighbouring scalar STOREs (up to `ctx` lanes, a power of two) become one vector STORE. Lanes can come
+    in any order: a store at p is grouped with the stores at p+1, p+2, ... wherever they stand."""
+    scalar = [s for s in sink.src if s.op is Ops.STORE and s.src[0].dtype.count == 1]
+    at = {(s.src[0].src[0], s.src[0].src[2:], s.src[0].src[1]): s for s in scalar}
+    used: set[UOp] = set()
     out: list[UOp] = []
-    changed = False
-    i = 0
-    while i < len(stores):
-        width = ctx
-        while width > 1:
-            run = stores[i : i + width]
-            if len(run) == width and all(s.op is Ops.STORE for s in run) and _consecutive([s.src[0] for s in run]):
-                break
-            width //= 2
-        if width > 1:
-            run = stores[i : i + width]
-            idx = run[0].src[0]
-            vec_dtype = idx.dtype.vec(width)
-            values = tuple(s.src[1] for s in run)
-            value = UOp(Ops.VECTORIZE, values[0].dtype.vec(width), values)
-            out.append(UOp(Ops.STORE, dtypes.void, (idx.replace(dtype=vec_dtype), value)))
-            changed = True
-            i += width
-        else:
-            out.append(stores[i])
-            i += 1
-    return sink.replace(src=tuple(out)) if changed else None
+    for st in sink.src:
+        if st in used:
+            continue
+        idx = st.src[0]
+        run = [st]
+        if st.op is Ops.STORE and idx.dtype.count == 1:
+            for k in range(1, ctx):
+                nxt = at.get((idx.src[0], idx.src[2:], simplify(idx.src[1] + k)))
+                if nxt is None or nxt in used:
+                    break
+                run.append(nxt)
+        width = 1 << (len(run).bit_length() - 1)  # the largest power of two that fits
+        run = run[:width]
+        used.update(run)
+        if width == 1:
+            out.append(st)
+            continue
+        values = tuple(s.src[1] for s in run)
+        value = UOp(Ops.VECTORIZE, values[0].dtype.vec(width), values)
+        out.append(UOp(Ops.STORE, dtypes.void, (idx.replace(dtype=idx.dtype.vec(width)), value)))
+    return sink.replace(src=tuple(out)) if len(out) != len(sink.src) else None
 
 
 def push_vectorize(vec: UOp) -> UOp | None:
