@@ -15,6 +15,7 @@ from xgrad.helpers import Context, getenv
 
 if TYPE_CHECKING:
     from xgrad.dtype import dtypes
+    from xgrad.engine.jit import TinyJit
     from xgrad.engine.realize import GlobalCounters
     from xgrad.tensor import Tensor
     from xgrad.uop.ops import UOp
@@ -28,6 +29,7 @@ _LAZY = {
     "dtypes": ("xgrad.dtype", "dtypes"),
     "UOp": ("xgrad.uop.ops", "UOp"),
     "GlobalCounters": ("xgrad.engine.realize", "GlobalCounters"),
+    "TinyJit": ("xgrad.engine.jit", "TinyJit"),
 }
 
 
@@ -40,4 +42,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'xgrad' has no attribute {name!r}")
 
 
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "UOp", "Variable", "__version__", "dtypes", "getenv"]
+__all__ = [
+    "Context",
+    "Device",
+    "GlobalCounters",
+    "Tensor",
+    "TinyJit",
+    "UOp",
+    "Variable",
+    "__version__",
+    "dtypes",
+    "getenv",
+]

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from xgrad.dtype import DType, dtypes, from_np_dtype, to_dtype
-from xgrad.errors import DTypeError, ShapeError, XgradError
+from xgrad.errors import DTypeError, JitError, ShapeError, XgradError
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
 from xgrad.mixin.nn import NNMixin
 from xgrad.uop.ops import Ops, UOp
@@ -112,8 +112,14 @@ class Tensor(NNMixin):
         return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev))))
 
     def _host_bytes(self) -> memoryview:
+        from xgrad.engine.jit import capturing
         from xgrad.engine.schedule import buffer_of
 
+        if capturing():
+            raise JitError(
+                "reading tensor data inside a TinyJit capture would not be replayed; return the tensor "
+                "from the jitted function and read it outside"
+            )
         t = self.contiguous() if not _is_plain_buffer(self.uop) else self
         t.realize()
         if self.numel() == 0:

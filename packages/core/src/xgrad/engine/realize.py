@@ -56,7 +56,10 @@ def realize_tensors(tensors: list[Tensor]) -> None:
 
 
 def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:
+    from xgrad.engine.jit import record
+
     vals = var_vals or {}
+    record(items, vals)  # a TinyJit capturing right now keeps what runs
     if DEBUG >= 1 and items:
         kernels = sum(not it.is_copy for it in items)
         print(f"*** realize: {kernels} kernel{'s' if kernels != 1 else ''}, {len(items) - kernels} copies")

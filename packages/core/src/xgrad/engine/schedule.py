@@ -299,8 +299,15 @@ def kernel_name(value: UOp, shape: tuple[int, ...]) -> str:
 
 
 # ---- 3. the whole schedule ----
+class ScheduleStats:
+    """How often the scheduler ran (tests count it: a TinyJit replay must not schedule)."""
+
+    calls: int = 0
+
+
 def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """Kernels and copies that realize `roots`, in order, and what each root becomes (a view of its new buffer)."""
+    ScheduleStats.calls += 1
     if SPEC:
         from xgrad.uop.spec import check_tensor_graph
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from xgrad.buffer import Buffer
 from xgrad.dtype import DType, dtypes
-from xgrad.engine.schedule import ScheduleItem, buffer_of, create_schedule, new_buffer_uop
+from xgrad.engine.schedule import ScheduleItem, ScheduleStats, buffer_of, create_schedule, new_buffer_uop
 from xgrad.helpers import SCACHE
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
@@ -76,6 +76,7 @@ def cached_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     placeholders = {b: UOp(Ops.BUFFER, b.dtype, b.src, (-1 - i, b.arg[1])) for i, b in enumerate(inputs)}
     key = substitute(sink, placeholders)
     if (tpl := _cache.get(key)) is not None:
+        ScheduleStats.calls += 1
         return _instantiate(tpl, roots, inputs)
     items, becomes = create_schedule(roots)
     _cache[key] = _make_template(roots, inputs, items, becomes)

@@ -1,0 +1,173 @@
+"""TinyJit: run a function once, capture the kernels it runs the second time, replay them afterwards.
+
+Replay launches the captured programs on the new inputs' buffers directly: no graph building, no scheduling, no
+compiling. Inputs are the Tensors among the arguments (and one level inside lists, tuples and dicts); they must be
+realized buffers, and on replay must match the capture in shape, dtype, device and view.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from xgrad.buffer import Buffer
+from xgrad.device import Device
+from xgrad.engine.schedule import ScheduleItem, buffer_of
+from xgrad.errors import JitError
+from xgrad.helpers import JIT
+from xgrad.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from xgrad.tensor import Tensor
+
+R = TypeVar("R")
+
+
+class _Capture:
+    """Set while a TinyJit captures: the engine records every schedule it runs here."""
+
+    active: list[tuple[list[ScheduleItem], dict[str, int]]] | None = None
+
+
+def record(items: list[ScheduleItem], var_vals: dict[str, int]) -> None:
+    if _Capture.active is not None:
+        _Capture.active.append((items, var_vals))
+
+
+def capturing() -> bool:
+    return _Capture.active is not None
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What a captured input looked like: replays must match it."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    device: str
+    view: UOp  # the input's graph with its buffer replaced by a placeholder
+
+
+@dataclass
+class _Step:
+    item: ScheduleItem
+    program: Any  # compiled program, None for copies
+    slots: tuple[int | None, ...]  # per buffer: the input it comes from, or None (captured buffer)
+    var_vals: dict[str, int]
+
+
+def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor]:
+    from xgrad.tensor import Tensor
+
+    found: list[Tensor] = []
+    for a in (*args, *kwargs.values()):
+        inner = a.values() if isinstance(a, dict) else a if isinstance(a, (list, tuple)) else (a,)
+        found.extend(x for x in inner if isinstance(x, Tensor))
+    return found
+
+
+def _spec_of(t: Tensor, index: int) -> InputSpec:
+    if t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN:
+        raise JitError(
+            f"TinyJit input {index} is not a realized buffer (it is a lazy {t.uop.op.name}); "
+            "call .realize() on it before passing it in (or .contiguous().realize() for a constant)"
+        )
+    placeholder = UOp(Ops.BUFFER, t.dtype, t.uop.base.src, (-1, t.uop.base.arg[1]))
+    view = _replace_base(t.uop, placeholder)
+    return InputSpec(t.shape, t.dtype, t.device, view)
+
+
+def _replace_base(u: UOp, new: UOp) -> UOp:
+    return new if u.op is Ops.BUFFER else u.replace(src=(_replace_base(u.src[0], new), *u.src[1:]))
+
+
+class TinyJit(Generic[R]):
+    """Capture a function's kernels and replay them. `JIT=0` turns it off (the function just runs).
+
+    >>> from xgrad import Tensor
+    >>> f = TinyJit(lambda a, b: (a * b + 1).realize())
+    >>> for i in range(3): out = f(Tensor([1.0, 2.0]).realize(), Tensor([float(i), 1.0]).realize())
+    >>> out.tolist()
+    [3.0, 3.0]
+    """
+
+    def __init__(self, fxn: Callable[..., R]):
+        self.fxn = fxn
+        self.calls = 0
+        self.steps: list[_Step] = []
+        self.specs: tuple[InputSpec, ...] = ()
+        self.result: R | None = None
+        functools.update_wrapper(self, fxn)
+
+    def reset(self) -> None:
+        self.calls = 0
+        self.steps = []
+        self.specs = ()
+        self.result = None
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Callable[..., R]:
+        return functools.partial(self.__call__, obj)  # methods: bind self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if not JIT:
+            return self.fxn(*args, **kwargs)
+        inputs = _input_tensors(args, kwargs)
+        if len({id(t) for t in inputs}) != len(inputs):
+            raise JitError("the same Tensor is passed to a TinyJit twice; pass it once (or pass a .clone())")
+        if self.calls == 0:
+            self.calls = 1
+            return self._realized(self.fxn(*args, **kwargs))
+        if self.calls == 1:
+            return self._capture(inputs, args, kwargs)
+        return self._replay(inputs)
+
+    def _realized(self, ret: R) -> R:
+        from xgrad.tensor import Tensor
+
+        outs = [x for x in (ret if isinstance(ret, (list, tuple)) else (ret,)) if isinstance(x, Tensor)]
+        if outs:
+            outs[0].realize(*outs[1:])
+        return ret
+
+    def _capture(self, inputs: list[Tensor], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        if _Capture.active is not None:
+            raise JitError("TinyJit calls cannot be nested: a jitted function called another jitted function")
+        self.specs = tuple(_spec_of(t, i) for i, t in enumerate(inputs))
+        input_bufs = {id(buffer_of(t.uop)): i for i, t in enumerate(inputs)}
+        recorded: list[tuple[list[ScheduleItem], dict[str, int]]] = []
+        _Capture.active = recorded
+        try:
+            ret = self._realized(self.fxn(*args, **kwargs))
+        finally:
+            _Capture.active = None
+        steps = []
+        for items, var_vals in recorded:
+            for it in items:
+                program = None if it.is_copy else Device[it.device].compile(it.ast)
+                slots = tuple(input_bufs.get(id(b)) for b in it.bufs)
+                steps.append(_Step(it, program, slots, var_vals))
+        self.steps, self.result, self.calls = steps, ret, 2
+        return ret
+
+    def _replay(self, inputs: list[Tensor]) -> R:
+        if len(inputs) != len(self.specs):
+            raise JitError(f"TinyJit was captured with {len(self.specs)} tensor inputs, now called with {len(inputs)}")
+        for i, (t, spec) in enumerate(zip(inputs, self.specs)):
+            got = _spec_of(t, i)
+            for what in ("shape", "dtype", "device", "view"):
+                if getattr(got, what) != getattr(spec, what):
+                    raise JitError(
+                        f"TinyJit input {i} changed {what}: captured {getattr(spec, what)!r}, "
+                        f"now {getattr(got, what)!r}; call with the captured {what} or jit a new function"
+                    )
+        bufs = [buffer_of(t.uop) for t in inputs]
+        for step in self.steps:
+            actual: list[Buffer] = [b if s is None else bufs[s] for b, s in zip(step.item.bufs, step.slots)]
+            if step.program is None:
+                actual[0].copyin(actual[1].as_bytes())
+            else:
+                step.program([b.handle for b in actual], step.var_vals)
+        assert self.result is not None or self.steps is not None
+        return self.result  # type: ignore[return-value]
