@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from xgrad_codegen.device import CompiledDevice
+from typing import Any
+
+from xgrad.buffer import ProgramInfo
+from xgrad_codegen.device import CompiledDevice, eval_size
 from xgrad_cpu.allocator import CPUAllocator
 from xgrad_cpu.compiler import CCompiler
 from xgrad_cpu.program import CPUProgram
@@ -11,6 +14,19 @@ from xgrad_cpu.renderer import CRenderer
 _ALLOCATOR = CPUAllocator()  # one host memory pool shared by CPU, CPU:1, ...: copies between them are memcpy
 
 
+# below this much work (estimated operations + bytes moved) a kernel runs in the calling thread: handing chunks to
+# the worker pool costs more than it saves
+SMALL_KERNEL = 1 << 16
+
+
 class CPUDevice(CompiledDevice):
     def __init__(self, name: str):
         super().__init__(name, _ALLOCATOR, CRenderer(None), CCompiler(), CPUProgram)
+
+    def launch(self, raw: Any, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool) -> float | None:
+        gs = info.global_size if isinstance(info.global_size, int) else eval_size(info.global_size, vals)
+        threads = 1 if info.ops + info.mem < SMALL_KERNEL else None
+        result: float | None = raw(
+            *bufs, global_size=gs, vals=tuple(vals[n] for n in info.var_names), wait=wait, threads=threads
+        )
+        return result

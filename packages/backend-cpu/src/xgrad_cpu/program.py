@@ -125,12 +125,17 @@ class CPUProgram:
         return f"CPUProgram({self.name!r})"
 
     def __call__(
-        self, *bufs: CPUBuffer, global_size: int = 1, vals: tuple[int, ...] = (), wait: bool = False
+        self,
+        *bufs: CPUBuffer,
+        global_size: int = 1,
+        vals: tuple[int, ...] = (),
+        wait: bool = False,
+        threads: int | None = None,
     ) -> float | None:
         assert 0 <= global_size <= 0x7FFFFFFF, f"global_size {global_size} does not fit the kernel ABI's int"
         ptrs = (ctypes.c_void_p * len(bufs))(*[b.ptr for b in bufs])
         ints = (ctypes.c_int * len(vals))(*vals) if vals else None
-        threads = min(num_threads(), global_size)
+        threads = min(num_threads() if threads is None else threads, global_size)
         st = time.perf_counter() if wait else 0.0
         if threads <= 1:
             self.fxn(ptrs, ints, 0, global_size)  # inline: no thread handoff at all

@@ -93,7 +93,7 @@ class CompiledDevice:
         self, raw: RawProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool
     ) -> float | None:
         """Default launch: the raw program takes buffers, the parallel size and the variable values."""
-        gs = info.global_size if isinstance(info.global_size, int) else _eval_size(info.global_size, vals)
+        gs = info.global_size if isinstance(info.global_size, int) else eval_size(info.global_size, vals)
         result: float | None = raw(*bufs, global_size=gs, vals=tuple(vals[n] for n in info.var_names), wait=wait)
         return result
 
@@ -101,7 +101,7 @@ class CompiledDevice:
         pass
 
 
-def _eval_size(expr: UOp, vals: dict[str, int]) -> int:
+def eval_size(expr: UOp, vals: dict[str, int]) -> int:
     from xgrad.uop.symbolic import sym_infer
 
     return int(sym_infer(expr, vals))

@@ -48,6 +48,7 @@ class InputSpec:
     dtype: Any
     device: str
     view: UOp  # the input's graph with its buffer replaced by a placeholder
+    plain: bool  # the whole buffer, only reshaped
 
 
 @dataclass
@@ -76,7 +77,8 @@ def _spec_of(t: Tensor, index: int) -> InputSpec:
         )
     placeholder = UOp(Ops.BUFFER, t.dtype, t.uop.base.src, (-1, t.uop.base.arg[1]))
     view = _replace_base(t.uop, placeholder)
-    return InputSpec(t.shape, t.dtype, t.device, view)
+    plain = t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER)
+    return InputSpec(t.shape, t.dtype, t.device, view, plain)
 
 
 def _replace_base(u: UOp, new: UOp) -> UOp:
@@ -155,6 +157,10 @@ class TinyJit(Generic[R]):
         if len(inputs) != len(self.specs):
             raise JitError(f"TinyJit was captured with {len(self.specs)} tensor inputs, now called with {len(inputs)}")
         for i, (t, spec) in enumerate(zip(inputs, self.specs)):
+            u = t.uop
+            plain = u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+            if plain and spec.plain and u.dtype == spec.dtype and u.shape == spec.shape and u.device == spec.device:
+                continue  # the common case, checked without building the view
             got = _spec_of(t, i)
             for what in ("shape", "dtype", "device", "view"):
                 if getattr(got, what) != getattr(spec, what):

@@ -1,0 +1,43 @@
+"""Per-call cost of a tiny TinyJit'd op (replay only) against numpy and torch doing the same tiny op.
+
+Run: .venv/bin/python bench/bench_jit.py   (prints microseconds per call; asserts nothing)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from xgrad import Tensor, TinyJit
+
+
+def per_call_us(fn: Callable[[], object], n: int = 2000) -> float:
+    for _ in range(20):
+        fn()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def main() -> None:
+    a, b = Tensor(np.ones(16, np.float32)).realize(), Tensor(np.ones(16, np.float32)).realize()
+    tiny = TinyJit(lambda x, y: (x * y + 1).realize())
+    xgrad_us = per_call_us(lambda: tiny(a, b))
+    an, bn = np.ones(16, np.float32), np.ones(16, np.float32)
+    numpy_us = per_call_us(lambda: an * bn + 1)
+    print(f"tiny jitted op (16 floats, a*b+1): xgrad replay {xgrad_us:.1f} us/call, numpy {numpy_us:.2f} us/call")
+    try:
+        import torch
+
+        at, bt = torch.ones(16), torch.ones(16)
+        torch_us = per_call_us(lambda: at * bt + 1)
+        print(f"torch {torch_us:.2f} us/call; xgrad/torch = {xgrad_us / torch_us:.1f}")
+    except ImportError:
+        print("torch not installed")
+
+
+if __name__ == "__main__":
+    main()
