@@ -389,3 +389,11 @@ def test_bool_arithmetic_is_logical(xgrad_device):
     a, b = np.array([True, True, False, False]), np.array([True, False, True, False])
     check(xgrad_device, lambda x, y: x + y, np.add, a, b)
     check(xgrad_device, lambda x, y: x * y, np.multiply, a, b)
+
+
+@pytest.mark.parametrize("shape", [(3, 1001), (37,), (2, 65)])
+def test_sizes_that_need_padding_to_vectorize(xgrad_device, shape):
+    # the contiguous axis is padded to a multiple of the vector width; padded lanes must load and store nothing
+    a, b = make(shape, dtypes.float32), make(shape, dtypes.float32)
+    check(xgrad_device, lambda x, y: (x * 2 + y).exp2(), lambda x, y: np.exp2(x * 2 + y), a, b)
+    check(xgrad_device, lambda x: x.sum(0), lambda x: x.sum(0), a, atol=1e-4)

@@ -19,8 +19,8 @@ from xgrad.uop.symbolic import simplify
 
 @dataclass(frozen=True)
 class Opt:
-    """One optimizer action: `op` is "UPCAST", "UNROLL" or "GLOBAL"; `axis` indexes `kernel_ranges(ast)`; `amount`
-    is the split factor (0 = the whole range)."""
+    """One optimizer action: `op` is "UPCAST", "UNROLL", "PADTO" or "GLOBAL"; `axis` indexes `kernel_ranges(ast)`;
+    `amount` is the split factor (0 = the whole range), or for PADTO the multiple to pad the range to."""
 
     op: str
     axis: int
@@ -44,6 +44,8 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     axis_id, kind = rng.arg
     if opt.op == "GLOBAL":
         return substitute(ast, {rng: UOp.range(rng.src[0], axis_id, AxisType.GLOBAL)})
+    if opt.op == "PADTO":
+        return pad_range(ast, rng, opt.amount)
     size = range_size(rng)
     amount = opt.amount or size
     assert size is not None and amount and size % amount == 0, f"cannot split range of size {size} by {amount}"
@@ -54,6 +56,32 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
         return substitute(ast, {rng: inner})
     outer = UOp.range(size // amount, axis_id, kind)
     return graph_rewrite(substitute(ast, {rng: outer * amount + inner}), pm_reduce_ranges, name="reduce ranges")
+
+
+def pad_range(ast: UOp, rng: UOp, multiple: int) -> UOp:
+    """Grow an output range to a multiple of `multiple` (so it can be upcast); every memory access that depends on
+    it is gated by `rng < original size`, so the extra iterations load nothing and store nothing."""
+    size = range_size(rng)
+    assert size is not None and rng.arg[1] is AxisType.LOOP, "PADTO applies to output loops of constant size"
+    padded = UOp.range(-(-size // multiple) * multiple, rng.arg[0], rng.arg[1])
+    return graph_rewrite(
+        substitute(ast, {rng: padded}), pm_gate_padded, ctx=(padded, padded.lt(size)), name="gate padded range"
+    )
+
+
+def gate_index(ctx: tuple[UOp, UOp], idx: UOp) -> UOp | None:
+    padded, valid = ctx
+    if padded not in idx.src[1].toposort or (len(idx.src) == 3 and valid in idx.src[2].toposort):
+        return None
+    gate = valid if len(idx.src) == 2 else idx.src[2].logical_and(valid)
+    return idx.replace(src=(idx.src[0], idx.src[1], gate))
+
+
+pm_gate_padded = PatternMatcher(
+    [
+        (UPat(Ops.INDEX, name="idx"), gate_index),
+    ]
+)
 
 
 def flatten_reduce_ranges(red: UOp) -> UOp | None:
@@ -104,6 +132,10 @@ def heuristic_opts(ast: UOp, vector_width: int = 4) -> list[Opt]:
     contiguous = next((r for r in reversed(outs) if _stores_contiguous_on(ast, r)), None)
     if contiguous is not None and (size := range_size(contiguous)) is not None:
         amount = next((w for w in (vector_width, 4) if w > 1 and size % w == 0 and (size > w or len(outs) > 1)), 0)
+        if not amount and vector_width > 1 and size > 2 * vector_width:  # e.g. 1000: pad to 1008, then upcast
+            add(Opt("PADTO", kernel_ranges(ast).index(contiguous), vector_width))
+            contiguous = next(r for r in kernel_ranges(ast) if r.arg[0] == contiguous.arg[0])
+            amount = vector_width
         if amount:
             add(Opt("UPCAST", kernel_ranges(ast).index(contiguous), amount))
     if has_reduce:
