@@ -397,3 +397,31 @@ def test_sizes_that_need_padding_to_vectorize(xgrad_device, shape):
     a, b = make(shape, dtypes.float32), make(shape, dtypes.float32)
     check(xgrad_device, lambda x, y: (x * 2 + y).exp2(), lambda x, y: np.exp2(x * 2 + y), a, b)
     check(xgrad_device, lambda x: x.sum(0), lambda x: x.sum(0), a, atol=1e-4)
+
+
+def test_split_reductions_match_numpy(xgrad_device):
+    x = make((1 << 16,), dtypes.float32, 0, 1)
+    check(xgrad_device, lambda t: t.sum(), lambda a: a.astype(np.float64).sum(), x, atol=2e-3)
+    check(xgrad_device, lambda t: t.max(), lambda a: a.max(), x)
+    y = make((4, 1 << 14), dtypes.float32, 0, 1)
+    check(xgrad_device, lambda t: t.sum(), lambda a: a.astype(np.float64).sum(), y, atol=2e-3)
+
+
+def test_data_of_lazy_tensors_stays_valid(xgrad_device):
+    a = Tensor([1.0, 2.0], device=xgrad_device)
+    b = Tensor([5.0, 7.0], device=xgrad_device)
+    ma, mb = (a * 2).data(), (b * 2).data()  # the first buffer must not be reused for the second result
+    assert ma.tolist() == [2.0, 4.0] and mb.tolist() == [10.0, 14.0]
+
+
+def test_disk_file_replaced_at_the_same_path_is_read_anew(tmp_path):
+    import os
+    import pathlib
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"\x01\x02\x03")
+    assert Tensor(pathlib.Path(path)).to("CPU").tolist() == [1, 2, 3]
+    other = tmp_path / "g.bin"
+    other.write_bytes(b"\x09\x08\x07")
+    os.replace(other, path)
+    assert Tensor(pathlib.Path(path)).to("CPU").tolist() == [9, 8, 7]

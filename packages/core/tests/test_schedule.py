@@ -73,3 +73,11 @@ def test_kernel_ast_has_no_movement_ops():
         assert not any(
             u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP) for u in k.ast.toposort
         )
+
+
+def test_big_reduction_to_few_outputs_is_split_in_two_kernels():
+    a = Tensor.empty(1 << 16)
+    ks = kernels(a.sum())
+    assert len(ks) == 2  # partial sums in parallel, then the total
+    with Context(SPLIT_REDUCEOP=0):
+        assert len(kernels(Tensor.empty(1 << 16).sum())) == 1

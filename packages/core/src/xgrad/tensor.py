@@ -120,11 +120,12 @@ class Tensor(NNMixin):
                 "reading tensor data inside a TinyJit capture would not be replayed; return the tensor "
                 "from the jitted function and read it outside"
             )
-        t = self.contiguous() if not _is_plain_buffer(self.uop) else self
-        t.realize()
+        self.realize()
+        if not _is_plain_buffer(self.uop):  # a view of a buffer: make it contiguous and keep reading that copy
+            self.uop = self.contiguous().realize().uop
         if self.numel() == 0:
             return memoryview(b"")
-        return buffer_of(t.uop).as_bytes()
+        return buffer_of(self.uop).as_bytes()  # the buffer lives as long as this tensor
 
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (bfloat16 and fp8 come back as float32)."""
@@ -152,7 +153,16 @@ class Tensor(NNMixin):
         return value
 
     def data(self) -> memoryview:
-        return self._host_bytes()
+        """A copy of the values as a memoryview shaped like the tensor (raw bytes for bfloat16 and fp8).
+
+        >>> Tensor([[1, 2], [3, 4]]).data().tolist()
+        [[1, 2], [3, 4]]
+        """
+        mv = memoryview(bytearray(self._host_bytes()))  # a copy: the device buffer may be reused once freed
+        fmt = self.dtype.fmt
+        if fmt is None or self.numel() == 0:
+            return mv
+        return mv.cast(fmt, self.shape) if self.shape else mv.cast(fmt)
 
     def assign(self, x: Tensor | Scalar | list[Any]) -> Tensor:
         """Write `x` into this tensor's memory (in place)."""

@@ -22,8 +22,9 @@ from typing import Any
 from xgrad.buffer import Buffer
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import XgradError
-from xgrad.helpers import DEBUG, SPEC, prod
+from xgrad.helpers import DEBUG, SPEC, SPLIT_REDUCEOP, prod
 from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
+from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
 _buffer_ids = itertools.count()
 
@@ -51,6 +52,46 @@ class ScheduleItem:
     @property
     def is_copy(self) -> bool:
         return self.ast.op is Ops.COPY
+
+
+# ---- 0. splitting big reductions ----
+SPLIT_MIN = 1 << 15  # split only reductions of at least this many elements ...
+SPLIT_MAX_OUTPUTS = 64  # ... into at most this many outputs (more outputs already give every core work)
+
+
+def split_reduce(red: UOp) -> UOp | None:
+    """A reduction of many elements into few outputs runs on one core; reduce k chunks first (in parallel, one kernel),
+    then the k partial results (a second kernel)."""
+    x = red.src[0]
+    op, axes = red.arg
+    shape = _shape(x)
+    out_numel = prod(_shape(red))
+    reduced = prod(shape[a] for a in axes)
+    if reduced < SPLIT_MIN or out_numel > SPLIT_MAX_OUTPUTS:
+        return None
+    if len(axes) == len(shape) and len(shape) > 1:  # everything: flatten first
+        flat = UOp(Ops.REDUCE_AXIS, red.dtype, (x.reshape((reduced,)),), (op, (0,)))
+        done = split_reduce(flat)
+        return None if done is None else done.reshape(_shape(red))
+    if len(axes) != 1:
+        return None
+    a = axes[0]
+    lanes = 8  # a vector of neighbours per chunk: the partial kernel streams its chunk with vector loads
+    k = next((k for k in (256, 128, 64, 32, 16) if shape[a] % (k * lanes) == 0), None)
+    if k is None:
+        return None
+    # partial[i, l] reduces chunk i of the axis, lane l of every vector in it: each chunk is read contiguously
+    split = x.reshape(shape[:a] + (k, shape[a] // (k * lanes), lanes) + shape[a + 1 :])
+    partial = UOp(Ops.CONTIGUOUS, red.dtype, (UOp(Ops.REDUCE_AXIS, red.dtype, (split,), (op, (a + 1,))),))
+    total = UOp(Ops.REDUCE_AXIS, red.dtype, (partial,), (op, (a, a + 1, a + 2)))
+    return total.reshape(_shape(red))
+
+
+pm_split_reduce = PatternMatcher(
+    [
+        (UPat(Ops.REDUCE_AXIS, name="red"), split_reduce),
+    ]
+)
 
 
 # ---- 1. kernel boundaries ----
@@ -312,6 +353,9 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
         from xgrad.uop.spec import check_tensor_graph
 
         check_tensor_graph(UOp(Ops.SINK, dtypes.void, tuple(roots)))
+    original = roots
+    if SPLIT_REDUCEOP:
+        roots = list(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(roots)), pm_split_reduce, name="split reduce").src)
     boundaries = find_realizes(roots)
     order = [u for u in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort if u in boundaries]
     realizes: dict[UOp, UOp] = {}
@@ -337,10 +381,10 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
             items.append(ScheduleItem(ast, tuple(buffer_of(p) for p in params), device))
         realizes[node] = out
     becomes = {}
-    for r in roots:
+    for orig, r in zip(original, roots):
         if r in realizes:
             buf = realizes[r]
-            becomes[r] = buf.reshape(_shape(r)) if r.op is not Ops.ASSIGN else r.src[0]
+            becomes[orig] = buf.reshape(_shape(r)) if r.op is not Ops.ASSIGN else r.src[0]
     if DEBUG >= 3:
         for i, it in enumerate(items):
             print(f"schedule {i}: {'copy' if it.is_copy else it.ast.arg.name} on {it.device} bufs={list(it.bufs)}")

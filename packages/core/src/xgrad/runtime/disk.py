@@ -15,14 +15,25 @@ from xgrad.errors import DeviceError
 from xgrad.uop.ops import UOp
 
 
+def _file_identity(path: str) -> tuple[int, int, int] | None:
+    """Which file is at `path` now: a file replaced at the same path (os.replace) must be mapped anew."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 class DiskAllocator:
     def __init__(self, path: str):
         self.path = path
         self._map: mmap.mmap | None = None
         self._file_size = 0
+        self._identity: tuple[int, int, int] | None = None
 
     def _mapping(self, nbytes: int) -> memoryview:
-        if self._map is None or self._file_size < nbytes:
+        identity = _file_identity(self.path)
+        if self._map is None or self._file_size < nbytes or identity != self._identity:
             mode = "r+b" if os.path.exists(self.path) else "w+b"
             with open(self.path, mode) as f:
                 size = os.fstat(f.fileno()).st_size
@@ -31,6 +42,7 @@ class DiskAllocator:
                     size = nbytes
                 self._file_size = size
                 self._map = mmap.mmap(f.fileno(), size) if size else None
+            self._identity = _file_identity(self.path)
         return memoryview(self._map) if self._map is not None else memoryview(bytearray(0))
 
     def alloc(self, nbytes: int) -> Any:
