@@ -162,7 +162,8 @@ class Tensor(NNMixin):
         fmt = self.dtype.fmt
         if fmt is None or self.numel() == 0:
             return mv
-        return mv.cast(fmt, self.shape) if self.shape else mv.cast(fmt)
+        shaped: memoryview = mv.cast(fmt, self.shape) if self.shape else mv.cast(fmt)  # type: ignore[call-overload]
+        return shaped
 
     def assign(self, x: Tensor | Scalar | list[Any]) -> Tensor:
         """Write `x` into this tensor's memory (in place)."""

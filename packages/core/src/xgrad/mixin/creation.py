@@ -1,4 +1,4 @@
-"""Creation of tensors: empty, full, zeros, ones, arange and the *_like forms."""
+"""Creation of tensors: empty, full, zeros, ones, arange, linspace, eye and the *_like forms."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from xgrad.dtype import DType, dtypes, least_upper_dtype, to_dtype
-from xgrad.errors import ShapeError, XgradError
+from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.helpers import argfix, prod
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
 from xgrad.mixin.reduce import ReduceMixin
@@ -17,34 +17,70 @@ if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 
+def _shape_arg(*shape: Any) -> tuple[int, ...]:
+    """A shape given as f(2, 3) or f((2, 3)); ShapeError for a negative size."""
+    sh = tuple(int(s) for s in argfix(*shape))
+    if any(s < 0 for s in sh):
+        raise ShapeError(f"negative dimension in shape {sh}; every size must be >= 0")
+    return sh
+
+
 class CreationMixin(ReduceMixin):
     __slots__ = ()
 
     # ---- creation ----
     @classmethod
     def empty(cls, *shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+        """A new, uninitialized buffer of `shape` (its values are whatever the memory held).
+
+        >>> Tensor.empty(2, 3).shape
+        (2, 3)
+        """
         from xgrad.engine.schedule import new_buffer_uop
 
-        sh = tuple(int(s) for s in argfix(*shape))
+        sh = _shape_arg(*shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float()
         return cls._tensor_cls()(new_buffer_uop(canonical_device(device), prod(sh), dt).reshape(sh))
+
+    @classmethod
+    def invalids(cls, *shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+        """Write-only scratch memory of `shape`: write it (with `assign`) before reading it. Here the same as `empty`.
+
+        >>> Tensor.invalids(3, dtype="int32").shape
+        (3,)
+        """
+        return cls.empty(*shape, device=device, dtype=dtype)
 
     @classmethod
     def full(
         cls, shape: Sequence[int] | int, fill_value: Scalar, device: str | None = None, dtype: DType | str | None = None
     ) -> Tensor:
-        sh = (shape,) if isinstance(shape, int) else tuple(shape)
-        if any(s < 0 for s in sh):
-            raise ShapeError(f"negative dimension in shape {sh}")
+        """A tensor of `shape` holding `fill_value` everywhere; dtype from the value unless given. It is a broadcast
+        constant (no memory) until it is realized.
+
+        >>> Tensor.full((2, 2), 7).tolist()
+        [[7, 7], [7, 7]]
+        """
+        sh = _shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else scalar_dtype(fill_value)
         return cls._tensor_cls()(UOp.const(dt, fill_value, canonical_device(device), sh))
 
     @classmethod
     def zeros(cls, *shape: Any, **kwargs: Any) -> Tensor:
+        """A tensor of zeros (default float dtype).
+
+        >>> Tensor.zeros(2, 3).tolist()
+        [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+        """
         return cls.full(argfix(*shape), 0.0 if "dtype" not in kwargs else 0, **kwargs)
 
     @classmethod
     def ones(cls, *shape: Any, **kwargs: Any) -> Tensor:
+        """A tensor of ones (default float dtype).
+
+        >>> Tensor.ones(2, dtype="int32").tolist()
+        [1, 1]
+        """
         return cls.full(argfix(*shape), 1.0 if "dtype" not in kwargs else 1, **kwargs)
 
     @classmethod
@@ -56,8 +92,11 @@ class CreationMixin(ReduceMixin):
         device: str | None = None,
         dtype: DType | str | None = None,
     ) -> Tensor:
-        """>>> Tensor.arange(5).tolist()
-        [0, 1, 2, 3, 4]"""
+        """`start, start + step, ...` up to (not including) `stop`; `arange(n)` counts from 0.
+
+        >>> Tensor.arange(5).tolist()
+        [0, 1, 2, 3, 4]
+        """
         if stop is None:
             start, stop = 0, start
         if step == 0:
@@ -69,13 +108,93 @@ class CreationMixin(ReduceMixin):
         iota = cls._tensor_cls()(UOp(Ops.IOTA, dt, (UOp(Ops.DEVICE, arg=canonical_device(device)),), n))
         return iota * step + start if (step != 1 or start != 0) else iota
 
+    @classmethod
+    def linspace(
+        cls,
+        start: int | float,
+        stop: int | float,
+        steps: int,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+    ) -> Tensor:
+        """`steps` evenly spaced values from `start` to `stop`, both included (default float dtype).
+
+        As torch, the first half counts up from `start` and the second half down from `stop`, so both ends are exact.
+        Integer dtypes truncate the float values.
+
+        >>> Tensor.linspace(0, 1, 5).tolist()
+        [0.0, 0.25, 0.5, 0.75, 1.0]
+        """
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float()
+        if dt == dtypes.bool:
+            raise DTypeError("linspace does not support dtype bool; use a numeric dtype")
+        if steps < 0:
+            raise ShapeError(f"linspace needs steps >= 0, got {steps}")
+        compute = dtypes.float64 if dt == dtypes.float64 else dtypes.float32
+        if steps <= 1:
+            return cls.full((steps,), start, device=device, dtype=compute).cast(dt)
+        step = (stop - start) / (steps - 1)
+        i = cls.arange(steps, device=device, dtype=compute)
+        up = i * step + start
+        down = (steps - 1 - i) * -step + stop
+        return (i < steps // 2).where(up, down).cast(dt)
+
+    @classmethod
+    def eye(cls, n: int, m: int | None = None, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+        """An `n` x `m` matrix (`m` defaults to `n`) with ones on the diagonal and zeros elsewhere.
+
+        >>> Tensor.eye(2, 3).tolist()
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+        """
+        cols = n if m is None else m
+        if n < 0 or cols < 0:
+            raise ShapeError(f"eye needs sizes >= 0, got n={n}, m={cols}")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float()
+        rows = cls.arange(n, device=device, dtype=dtypes.int32).reshape(n, 1)
+        diagonal = rows == cls.arange(cols, device=device, dtype=dtypes.int32).reshape(1, cols)
+        return diagonal.cast(dt)
+
+    # ---- *_like: same shape (and by default dtype and device) as self ----
     def full_like(self, fill_value: Scalar, **kwargs: Any) -> Tensor:
+        """A tensor like self (shape, dtype, device unless given) holding `fill_value`.
+
+        >>> Tensor([1.0, 2.0]).full_like(3).tolist()
+        [3.0, 3.0]
+        """
         return self._tensor_cls().full(
             self.shape, fill_value, dtype=kwargs.get("dtype", self.dtype), device=kwargs.get("device", self.device)
         )
 
     def zeros_like(self, **kwargs: Any) -> Tensor:
+        """Zeros shaped like self (its dtype and device unless `dtype=` / `device=` are given).
+
+        >>> Tensor([[1, 2]]).zeros_like().tolist()
+        [[0, 0]]
+        """
         return self.full_like(0, **kwargs)
 
     def ones_like(self, **kwargs: Any) -> Tensor:
+        """Ones shaped like self (its dtype and device unless `dtype=` / `device=` are given).
+
+        >>> Tensor([1.5, 2.5]).ones_like(dtype="int32").tolist()
+        [1, 1]
+        """
         return self.full_like(1, **kwargs)
+
+    def empty_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """A new uninitialized buffer shaped like self (its dtype and device unless given).
+
+        >>> Tensor([[1, 2, 3]]).empty_like().shape
+        (1, 3)
+        """
+        return self._tensor_cls().empty(
+            self.shape, device=device if device is not None else self.device, dtype=dtype or self.dtype
+        )
+
+    def const_like(self, b: Scalar, dtype: DType | str | None = None) -> Tensor:
+        """The constant `b` broadcast to self's shape, on self's device, in self's dtype unless `dtype` is given.
+
+        >>> Tensor([1, 2, 3]).const_like(5).tolist()
+        [5, 5, 5]
+        """
+        return self._new(UOp.const(to_dtype(dtype) if dtype is not None else self.dtype, b, self.device, self.shape))

@@ -18,6 +18,12 @@ if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 
+def _wrapped(x: Tensor) -> Tensor:
+    """x itself. For ints, `& -1` resets the value bounds the simplifier tracks: they grow without wrapping on
+    overflow, and repeated squaring would make them astronomically large Python ints."""
+    return x & -1 if dtypes.is_int(x.dtype) else x
+
+
 class ElementwiseMixin(MovementMixin):
     __slots__ = ()
 
@@ -118,23 +124,82 @@ class ElementwiseMixin(MovementMixin):
         t = self.trunc()
         return (self > t).where(t + 1, t) if dtypes.is_float(self.dtype) else self._t()
 
+    def round(self) -> Tensor:
+        """Round to the nearest integer, halves to even (as torch and numpy); ints are unchanged.
+
+        >>> Tensor([0.5, 1.5, 2.5, -0.5, -1.7]).round().tolist()
+        [0.0, 2.0, 2.0, -0.0, -2.0]"""
+        if not dtypes.is_float(self.dtype):
+            return self._t()
+        f = self.floor()
+        d = self - f
+        half_f = f * 0.5
+        odd = half_f.trunc() != half_f
+        return ((d > 0.5) | ((d == 0.5) & odd)).where(f + 1, f)
+
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """Where the value is +inf (if `detect_positive`) or -inf (if `detect_negative`).
+
+        >>> Tensor([1.0, math.inf, -math.inf]).isinf().tolist()
+        [False, True, True]"""
+        out = self._const(False, dtypes.bool)
+        if dtypes.is_float(self.dtype):
+            if detect_positive:
+                out = out | (self == math.inf)
+            if detect_negative:
+                out = out | (self == -math.inf)
+        return out
+
+    def isnan(self) -> Tensor:
+        """>>> Tensor([1.0, math.nan]).isnan().tolist()
+        [False, True]"""
+        return self._t() != self._t() if dtypes.is_float(self.dtype) else self._const(False, dtypes.bool)
+
+    def isfinite(self) -> Tensor:
+        """Neither inf nor nan.
+
+        >>> Tensor([1.0, math.inf, math.nan]).isfinite().tolist()
+        [True, False, False]"""
+        return (self.isinf() | self.isnan()).logical_not()
+
+    def clamp(self, min_: Tensor | Scalar | None = None, max_: Tensor | Scalar | None = None) -> Tensor:
+        """min(max(self, min_), max_). The gradient reaches self where min_ <= self <= max_ (as torch).
+
+        >>> Tensor([-2, 0, 5]).clamp(-1, 3).tolist()
+        [-1, 0, 3]"""
+        if min_ is None and max_ is None:
+            raise XgradError("clamp needs min_ or max_ (or both)")
+        x = self._t()
+        if min_ is not None:
+            x = (x < min_).where(min_, x)
+        if max_ is not None:
+            x = (x > max_).where(max_, x)
+        return x
+
+    def clip(self, min_: Tensor | Scalar | None = None, max_: Tensor | Scalar | None = None) -> Tensor:
+        """The same as clamp.
+
+        >>> Tensor([-2.0, 5.0]).clip(max_=3.0).tolist()
+        [-2.0, 3.0]"""
+        return self.clamp(min_, max_)
+
     def square(self) -> Tensor:
         return self._t() * self._t()
 
     def abs(self) -> Tensor:
-        return self._t() if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool else self.maximum(-self)
+        """|x|; +0.0 at both zeros, and (as torch) a gradient of 0 there.
+
+        >>> Tensor([-2, 0, 3]).abs().tolist()
+        [2, 0, 3]"""
+        if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool:
+            return self._t()
+        return (self < 0).where(-self, (self == 0).where(0, self._t()))
 
     def sign(self) -> Tensor:
         return (self > 0).where(1, 0).cast(self.dtype) - (self < 0).where(1, 0).cast(self.dtype)
 
     def relu(self) -> Tensor:
         return (self > 0).where(self._t(), 0)
-
-    def sigmoid(self) -> Tensor:
-        return (1 + (-self._float()).exp()).reciprocal()
-
-    def tanh(self) -> Tensor:
-        return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
 
     def logical_not(self) -> Tensor:
         return self._new(self.cast(dtypes.bool).uop.alu(Ops.CMPNE, True))
@@ -151,9 +216,20 @@ class ElementwiseMixin(MovementMixin):
         a, b = self._broadcasted(x, reverse)
         return a._binop(Ops.AND if a.dtype == dtypes.bool else Ops.MUL, b)  # bool * bool is "and", as in numpy
 
-    def div(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def div(self, x: Tensor | Scalar, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """True division (ints give floats); `rounding_mode='trunc'` rounds toward zero and `'floor'` down, keeping
+        int dtypes.
+
+        >>> Tensor([7, -7]).div(2).tolist(), Tensor([7, -7]).div(2, rounding_mode="trunc").tolist()
+        ([3.5, -3.5], [3, -3])"""
         a, b = self._broadcasted(x, reverse)
-        return a._float()._binop(Ops.FDIV, b._float())
+        if rounding_mode is None:
+            return a._float()._binop(Ops.FDIV, b._float())
+        if rounding_mode == "trunc":
+            return (a / b).trunc() if dtypes.is_float(a.dtype) else a._binop(Ops.IDIV, b)
+        if rounding_mode == "floor":
+            return a.idiv(b)
+        raise XgradError(f"div rounding_mode={rounding_mode!r}: use None, 'trunc' or 'floor'")
 
     def idiv(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         """Floor division (Python semantics) for ints; floor(a/b) for floats."""
@@ -174,19 +250,120 @@ class ElementwiseMixin(MovementMixin):
             return r
         return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
 
+    def fmod(self, x: Tensor | Scalar) -> Tensor:
+        """Remainder with the sign of the dividend (C's fmod); nan for a float divisor of 0.
+
+        >>> Tensor([-7, 7]).fmod(3).tolist(), Tensor([-7.5]).fmod(2).tolist()
+        ([-1, 1], [-1.5])"""
+        a, b = self._broadcasted(x)
+        if not dtypes.is_float(a.dtype):
+            return a._binop(Ops.MOD, b)
+        r = a - (a / b).trunc() * b
+        # a/b rounded to an integer it does not reach: the remainder came out with the wrong sign; step back once
+        return ((a > 0) & (r < 0)).where(r + b.abs(), ((a < 0) & (r > 0)).where(r - b.abs(), r))
+
     def pow(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """self ** x, with torch's corner cases: x**0 is 1 (also for nan), 0**-1 is inf, a negative base needs an
+        integral exponent (else nan). Integral Python exponents multiply (exact for ints, exact gradients at 0);
+        ints raised to int tensors are exact too (square and multiply).
+
+        >>> Tensor([-2.0, 0.0, 3.0]).pow(3).tolist(), Tensor([3]).pow(Tensor([19])).item()
+        ([-8.0, 0.0, 27.0], 1162261467)"""
         a, b = self._broadcasted(x, reverse)
-        if not isinstance(x, TensorBase) and not reverse and x == 2:
-            return self._t() * self._t()
-        af = a._float()
-        mag = (af.abs().log2() * b._float()).exp2()
-        # negative base: sign from the parity of an integral exponent, nan otherwise
-        bf = b._float()
-        is_int_exp = bf.trunc() == bf
-        odd = (bf.abs() % 2) == 1
-        signed = (af < 0).where(is_int_exp.where(odd.where(-mag, mag), math.nan), mag)
-        out = (bf == 0).where(1.0, signed)
-        return out if dtypes.is_float(a.dtype) else out.cast(a.dtype)
+        if not reverse and not isinstance(x, TensorBase):
+            if float(x).is_integer() and abs(x) < 2**32:
+                if int(x) < 0 and not dtypes.is_float(a.dtype):
+                    raise DTypeError(f"{a.dtype.name} to a negative integer power: cast to a float dtype first")
+                return a._pow_int(int(x))
+            if x == 0.5:
+                return a.sqrt()
+        if not dtypes.is_float(a.dtype):
+            return a._pow_int_tensor(b)
+        return a._pow_float(b)
+
+    def _pow_int(self, n: int) -> Tensor:
+        """self ** n for a Python int n, by square and multiply."""
+        result: Tensor | None = None
+        base = self._t()
+        k = abs(n)
+        while k:
+            if k & 1:
+                result = base if result is None else _wrapped(result * base)
+            k >>= 1
+            if k:
+                base = _wrapped(base * base)
+        out = self._const(1) if result is None else result
+        return out.reciprocal() if n < 0 else out
+
+    def _pow_int_tensor(self, e: Tensor) -> Tensor:
+        """self ** e for int tensors: square and multiply over every bit of e; negative e gives 1, +-1 or 0."""
+        bits = 8 * e.dtype.itemsize - (0 if dtypes.is_unsigned(e.dtype) else 1)
+        ep = (e < 0).where(0, e)
+        result, base = self._const(1), self._t()
+        for i in range(bits):
+            result = _wrapped((((ep >> i) & 1) != 0).where(result * base, result))
+            base = _wrapped(base * base)
+        if dtypes.is_unsigned(e.dtype):
+            return result
+        minus_one = ((e & 1) != 0).where(-1, 1).cast(self.dtype)
+        neg = (self == 1).where(1, (self == -1).where(minus_one, 0))
+        return (e < 0).where(neg, result)
+
+    def _pow_float(self, b: Tensor) -> Tensor:
+        a = self._t()
+        zero = a == 0
+        mag = (zero.where(1.0, a.abs()).log2() * b).exp2()
+        mag = zero.where((b > 0).where(0.0, (b == 0).where(1.0, math.inf)), mag)
+        int_exp = b.trunc() == b
+        half = b * 0.5
+        odd = int_exp & (half.trunc() != half)
+        out = (a < 0).where(int_exp.where(odd.where(-mag, mag), math.nan), mag)
+        # 1 ** anything, anything ** 0 and (-1) ** +-inf are 1
+        one = (b == 0) | (a == 1) | ((a == -1) & b.isinf())
+        return one.where(1.0, out)
+
+    def copysign(self, x: Tensor | Scalar) -> Tensor:
+        """|self| with the sign of x (the sign bit, so -0.0 counts as negative). Ints keep their dtype.
+
+        >>> Tensor([1.0, -2.0, 3.0]).copysign(Tensor([-1.0, 1.0, -0.0])).tolist()
+        [-1.0, 2.0, -3.0]"""
+        a, b = self._broadcasted(x)
+        if dtypes.is_float(a.dtype):
+            signed_int = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[b.dtype.itemsize]
+            negative = b.bitcast(signed_int) < 0
+        else:
+            negative = b < 0
+        mag = a.abs()
+        return negative.where(-mag, mag)
+
+    def lerp(self, end: Tensor | Scalar, weight: Tensor | Scalar) -> Tensor:
+        """self + (end - self) * weight.
+
+        >>> Tensor([0.0, 10.0]).lerp(20.0, 0.25).tolist()
+        [5.0, 12.5]"""
+        a, e = self._broadcasted(end)
+        return a + (e - a) * weight
+
+    def isclose(self, x: Tensor | Scalar, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:
+        """|self - x| <= atol + rtol * |x| elementwise (infinities are close only to themselves).
+
+        >>> Tensor([1.0, 1.1, math.nan]).isclose(Tensor([1.0 + 1e-7, 1.0, math.nan]), equal_nan=True).tolist()
+        [True, False, True]"""
+        a, b = self._broadcasted(x)
+        close = a == b
+        af, bf = a._float(), b._float()
+        finite = af.isfinite() & bf.isfinite()
+        close = close | (finite & ((af - bf).abs() <= (bf.abs() * rtol + atol)))
+        if equal_nan:
+            close = close | (af.isnan() & bf.isnan())
+        return close
+
+    def allclose(self, x: Tensor | Scalar, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+        """Whether every element isclose.
+
+        >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-6]))
+        True"""
+        return bool(self.isclose(x, rtol, atol, equal_nan)._t().all().item())
 
     def maximum(self, x: Tensor | Scalar) -> Tensor:
         return self._binop(Ops.MAX, x)
@@ -229,10 +406,12 @@ class ElementwiseMixin(MovementMixin):
         return self._cmp(Ops.CMPLT, x, True)
 
     def __le__(self, x: Tensor | Scalar) -> Tensor:
-        return (self > x).logical_not()
+        a, b = self._broadcasted(x)
+        return (a < b) | (a == b) if dtypes.is_float(a.dtype) else (a > b).logical_not()  # nan <= x is False
 
     def __ge__(self, x: Tensor | Scalar) -> Tensor:
-        return (self < x).logical_not()
+        a, b = self._broadcasted(x)
+        return (a > b) | (a == b) if dtypes.is_float(a.dtype) else (a < b).logical_not()
 
     def __eq__(self, x: Tensor | Scalar) -> Tensor:  # type: ignore[override]
         return self._cmp(Ops.CMPEQ, x)

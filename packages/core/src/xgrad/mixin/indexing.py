@@ -1,9 +1,313 @@
-"""Joining, splitting, tiling and indexing: cat, stack, split, getitem/setitem, gather, scatter, one_hot, ..."""
+"""`t[...]` and `t[...] = v`.
+
+Basic indexes (ints, slices with any step, None, ...) become movement ops: a view, never a copy. Advanced indexes
+(int tensors, lists, bool masks) pick with one-hot masks (`index == arange`) and a sum over the indexed axis, so they
+are built of primitives and differentiable. Out-of-range advanced indices read 0 (ints and slices raise or clip as in
+Python). A bool mask becomes int indices through `nonzero`, which reads the count from the device.
+
+Setitem writes into the tensor's buffer: basic indexes assign into the view, advanced ones rebuild the whole tensor
+and assign it. Lazy tensors that read the old values are computed first, so they keep them (eager semantics).
+"""
 
 from __future__ import annotations
 
-from xgrad.mixin.random import RandomMixin
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from xgrad.dtype import dtypes, to_np_dtype
+from xgrad.errors import DTypeError, IndexingError, ShapeError, XgradError
+from xgrad.mixin.common import broadcast_shape
+from xgrad.mixin.gather import GatherMixin
+from xgrad.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from xgrad.tensor import Tensor
+
+_FALSE_AXIS = object()  # a Python False index: a new axis of size 0
+_WRITABLE_MOVES = (Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP)
 
 
-class IndexingMixin(RandomMixin):
+class IndexingMixin(GatherMixin):
     __slots__ = ()
+
+    def __getitem__(self, indices: Any) -> Tensor:
+        """Index like numpy/torch: ints, slices (any step), None, ..., int tensors or lists, bool masks.
+
+        >>> t = Tensor([[1, 2, 3], [4, 5, 6]])
+        >>> t[1].tolist(), t[:, ::-2].tolist(), t[None, 0, 1:].shape
+        ([4, 5, 6], [[3, 1], [6, 4]], (1, 2))
+        >>> t[[1, 0], [2, 2]].tolist(), t[t > 4].tolist()
+        ([6, 3], [5, 6])
+        """
+        return self._index(self._normalize_indices(indices))
+
+    def __setitem__(self, indices: Any, v: Any) -> None:
+        """Write `v` (broadcast to the indexed shape; a tensor must have self's dtype) into self's memory.
+
+        >>> t = Tensor([1, 2, 3, 4])
+        >>> t[1:3] = 0
+        >>> t[[0]] = Tensor([9])
+        >>> t.tolist()
+        [9, 0, 0, 4]
+        """
+        value = self._setitem_value(v)
+        if self.device.startswith("DISK"):
+            raise XgradError("setitem on a DISK tensor is not supported; copy it to a device with .to() first")
+        if isinstance(indices, self._tensor_cls()) and indices.dtype == dtypes.bool and indices.shape == self.shape:
+            if value.numel() == 1:  # x[mask] = scalar: no count to read back
+                self._own_buffer()
+                self._write(self._t(), indices.where(value.reshape(()), self._t()))
+                return
+        items = self._normalize_indices(indices)
+        self._own_buffer()
+        if not any(isinstance(it, self._tensor_cls()) for it in items):
+            view, _ = self._index_basic(items)
+            self._write(view, _fit_value(value, view.shape))
+            return
+        self._write(self._t(), self._rebuilt(items, value))
+
+    def __delitem__(self, indices: Any) -> None:
+        raise IndexingError("tensors cannot delete elements; build a smaller one with shrink, indexing or cat")
+
+    # ---- parsing ----
+    def _normalize_indices(self, indices: Any) -> list[Any]:
+        """A list with one entry per result-building step: int, slice, None, _FALSE_AXIS or an int Tensor (bool masks
+        are turned into one int Tensor per masked axis); '...' is expanded and missing trailing axes are filled."""
+        tensor_cls = self._tensor_cls()
+        raw = list(indices) if isinstance(indices, tuple) else [indices]
+        items: list[Any] = []
+        for it in raw:
+            if isinstance(it, (bool, np.bool_)):
+                items.append(None if it else _FALSE_AXIS)
+            elif isinstance(it, (int, np.integer)):
+                items.append(int(it))
+            elif it is None or it is Ellipsis or isinstance(it, slice):
+                items.append(it)
+            elif isinstance(it, (list, tuple, np.ndarray)):
+                try:
+                    arr = np.asarray(it)
+                except ValueError:
+                    arr = np.asarray(None)
+                if arr.dtype == object:
+                    raise IndexingError(f"index list {it!r} is ragged or mixes kinds; use equal-length lists of ints")
+                if arr.size == 0 or (isinstance(it, (list, tuple)) and arr.dtype.kind in "iu"):
+                    arr = arr.astype(to_np_dtype(dtypes.default_int()))  # Python ints index in the default int
+                items.append(tensor_cls(arr, device=self.device))
+            elif isinstance(it, tensor_cls):
+                if it.dtype != dtypes.bool and not dtypes.is_int(it.dtype):
+                    raise IndexingError(f"tensor index has dtype {it.dtype.name}; index with an int or bool tensor")
+                if it.device != self.device:
+                    raise IndexingError(f"index is on {it.device}, the tensor on {self.device}; move it with .to()")
+                items.append(it)
+            else:
+                raise IndexingError(f"cannot index with {type(it).__name__}; use int, slice, None, ..., list or Tensor")
+        if sum(it is Ellipsis for it in items) > 1:
+            raise IndexingError("an index can have only one '...'")
+        consumed = sum(_dims_consumed(it, tensor_cls) for it in items)
+        if consumed > self.ndim:
+            raise IndexingError(f"too many indices ({consumed}) for a tensor of shape {self.shape}")
+        fill = [slice(None)] * (self.ndim - consumed)
+        dots = [i for i, it in enumerate(items) if it is Ellipsis]
+        at = dots[0] if dots else len(items)
+        items[at : at + len(dots)] = fill
+        return self._masks_to_ints(items)
+
+    def _masks_to_ints(self, items: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        dim = 0
+        for it in items:
+            if isinstance(it, self._tensor_cls()) and it.dtype == dtypes.bool:
+                want = self.shape[dim : dim + it.ndim]
+                if it.shape != want:
+                    raise IndexingError(f"bool mask of shape {it.shape} does not match the indexed axes {want}")
+                if it.ndim == 0:
+                    out.append(None if it.item() else _FALSE_AXIS)
+                    continue
+                where = it.nonzero()
+                out.extend(where._shrink_axis(1, j, j + 1).reshape(-1) for j in range(it.ndim))
+                dim += it.ndim
+                continue
+            out.append(it)
+            dim += _dims_consumed(it, self._tensor_cls())
+        return out
+
+    # ---- getitem ----
+    def _index(self, items: list[Any]) -> Tensor:
+        x, adv = self._index_basic(items)
+        return x._index_advanced(adv) if adv else x
+
+    def _index_basic(self, items: list[Any]) -> tuple[Tensor, list[tuple[int, Tensor]]]:
+        """Apply the basic indexes as one flip, one shrink, strides and one reshape. Returns the view and the
+        tensor indexes with the axis of the view each applies to."""
+        tensor_cls = self._tensor_cls()
+        shrinks: list[tuple[int, int]] = []
+        flips: list[int] = []
+        strides: list[tuple[int, int, int]] = []
+        out_shape: list[int] = []
+        empty_axes: list[int] = []
+        adv: list[tuple[int, Tensor]] = []
+        dim = 0
+        for it in items:
+            if it is None or it is _FALSE_AXIS:
+                if it is _FALSE_AXIS:
+                    empty_axes.append(len(out_shape))
+                out_shape.append(1)
+                continue
+            n = self.shape[dim]
+            if isinstance(it, int):
+                if not -n <= it < n:
+                    raise IndexingError(f"index {it} is out of range for axis {dim} of size {n} (shape {self.shape})")
+                i = it + n if it < 0 else it
+                shrinks.append((i, i + 1))
+            elif isinstance(it, slice):
+                start, count, step = _slice_plan(it, n)
+                if step < 0:
+                    flips.append(dim)
+                    start, step = n - 1 - start, -step
+                shrinks.append((start, start + (count - 1) * step + 1) if count else (0, 0))
+                if count > 1 and step > 1:
+                    strides.append((dim, step, count))
+                out_shape.append(count)
+            else:
+                assert isinstance(it, tensor_cls)
+                shrinks.append((0, n))
+                adv.append((len(out_shape), it))
+                out_shape.append(n)
+            dim += 1
+        x = self.flip(flips) if flips else self._t()
+        x = x.shrink(shrinks)
+        for d, step, count in strides:
+            x = x._every(d, step, count)
+        x = x.reshape(tuple(out_shape))
+        if empty_axes:
+            x = x.shrink(tuple((0, 0) if i in empty_axes else None for i in range(x.ndim)))
+        return x, adv
+
+    def _index_advanced(self, adv: list[tuple[int, Tensor]]) -> Tensor:
+        axes = [a for a, _ in adv]
+        batch: tuple[int, ...] = ()
+        for _, t in adv:
+            try:
+                batch = broadcast_shape(batch, t.shape)
+            except ShapeError:
+                shapes = ", ".join(str(t.shape) for _, t in adv)
+                raise IndexingError(f"index tensors of shapes {shapes} cannot be broadcast together") from None
+        nb = len(batch)
+        rest = [i for i in range(self.ndim) if i not in axes]
+        y = self.permute(axes + rest)
+        y = y.reshape((1,) * nb + y.shape)
+        for a, t in adv:
+            n = self.shape[a]
+            idx = t.cast(dtypes.int32) if t.dtype.itemsize < 4 else t
+            if not dtypes.is_unsigned(idx.dtype):
+                idx = (idx < 0).where(idx + n, idx)  # negative indices count from the end
+            mask = idx._broadcast_to(batch)._one_hot_mask(n)
+            y = y._pick(mask.reshape(batch + (n,) + (1,) * (y.ndim - nb - 1)), nb)
+        if axes == list(range(axes[0], axes[0] + len(axes))):  # adjacent tensor indexes: result axes stay in place
+            p = axes[0]
+            y = y.permute(list(range(nb, nb + p)) + list(range(nb)) + list(range(nb + p, y.ndim)))
+        return y
+
+    # ---- setitem ----
+    def _setitem_value(self, v: Any) -> Tensor:
+        tensor_cls = self._tensor_cls()
+        if isinstance(v, tensor_cls):
+            if v.dtype != self.dtype:
+                raise DTypeError(
+                    f"setitem value has dtype {v.dtype.name}, the tensor {self.dtype.name}; cast it with "
+                    f".cast({self.dtype!r})"
+                )
+            if v.device != self.device:
+                raise XgradError(f"setitem value is on {v.device}, the tensor on {self.device}; move it with .to()")
+            return v
+        if isinstance(v, (bool, int, float)):
+            return self._scalar(v)
+        if isinstance(v, (list, tuple, np.ndarray)):
+            return tensor_cls(np.asarray(v), device=self.device, dtype=self.dtype)
+        raise DTypeError(f"cannot assign {type(v).__name__} into a tensor; use a number, list or Tensor")
+
+    def _own_buffer(self) -> None:
+        """Make self a writable view of a buffer that no other graph computes: realize pending work, and copy into a
+        fresh buffer when self is lazy or a padded/expanded view."""
+        if self.uop.op is Ops.ASSIGN:
+            self._t().realize()
+        if _is_writable_view(self.uop):
+            return
+        fresh = self.empty(self.shape, dtype=self.dtype, device=self.device)
+        fresh.assign(self._t()).realize()
+        self._t().uop = fresh.uop
+
+    def _write(self, target: Tensor, value: Tensor) -> None:
+        buf = target.uop.base
+        _realize_readers(buf)
+        if buf in value.uop.toposort:  # the value reads memory the write overwrites
+            value = value.contiguous()
+        target.assign(value).realize()
+
+    def _rebuilt(self, items: list[Any], value: Tensor) -> Tensor:
+        """self with the advanced-indexed places replaced by `value` (the last write wins for repeated places)."""
+        n = self.numel()
+        place = self.arange(1, n + 1, device=self.device, dtype=dtypes.int32)
+        chosen = place.reshape(self.shape)._index(items)  # 1 + flat position of each indexed place; 0: out of range
+        vals = _fit_value(value, chosen.shape)
+        m = chosen.numel()
+        if m == 0 or n == 0:
+            return self._t()
+        match = chosen.reshape(1, m) == place.reshape(n, 1)
+        order = self.arange(m, device=self.device, dtype=dtypes.int32)
+        last = match.where(order, -1).max(1, keepdim=True)
+        new = vals.reshape(1, m)._pick(match & (order == last), 1)
+        return (last >= 0).reshape(n).where(new, self.flatten()).reshape(self.shape)
+
+
+def _dims_consumed(it: Any, tensor_cls: type[Tensor]) -> int:
+    if it is None or it is Ellipsis or it is _FALSE_AXIS:
+        return 0
+    if isinstance(it, tensor_cls) and it.dtype == dtypes.bool:
+        return int(it.ndim)
+    return 1
+
+
+def _slice_plan(s: slice, n: int) -> tuple[int, int, int]:
+    """(start, count, step) of a Python slice over n elements."""
+    for part in (s.start, s.stop, s.step):
+        if part is not None and not isinstance(part, (int, np.integer)):
+            raise IndexingError(f"slice {s} must hold ints or None")
+    if s.step == 0:
+        raise IndexingError("slice step cannot be zero")
+    start, stop, step = s.indices(n)
+    return start, len(range(start, stop, step)), step
+
+
+def _fit_value(value: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """`value` broadcast to `shape`; leading size-1 axes beyond the target's rank are dropped (as torch does)."""
+    v = value
+    while v.ndim > len(shape) and v.shape[0] == 1:
+        v = v.reshape(v.shape[1:])
+    try:
+        return v._broadcast_to(shape)
+    except ShapeError:
+        raise ShapeError(
+            f"setitem value of shape {value.shape} cannot be broadcast to the indexed shape {shape}"
+        ) from None
+
+
+def _is_writable_view(u: UOp) -> bool:
+    x = u
+    while x.op in _WRITABLE_MOVES:
+        x = x.src[0]
+    return x.op is Ops.BUFFER
+
+
+def _realize_readers(buf: UOp) -> None:
+    """Compute every live lazy tensor that reads `buf`, so it keeps the values from before a write."""
+    from xgrad.engine.realize import all_tensors
+
+    pending = [
+        t
+        for t in list(all_tensors)
+        if (t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN) and buf in t.uop.toposort
+    ]
+    if pending:
+        pending[0].realize(*pending[1:])
