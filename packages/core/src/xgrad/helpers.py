@@ -145,6 +145,7 @@ SPEC = knob("SPEC", 1, "1 check the IR at stage boundaries, 0 skip")
 CACHELEVEL = knob("CACHELEVEL", 2, "0 disables the on-disk compile cache")
 XGRAD_CACHE_DIR = knob("XGRAD_CACHE_DIR", "", "directory of the on-disk caches (default ~/.cache/xgrad)")
 SCACHE = knob("SCACHE", 1, "0 disables the in-memory schedule cache")
+FUSE_OPTIM = knob("FUSE_OPTIM", 0, "1 = optimizers update all parameters as one flat vector by default")
 SPLIT_REDUCEOP = knob("SPLIT_REDUCEOP", 1, "1 splits a big reduction to few outputs into two kernels (parallel first)")
 NO_MEMORY_PLANNER = knob("NO_MEMORY_PLANNER", 0, "1 disables buffer reuse inside a schedule")
 TRANSCENDENTAL = knob(
