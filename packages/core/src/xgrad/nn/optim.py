@@ -36,8 +36,6 @@ from xgrad.mixin.common import canonical_device
 from xgrad.tensor import Tensor
 from xgrad.uop.ops import Ops
 
-)
-
 
 class OptimizerError(XgradError):
     """An optimizer was built or stepped wrongly (no parameters, missing grads, outside training mode)."""
