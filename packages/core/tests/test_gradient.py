@@ -480,3 +480,11 @@ def test_docstring_example_runs_for_method(name: str) -> None:
     for test in finder.find(getattr(Tensor, name), name, globs={"Tensor": Tensor}):
         runner.run(test)
     assert runner.failures == 0 and runner.tries > 0
+
+
+def test_reading_values_keeps_the_graph_for_gradients() -> None:
+    x = Tensor([1.0, 2.0]).is_param_()
+    y = (x * x).sum()
+    assert y.item() == 5.0  # reading the value must not cut the graph
+    (g,) = y.gradient(x)
+    assert g.tolist() == [2.0, 4.0]

@@ -425,3 +425,15 @@ def test_disk_file_replaced_at_the_same_path_is_read_anew(tmp_path):
     other.write_bytes(b"\x09\x08\x07")
     os.replace(other, path)
     assert Tensor(pathlib.Path(path)).to("CPU").tolist() == [9, 8, 7]
+
+
+def test_lazy_reader_keeps_the_value_from_before_an_assign(xgrad_device):
+    w = Tensor([1.0, 2.0], device=xgrad_device).realize()
+    old_double = w * 2  # lazy: reads w as it is now
+    w.assign(w + 10).realize()
+    assert w.tolist() == [11.0, 12.0]
+    assert old_double.tolist() == [2.0, 4.0]  # computed with the value from before the assign
+    both = w * 3
+    w.assign(w * 0)
+    Tensor.realize(both, w)  # realized together: the reader still sees the value before the assign
+    assert both.tolist() == [33.0, 36.0] and w.tolist() == [0.0, 0.0]

@@ -120,18 +120,18 @@ class Tensor(NNMixin):
                 "reading tensor data inside a TinyJit capture would not be replayed; return the tensor "
                 "from the jitted function and read it outside"
             )
-        self.realize()
-        if not _is_plain_buffer(self.uop):  # a view of a buffer: make it contiguous and keep reading that copy
-            self.uop = self.contiguous().realize().uop
+        # realize a contiguous copy, not self: self keeps its graph (gradients can still flow through it)
+        t = self if _is_plain_buffer(self.uop) else self.contiguous()
+        t.realize()
         if self.numel() == 0:
             return memoryview(b"")
-        return buffer_of(self.uop).as_bytes()  # the buffer lives as long as this tensor
+        return memoryview(bytearray(buffer_of(t.uop).as_bytes()))  # a copy: t's buffer may be reused once t is gone
 
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (bfloat16 and fp8 come back as float32)."""
         from xgrad.dtype import bf16_bits_to_float, fp8_bits_to_float, to_np_dtype
 
-        raw = np.frombuffer(self._host_bytes(), dtype=np.uint8).copy()
+        raw = np.frombuffer(self._host_bytes(), dtype=np.uint8)
         if self.dtype == dtypes.bfloat16:
             out = bf16_bits_to_float(raw.view(np.uint16))
         elif dtypes.is_fp8(self.dtype):
@@ -158,7 +158,7 @@ class Tensor(NNMixin):
         >>> Tensor([[1, 2], [3, 4]]).data().tolist()
         [[1, 2], [3, 4]]
         """
-        mv = memoryview(bytearray(self._host_bytes()))  # a copy: the device buffer may be reused once freed
+        mv = self._host_bytes()
         fmt = self.dtype.fmt
         if fmt is None or self.numel() == 0:
             return mv

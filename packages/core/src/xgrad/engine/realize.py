@@ -15,7 +15,7 @@ from xgrad.engine.memory import plan_memory
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.engine.schedule_cache import cached_schedule
 from xgrad.helpers import DEBUG
-from xgrad.uop.ops import Ops
+from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     pending = [t for t in tensors if t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN]
     if not pending:
         return
+    pending += _readers_of_assigned(pending)
     roots = list(dict.fromkeys(t.uop for t in pending))
     items, becomes = cached_schedule(roots)
     run_schedule(plan_memory(items, [becomes[r] for r in roots if r in becomes]))
@@ -53,6 +54,24 @@ def realize_tensors(tensors: list[Tensor]) -> None:
             t.uop = new
         elif any(k in t.uop.toposort for k in becomes):
             t.uop = substitute(t.uop, becomes)
+
+
+def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:
+    """Live lazy tensors that read a buffer this realize assigns to: they must read the value from before the assign,
+    so they are computed in the same schedule (which runs them before the assign)."""
+    sink = UOp(Ops.SINK, src=tuple(t.uop for t in pending))
+    targets = {u.src[0].base for u in sink.toposort if u.op is Ops.ASSIGN}
+    if not targets:
+        return []
+    chosen = {id(t) for t in pending}
+    readers = []
+    for t in list(all_tensors):
+        if id(t) in chosen or t.uop.base.op is Ops.BUFFER:
+            continue
+        topo = t.uop.toposort
+        if any(b in topo for b in targets) and not any(u.op is Ops.ASSIGN for u in topo):
+            readers.append(t)
+    return readers
 
 
 def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:

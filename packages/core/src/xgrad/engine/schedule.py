@@ -357,7 +357,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     if SPLIT_REDUCEOP:
         roots = list(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(roots)), pm_split_reduce, name="split reduce").src)
     boundaries = find_realizes(roots)
-    order = [u for u in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort if u in boundaries]
+    order = assigns_after_readers([u for u in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort if u in boundaries])
     realizes: dict[UOp, UOp] = {}
     items: list[ScheduleItem] = []
     for node in order:
@@ -417,6 +417,21 @@ def _range_view(u: UOp) -> Buffer:
     if offset == 0 and prod(_shape(u)) == base.size:
         return base
     return Buffer(base.device, prod(_shape(u)), u.dtype, base=base, offset=offset * u.dtype.itemsize)
+
+
+def assigns_after_readers(order: list[UOp]) -> list[UOp]:
+    """Move each ASSIGN after the kernels that read the old value of its buffer (and what depends on the ASSIGN after
+    it), keeping every other order: readers never depend on the assign, so this is still a valid order."""
+    position = {u: float(i) for i, u in enumerate(order)}
+    for u in order:
+        if u.op is Ops.ASSIGN:
+            target = u.src[0].base
+            readers = [position[r] for r in order if r is not u and u not in r.toposort and target in r.toposort]
+            position[u] = max([position[u], *(p + 0.5 for p in readers)])
+        deps = [position[d] for d in order if d is not u and d in u.toposort]
+        if deps and max(deps) >= position[u]:
+            position[u] = max(deps) + 0.25
+    return sorted(order, key=position.__getitem__)
 
 
 def _is_contiguous_view(u: UOp) -> bool:
