@@ -65,7 +65,8 @@ class IndexingMixin(GatherMixin):
             view, _ = self._index_basic(items)
             self._write(view, _fit_value(value, view.shape))
             return
-        self._write(self._t(), self._rebuilt(items, value))
+        if (rebuilt := self._rebuilt(items, value)) is not None:
+            self._write(self._t(), rebuilt)
 
     def __delitem__(self, indices: Any) -> None:
         raise IndexingError("tensors cannot delete elements; build a smaller one with shrink, indexing or cat")
@@ -165,7 +166,8 @@ class IndexingMixin(GatherMixin):
                 if step < 0:
                     flips.append(dim)
                     start, step = n - 1 - start, -step
-                shrinks.append((start, start + (count - 1) * step + 1) if count else (0, 0))
+                span = min(n - start, count * step) if count > 1 else count  # whole rows of `step` when they fit
+                shrinks.append((start, start + span) if count else (0, 0))
                 if count > 1 and step > 1:
                     strides.append((dim, step, count))
                 out_shape.append(count)
@@ -245,15 +247,16 @@ class IndexingMixin(GatherMixin):
             value = value.contiguous()
         target.assign(value).realize()
 
-    def _rebuilt(self, items: list[Any], value: Tensor) -> Tensor:
-        """self with the advanced-indexed places replaced by `value` (the last write wins for repeated places)."""
+    def _rebuilt(self, items: list[Any], value: Tensor) -> Tensor | None:
+        """self with the advanced-indexed places replaced by `value` (the last write wins for repeated places); None
+        when no place is indexed."""
         n = self.numel()
         place = self.arange(1, n + 1, device=self.device, dtype=dtypes.int32)
         chosen = place.reshape(self.shape)._index(items)  # 1 + flat position of each indexed place; 0: out of range
         vals = _fit_value(value, chosen.shape)
         m = chosen.numel()
         if m == 0 or n == 0:
-            return self._t()
+            return None
         match = chosen.reshape(1, m) == place.reshape(n, 1)
         order = self.arange(m, device=self.device, dtype=dtypes.int32)
         last = match.where(order, -1).max(1, keepdim=True)

@@ -1,0 +1,221 @@
+"""The safetensors format (huggingface/safetensors): save a dict of tensors, load it back lazily.
+
+Layout of a file: an 8-byte little-endian header length N, N bytes of JSON, then the data. The JSON maps each tensor
+name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the start of the data) and may hold
+"__metadata__", a str->str map. `safe_save` writes what the reference writer writes: tensors packed in order of
+decreasing alignment then name, no gaps, and the header padded with spaces so the data starts 8-byte aligned (so every
+tensor is aligned to its element size).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import TYPE_CHECKING, Any
+
+from xgrad.dtype import DType, dtypes
+from xgrad.errors import DTypeError
+from xgrad.helpers import prod
+from xgrad.nn.fileview import ByteSource, CheckpointError, byte_source
+from xgrad.uop.ops import Ops
+
+if TYPE_CHECKING:
+    from xgrad.tensor import Tensor
+
+# safetensors dtype names <-> xgrad dtypes
+SAFETENSORS_DTYPES: dict[str, DType] = {
+    "BOOL": dtypes.bool,
+    "I8": dtypes.int8,
+    "U8": dtypes.uint8,
+    "I16": dtypes.int16,
+    "U16": dtypes.uint16,
+    "I32": dtypes.int32,
+    "U32": dtypes.uint32,
+    "I64": dtypes.int64,
+    "U64": dtypes.uint64,
+    "F8_E4M3": dtypes.fp8e4m3,
+    "F8_E5M2": dtypes.fp8e5m2,
+    "F16": dtypes.float16,
+    "BF16": dtypes.bfloat16,
+    "F32": dtypes.float32,
+    "F64": dtypes.float64,
+}
+_NAME_OF: dict[DType, str] = {v: k for k, v in SAFETENSORS_DTYPES.items()}
+MAX_HEADER_BYTES = 100_000_000  # the reference reader refuses larger headers
+
+
+def safe_load_metadata(fn: Tensor | str | os.PathLike[str]) -> tuple[Tensor, int, dict[str, Any]]:
+    """The parsed header of a safetensors file: (the file as a uint8 tensor, byte where the data starts, the header
+    JSON including "__metadata__" if present). Reads only the header.
+
+    >>> import tempfile, os
+    >>> from xgrad import Tensor
+    >>> fn = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+    >>> safe_save({"w": Tensor([1.0, 2.0])}, fn, metadata={"format": "pt"})
+    >>> _, data_start, header = safe_load_metadata(fn)
+    >>> data_start % 8, header["w"], header["__metadata__"]
+    (0, {'dtype': 'F32', 'shape': [2], 'data_offsets': [0, 8]}, {'format': 'pt'})
+    """
+    src = byte_source(fn)
+    t = _as_tensor(fn)
+    _, data_start, header = _read_header(src)
+    return t, data_start, header
+
+
+def safe_load(fn: Tensor | str | os.PathLike[str]) -> dict[str, Tensor]:
+    """The tensors of a safetensors file (path or uint8 tensor), each a lazy view of the file's bytes: nothing but the
+    header is read until a tensor is used, and then only that tensor's bytes (`t.to("CPU")`, `t.numpy()`).
+
+    >>> import tempfile, os
+    >>> from xgrad import Tensor
+    >>> fn = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+    >>> safe_save({"w": Tensor([[1, 2], [3, 4]]), "b": Tensor([0.5])}, fn)
+    >>> sd = safe_load(fn)
+    >>> sd["w"].device.startswith("DISK:"), sd["w"].to("CPU").tolist(), sd["b"].numpy().tolist()
+    (True, [[1, 2], [3, 4]], [0.5])
+    """
+    src = byte_source(fn)
+    data, _, header = _read_header(src)
+    out: dict[str, Tensor] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape, begin, end = _parse_entry(src.name, name, info)
+        if end > data.nbytes:
+            raise CheckpointError(
+                f"{src.name}: tensor {name!r} ends at byte {end} of the data, but the file holds only {data.nbytes} "
+                "bytes of data; the file is truncated"
+            )
+        out[name] = data.typed(begin, dtype, shape)
+    return out
+
+
+def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike[str], metadata: dict[str, str] | None = None) -> None:
+    """Write `tensors` to the safetensors file `fn` (readable by `safetensors.safe_open`/`load_file`, bit-exact for
+    every dtype), with the optional str->str `metadata`. Tensors are computed as needed; a tensor loaded from `fn`
+    itself may be saved back to it.
+
+    >>> import tempfile, os
+    >>> from xgrad import Tensor
+    >>> fn = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+    >>> safe_save({"x": Tensor([1, 2, 3])}, fn)
+    >>> safe_load(fn)["x"].tolist()
+    [1, 2, 3]
+    """
+    if metadata is not None and not (
+        isinstance(metadata, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise CheckpointError("safetensors metadata must be a dict of str to str, e.g. {'format': 'pt'}")
+    for name, t in tensors.items():
+        if not isinstance(name, str) or name == "__metadata__":
+            raise CheckpointError(f"cannot save a tensor named {name!r}: names must be str and not '__metadata__'")
+        if t.dtype not in _NAME_OF:
+            raise DTypeError(
+                f"cannot save {name!r}: safetensors has no {t.dtype.name} (it has "
+                f"{', '.join(d.name for d in _NAME_OF)}); cast it first, e.g. t.float()"
+            )
+    order = sorted(tensors, key=lambda k: (-tensors[k].dtype.itemsize, k))
+    target = pathlib.Path(fn).resolve()
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    blobs: list[memoryview] = []
+    owners: list[Tensor] = []  # keep every realized tensor alive until its bytes are written
+    offset = 0
+    for name in order:
+        owner, blob = _tensor_bytes(tensors[name], target)
+        owners.append(owner)
+        header[name] = {
+            "dtype": _NAME_OF[tensors[name].dtype],
+            "shape": list(tensors[name].shape),
+            "data_offsets": [offset, offset + blob.nbytes],
+        }
+        offset += blob.nbytes
+        blobs.append(blob)
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    with open(target, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+# ---- helpers ----
+def _as_tensor(fn: Tensor | str | os.PathLike[str]) -> Tensor:
+    from xgrad.tensor import Tensor
+
+    return fn if isinstance(fn, Tensor) else Tensor(pathlib.Path(fn))
+
+
+def _read_header(src: ByteSource) -> tuple[ByteSource, int, dict[str, Any]]:
+    """(the data section, byte where it starts, the header JSON) of the safetensors bytes in `src`."""
+    if src.nbytes < 8:
+        raise CheckpointError(f"{src.name}: {src.nbytes} bytes is too short for a safetensors file (8-byte header)")
+    n = int.from_bytes(src.read(0, 8), "little")
+    if n > MAX_HEADER_BYTES or 8 + n > src.nbytes:
+        raise CheckpointError(
+            f"{src.name}: header length {n} does not fit in a file of {src.nbytes} bytes; not a safetensors file, "
+            "or it is truncated"
+        )
+    try:
+        header = json.loads(bytes(src.read(8, n)).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{src.name}: the safetensors header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{src.name}: the safetensors header must be a JSON object, got {type(header).__name__}")
+    meta = header.get("__metadata__")
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise CheckpointError(f"{src.name}: __metadata__ must map str to str")
+    return src.sub(8 + n, src.nbytes - 8 - n), 8 + n, header
+
+
+def _parse_entry(fname: str, name: str, info: Any) -> tuple[DType, tuple[int, ...], int, int]:
+    """Check one header entry: (dtype, shape, begin, end)."""
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
+        raise CheckpointError(f"{fname}: header entry {name!r} needs dtype, shape and data_offsets, got {info!r}")
+    dtype = SAFETENSORS_DTYPES.get(info["dtype"])
+    if dtype is None:
+        raise DTypeError(
+            f"{fname}: tensor {name!r} has safetensors dtype {info['dtype']!r}, which xgrad cannot load "
+            f"(supported: {', '.join(SAFETENSORS_DTYPES)})"
+        )
+    shape, offs = info["shape"], info["data_offsets"]
+    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+        raise CheckpointError(f"{fname}: tensor {name!r} has an invalid shape {shape!r}")
+    if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)):
+        raise CheckpointError(f"{fname}: tensor {name!r} has invalid data_offsets {offs!r}")
+    begin, end = offs
+    nbytes = int(prod(shape)) * dtype.itemsize
+    if not 0 <= begin <= end or end - begin != nbytes:
+        raise CheckpointError(
+            f"{fname}: tensor {name!r} of shape {tuple(shape)} {info['dtype']} needs {nbytes} bytes, "
+            f"but its data_offsets {offs} span {end - begin}"
+        )
+    return dtype, tuple(shape), begin, end
+
+
+def _tensor_bytes(t: Tensor, target: pathlib.Path) -> tuple[Tensor, memoryview]:
+    """The contiguous bytes of `t`, and the realized tensor that owns them (keep it alive while the bytes are used:
+    a freed buffer's memory is reused). Views of the file being written are copied out first (it is about to be
+    truncated); other DISK views are read in place."""
+    from xgrad.device import Device, parse_device
+
+    if t.numel() == 0:
+        return t, memoryview(b"")
+    device = t.device
+    if device.startswith("DISK:") and _is_plain_buffer(t):
+        if pathlib.Path(parse_device(device).path or "").resolve() == target:
+            return t, memoryview(bytes(t.data()))
+    elif device.startswith("DISK:"):
+        t = t.to(Device.DEFAULT).realize()
+    elif not _is_plain_buffer(t):
+        t = t.contiguous().realize()
+    mv = t.data()
+    return t, mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+
+
+def _is_plain_buffer(t: Tensor) -> bool:
+    u = t.uop
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    return u.op is Ops.BUFFER
