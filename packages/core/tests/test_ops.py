@@ -437,3 +437,12 @@ def test_lazy_reader_keeps_the_value_from_before_an_assign(xgrad_device):
     w.assign(w * 0)
     Tensor.realize(both, w)  # realized together: the reader still sees the value before the assign
     assert both.tolist() == [33.0, 36.0] and w.tolist() == [0.0, 0.0]
+
+
+def test_identical_lazy_tensors_get_their_own_buffers(xgrad_device):
+    a = Tensor.zeros(3, device=xgrad_device).contiguous()
+    b = Tensor.zeros(3, device=xgrad_device).contiguous()  # the same graph node as a
+    a.realize()
+    b.realize()
+    a.assign(Tensor([1.0, 2.0, 3.0], device=xgrad_device)).realize()
+    assert a.tolist() == [1.0, 2.0, 3.0] and b.tolist() == [0.0, 0.0, 0.0]

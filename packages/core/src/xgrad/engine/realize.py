@@ -49,9 +49,13 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     roots = list(dict.fromkeys(t.uop for t in pending))
     items, becomes = cached_schedule(roots)
     run_schedule(plan_memory(items, [becomes[r] for r in roots if r in becomes]))
+    chosen = {id(t) for t in pending}
     for t in list(all_tensors):
         if (new := becomes.get(t.uop)) is not None:
-            t.uop = new
+            # another tensor with an identical (hash-consed) graph stays lazy: sharing the buffer would let a later
+            # assign to one tensor change the other
+            if id(t) in chosen:
+                t.uop = new
         elif any(k in t.uop.toposort for k in becomes):
             t.uop = substitute(t.uop, becomes)
 
