@@ -1,0 +1,163 @@
+"""Convolution layers: `Conv2d` (any number of spatial dims despite the name), `Conv1d`, `ConvTranspose2d`,
+`ConvTranspose1d`. They hold the weights; `Tensor.conv2d` / `Tensor.conv_transpose2d` do the math."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from xgrad.errors import ShapeError, XgradError
+from xgrad.helpers import make_tuple, prod
+
+if TYPE_CHECKING:
+    from xgrad.tensor import Tensor
+
+IntOrTuple = int | Sequence[int]
+Padding = int | Sequence[int] | str
+
+
+def _layer_padding(
+    padding: Padding, kernel: tuple[int, ...], stride: IntOrTuple, dilation: IntOrTuple
+) -> int | Sequence[int]:
+    """The layer's padding as numbers: 'valid' is 0, 'same' (stride 1) pads d*(k-1) per dim, one more after when
+    that is odd (as torch does), in the flat form `Tensor.conv2d` takes (before, after per dim, last dim first)."""
+    if not isinstance(padding, str):
+        return padding
+    if padding == "valid":
+        return 0
+    if padding != "same":
+        raise XgradError(f"padding={padding!r} is unknown; use 'same', 'valid', an int or a tuple of ints")
+    if any(s != 1 for s in make_tuple(stride, len(kernel))):
+        raise XgradError(f"padding='same' needs stride 1 (got stride={stride}); give the padding as numbers instead")
+    flat: list[int] = []
+    for k, d in reversed(list(zip(kernel, make_tuple(dilation, len(kernel))))):
+        total = d * (k - 1)
+        flat += [total // 2, total - total // 2]
+    return flat
+
+
+# ---- layers ----
+class Conv2d:
+    """An N-d convolution layer (the kernel's length sets N): weight (out, in/groups, *kernel) and bias (out,),
+    both uniform in +-1/sqrt(in/groups * prod(kernel)) as torch initialises them. `padding` may be an int, one int
+    per dim, 2 ints per dim (last dim first), 'same' (stride 1) or 'valid'.
+
+    >>> from xgrad import Tensor
+    >>> conv = Conv2d(1, 4, 3, padding=1)
+    >>> conv(Tensor.ones(2, 1, 5, 5)).shape
+    (2, 4, 5, 5)
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: IntOrTuple,
+        stride: IntOrTuple = 1,
+        padding: Padding = 0,
+        dilation: IntOrTuple = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
+        from xgrad.tensor import Tensor
+
+        if in_channels % groups or out_channels % groups:
+            raise ShapeError(
+                f"in_channels={in_channels} and out_channels={out_channels} must both be multiples of groups={groups}"
+            )
+        self.kernel_size = make_tuple(kernel_size, 2)
+        self.stride, self.dilation, self.groups = stride, dilation, groups
+        self.padding = _layer_padding(padding, self.kernel_size, stride, dilation)
+        bound = 1 / math.sqrt(in_channels // groups * prod(self.kernel_size))
+        self.weight = Tensor.uniform(
+            out_channels, in_channels // groups, *self.kernel_size, low=-bound, high=bound
+        ).is_param_()
+        self.bias = Tensor.uniform(out_channels, low=-bound, high=bound).is_param_() if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
+
+
+def Conv1d(  # noqa: N802 (a factory that reads like a class, as in tinygrad)
+    in_channels: int,
+    out_channels: int,
+    kernel_size: int,
+    stride: int = 1,
+    padding: int | str = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    bias: bool = True,
+) -> Conv2d:
+    """A `Conv2d` with a 1-d kernel: input (N, C, L).
+
+    >>> from xgrad import Tensor
+    >>> Conv1d(2, 3, 3)(Tensor.ones(1, 2, 8)).shape
+    (1, 3, 6)
+    """
+    return Conv2d(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)
+
+
+class ConvTranspose2d(Conv2d):
+    """An N-d transposed convolution layer: weight (in, out/groups, *kernel), bias (out,), torch's init.
+    Output size per dim: (i - 1)*stride - 2*padding + dilation*(k - 1) + output_padding + 1.
+
+    >>> from xgrad import Tensor
+    >>> ConvTranspose2d(4, 2, 2, stride=2)(Tensor.ones(1, 4, 3, 3)).shape
+    (1, 2, 6, 6)
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: IntOrTuple,
+        stride: IntOrTuple = 1,
+        padding: int | Sequence[int] = 0,
+        output_padding: IntOrTuple = 0,
+        dilation: IntOrTuple = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
+        from xgrad.tensor import Tensor
+
+        if in_channels % groups or out_channels % groups:
+            raise ShapeError(
+                f"in_channels={in_channels} and out_channels={out_channels} must both be multiples of groups={groups}"
+            )
+        self.kernel_size = make_tuple(kernel_size, 2)
+        self.stride, self.dilation, self.groups = stride, dilation, groups
+        self.padding: int | Sequence[int] = padding
+        self.output_padding = output_padding
+        bound = 1 / math.sqrt(out_channels // groups * prod(self.kernel_size))  # torch: fan_in from weight.shape[1]
+        self.weight = Tensor.uniform(
+            in_channels, out_channels // groups, *self.kernel_size, low=-bound, high=bound
+        ).is_param_()
+        self.bias = Tensor.uniform(out_channels, low=-bound, high=bound).is_param_() if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.conv_transpose2d(
+            self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding, self.output_padding
+        )
+
+
+def ConvTranspose1d(  # noqa: N802 (a factory that reads like a class, as in tinygrad)
+    in_channels: int,
+    out_channels: int,
+    kernel_size: int,
+    stride: int = 1,
+    padding: int = 0,
+    output_padding: int = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    bias: bool = True,
+) -> ConvTranspose2d:
+    """A `ConvTranspose2d` with a 1-d kernel: input (N, C, L).
+
+    >>> from xgrad import Tensor
+    >>> ConvTranspose1d(2, 3, 3, stride=2)(Tensor.ones(1, 2, 4)).shape
+    (1, 3, 9)
+    """
+    return ConvTranspose2d(
+        in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups, bias
+    )
