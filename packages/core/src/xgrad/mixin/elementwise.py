@@ -135,30 +135,44 @@ class ElementwiseMixin(MovementMixin):
         d = self - f
         half_f = f * 0.5
         odd = half_f.trunc() != half_f
-        return ((d > 0.5) | ((d == 0.5) & odd)).where(f + 1, f)
+        out = ((d > 0.5) | ((d == 0.5) & odd)).where(f + 1, f)
+        return (out == 0).where(self * 0, out)  # -0.5 rounds to -0.0
+
+    def _float_abs_bits(self) -> tuple[Tensor, int]:
+        """The bits of |x| as a signed int, and the bits of +inf: comparisons of these are exact on every backend,
+        even where float compares do not follow IEEE for nan. Narrow floats are widened first (exactly)."""
+        x = self.cast(dtypes.float32) if self.dtype.itemsize < 4 else self._t()
+        wide = x.dtype.itemsize == 8
+        bits = x.bitcast(dtypes.int64 if wide else dtypes.int32) & (2**63 - 1 if wide else 2**31 - 1)
+        return bits, 0x7FF0000000000000 if wide else 0x7F800000
 
     def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
         """Where the value is +inf (if `detect_positive`) or -inf (if `detect_negative`).
 
-        >>> Tensor([1.0, math.inf, -math.inf]).isinf().tolist()
+        >>> Tensor([1.0, float("inf"), -float("inf")]).isinf().tolist()
         [False, True, True]"""
-        out = self._const(False, dtypes.bool)
-        if dtypes.is_float(self.dtype):
-            if detect_positive:
-                out = out | (self == math.inf)
-            if detect_negative:
-                out = out | (self == -math.inf)
-        return out
+        if not dtypes.is_float(self.dtype) or not (detect_positive or detect_negative):
+            return self._const(False, dtypes.bool)
+        bits, inf_bits = self._float_abs_bits()
+        out = bits == inf_bits
+        if detect_positive and detect_negative:
+            return out
+        return out & ((self > 0) if detect_positive else (self < 0))
 
     def isnan(self) -> Tensor:
-        """>>> Tensor([1.0, math.nan]).isnan().tolist()
+        """Where the value is nan.
+
+        >>> Tensor([1.0, float("nan")]).isnan().tolist()
         [False, True]"""
-        return self._t() != self._t() if dtypes.is_float(self.dtype) else self._const(False, dtypes.bool)
+        if not dtypes.is_float(self.dtype):
+            return self._const(False, dtypes.bool)
+        bits, inf_bits = self._float_abs_bits()
+        return bits > inf_bits
 
     def isfinite(self) -> Tensor:
         """Neither inf nor nan.
 
-        >>> Tensor([1.0, math.inf, math.nan]).isfinite().tolist()
+        >>> Tensor([1.0, float("inf"), float("nan")]).isfinite().tolist()
         [True, False, False]"""
         return (self.isinf() | self.isnan()).logical_not()
 
@@ -260,7 +274,8 @@ class ElementwiseMixin(MovementMixin):
             return a._binop(Ops.MOD, b)
         r = a - (a / b).trunc() * b
         # a/b rounded to an integer it does not reach: the remainder came out with the wrong sign; step back once
-        return ((a > 0) & (r < 0)).where(r + b.abs(), ((a < 0) & (r > 0)).where(r - b.abs(), r))
+        r = ((a > 0) & (r < 0)).where(r + b.abs(), ((a < 0) & (r > 0)).where(r - b.abs(), r))
+        return (b == 0).where(math.nan, r)
 
     def pow(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         """self ** x, with torch's corner cases: x**0 is 1 (also for nan), 0**-1 is inf, a negative base needs an
@@ -329,8 +344,8 @@ class ElementwiseMixin(MovementMixin):
         [-1.0, 2.0, -3.0]"""
         a, b = self._broadcasted(x)
         if dtypes.is_float(a.dtype):
-            signed_int = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[b.dtype.itemsize]
-            negative = b.bitcast(signed_int) < 0
+            wide = b.cast(dtypes.float32) if b.dtype.itemsize < 4 else b  # widening keeps the sign bit
+            negative = wide.bitcast(dtypes.int64 if wide.dtype.itemsize == 8 else dtypes.int32) < 0
         else:
             negative = b < 0
         mag = a.abs()
@@ -347,7 +362,7 @@ class ElementwiseMixin(MovementMixin):
     def isclose(self, x: Tensor | Scalar, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:
         """|self - x| <= atol + rtol * |x| elementwise (infinities are close only to themselves).
 
-        >>> Tensor([1.0, 1.1, math.nan]).isclose(Tensor([1.0 + 1e-7, 1.0, math.nan]), equal_nan=True).tolist()
+        >>> Tensor([1.0, 1.1, float("nan")]).isclose(Tensor([1.0, 1.0, float("nan")]), equal_nan=True).tolist()
         [True, False, True]"""
         a, b = self._broadcasted(x)
         close = a == b

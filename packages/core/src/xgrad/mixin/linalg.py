@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from xgrad.dtype import DType, dtypes, least_upper_dtype, to_dtype
+from xgrad.dtype import DType, least_upper_dtype, to_dtype
 from xgrad.errors import ShapeError, XgradError
 from xgrad.mixin.indexing import IndexingMixin
 
@@ -26,15 +26,16 @@ class LinalgMixin(IndexingMixin):
 
     # ---- products ----
     def dot(self, w: Tensor, dtype: DType | str | None = None) -> Tensor:
-        """Matrix product (same rules as `matmul`); `dtype` is the accumulation and result dtype.
+        """Matrix product (same rules as `matmul`) in the inputs' common dtype; `dtype` is the accumulation and result
+        dtype.
 
         >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).dot(Tensor([1.0, 1.0])).tolist()
         [3.0, 7.0]
         """
         if dtype is None:
-            return self.matmul(w)
+            return self.matmul(w).cast(least_upper_dtype(self.dtype, w.dtype))
         dt = to_dtype(dtype)
-        return self.cast(dt).matmul(w.cast(dt))
+        return self.cast(dt).matmul(w.cast(dt)).cast(dt)
 
     def linear(self, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
         """`self @ weight + bias` with `weight` of shape (in, out) as in tinygrad (torch's is (out, in)); a 1-d weight
@@ -113,8 +114,8 @@ class LinalgMixin(IndexingMixin):
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         """Divide by the `p`-norm along `dim`, at least `eps` (torch.nn.functional.normalize).
 
-        >>> Tensor([[3.0, 4.0]]).normalize().tolist()
-        [[0.6, 0.8]]
+        >>> Tensor([[0.0, -2.0], [4.0, 0.0]]).normalize().tolist()
+        [[0.0, -1.0], [1.0, 0.0]]
         """
         x = self._float()
         if p == 2.0:
@@ -139,25 +140,26 @@ class LinalgMixin(IndexingMixin):
         """
         if self.ndim < 2:
             raise ShapeError(f"qr needs a matrix (at least 2 dimensions), got shape {self.shape}")
-        r = self._float().contiguous()
         m, n = self.shape[-2:]
         batch = self.shape[:-2]
-        q = _eye(self, m, r.dtype).reshape((1,) * len(batch) + (m, m)).expand(batch + (m, m)).contiguous()
+        x = self._float()
+        # reflect [R | Q^T] from the left at once: Q = H_1 H_2 ... means Q^T = ... H_2 H_1, one kernel per step
+        eye = _eye(self, m, x.dtype).reshape((1,) * len(batch) + (m, m)).expand(batch + (m, m))
+        both = x.cat(eye, dim=-1).contiguous()
         row = self._tensor_cls().arange(m, device=self.device).reshape(m, 1)
         for i in range(min(m, n)):
-            col = r.shrink(tuple((0, s) for s in batch) + ((0, m), (i, i + 1)))  # (..., m, 1)
+            col = both.shrink(tuple((0, s) for s in batch) + ((0, m), (i, i + 1)))  # (..., m, 1)
             x0 = (row == i).where(col, 0.0).sum(-2, keepdim=True)
             below = (row > i).where(col, 0.0)
             sigma = below.square().sum(-2, keepdim=True)
             skip = sigma == 0
             norm = (x0.square() + sigma).sqrt()
             beta = (x0 < 0).where(norm, -norm)
-            safe_beta = skip.where(1.0, beta)
-            tau = skip.where(0.0, (beta - x0) / safe_beta)
+            tau = skip.where(0.0, (beta - x0) / skip.where(1.0, beta))
             v = (row == i).where(1.0, below / skip.where(1.0, x0 - beta))
-            r = (r - tau * v * (v * r).sum(-2, keepdim=True)).contiguous()
-            q = (q - tau * (q * v.transpose(-1, -2)).sum(-1, keepdim=True) * v.transpose(-1, -2)).contiguous()
-        return q, r.triu()
+            both = (both - tau * v * (v * both).sum(-2, keepdim=True)).contiguous()
+        crop = tuple((0, s) for s in batch) + ((0, m),)
+        return both.shrink(crop + ((n, n + m),)).transpose(-1, -2), both.shrink(crop + ((0, n),)).triu()
 
     def svd(self, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """Singular value decomposition of the last two dimensions: U, S, V with self == U @ diag(S) @ V^T (V, not
@@ -234,54 +236,51 @@ def _eye(like: LinalgMixin, n: int, dtype: DType) -> Tensor:
 
 def _jacobi_sweeps(a: Tensor) -> tuple[Tensor, Tensor]:
     """One-sided Jacobi on the columns of a (..., n, n): returns (A V, V) with the columns of A V orthogonal. Column
-    pairs (j, h + j) are rotated together; a fixed round-robin shuffle between rounds makes every pair meet once per
-    sweep. An odd n gets a zero column (its singular value 0 sorts last and is cut off by the caller)."""
+    pairs (j, h + j) are rotated together; then the columns move one place in a round-robin (circle method: column 0
+    stays, the top row shifts right, the bottom row left) so every pair meets once per sweep. An odd n gets a zero
+    column (its singular value 0 sorts last and is cut off by the caller). A and V are stacked as rows of one
+    tensor, so a round is two kernels: the 2x2 Gram matrices of the pairs, and the rotation."""
     n = a.shape[-1]
     batch = a.shape[:-2]
     big = n + n % 2
+    half = big // 2
+    keep = tuple((0, s) for s in batch)
     if big != n:
         a = a.pad(tuple((0, 0) for _ in batch) + ((0, 0), (0, 1)))
-    v = _eye(a, big, a.dtype).reshape((1,) * len(batch) + (big, big)).expand(batch + (big, big)).contiguous()
-    if big == 2 and n == 1:
-        return a, v
-    half = big // 2
-    shuffle = _round_robin_shuffle(a, half, a.dtype)
+    v = _eye(a, big, a.dtype).reshape((1,) * len(batch) + (big, big)).expand(batch + (big, big))
+    w = a.cat(v, dim=-2).contiguous()
+    rows = n + big
     sweeps = math.ceil(math.log2(big)) + 4
-    crop = tuple((0, s) for s in batch)
-    rows = a.shape[-2]
-    for _ in range(sweeps * (big - 1)):
-        ap, aq = a.shrink(crop + ((0, rows), (0, half))), a.shrink(crop + ((0, rows), (half, big)))
-        vp, vq = v.shrink(crop + ((0, big), (0, half))), v.shrink(crop + ((0, big), (half, big)))
-        alpha, beta, gamma = ap.square().sum(-2), aq.square().sum(-2), (ap * aq).sum(-2)
+    for _ in range(sweeps * (big - 1) if n > 1 else 0):
+        pairs = w.shrink(keep + ((0, n), (0, big))).reshape(batch + (n, 2, half)).transpose(-3, -2)  # (..., 2, n, h)
+        gram = (pairs.unsqueeze(-4) * pairs.unsqueeze(-3)).sum(-2)  # (..., 2, 2, h)
+
+        def entry(i: int, j: int, gram: Tensor = gram) -> Tensor:
+            return gram.shrink(keep + ((i, i + 1), (j, j + 1), (0, half))).reshape(batch + (1, half))
+
+        alpha, beta, gamma = entry(0, 0), entry(1, 1), entry(0, 1)
         rotate = gamma != 0
         zeta = (beta - alpha) / (2 * rotate.where(gamma, 1.0))
         t = (zeta >= 0).where(1.0, -1.0) / (zeta.abs() + (1 + zeta.square()).sqrt())
         t = rotate.where(t, 0.0)
-        c = (1 + t.square()).rsqrt().unsqueeze(-2)
-        s = c * t.unsqueeze(-2)
-        a = _rotate_pairs(ap, aq, c, s).matmul(shuffle).contiguous()
-        v = _rotate_pairs(vp, vq, c, s).matmul(shuffle).contiguous()
-    return a, v
+        c = (1 + t.square()).rsqrt()
+        s = c * t
+        p, q = w.shrink(keep + ((0, rows), (0, half))), w.shrink(keep + ((0, rows), (half, big)))
+        w = _round_robin(c * p - s * q, s * p + c * q).contiguous()
+    return w.shrink(keep + ((0, n), (0, big))), w.shrink(keep + ((n, rows), (0, big)))
 
 
-def _round_robin_shuffle(like: Tensor, half: int, dtype: DType) -> Tensor:
-    """The permutation matrix (src, dst) of the circle method on 2 * half columns: pairs are (j, half + j); column 0
-    stays, the others rotate one place (top row right, bottom row left), so all pairs meet in 2 * half - 1 rounds."""
-    big = 2 * half
-    dst = list(range(big))
-    if half > 1:
-        dst = [0] + [j + 1 for j in range(1, half - 1)] + [big - 1, 1] + [j - 1 for j in range(half + 1, big)]
-    arange = like._tensor_cls().arange
-    target = like._tensor_cls()(dst, device=like.device).reshape(big, 1)
-    return (target == arange(big, device=like.device).reshape(1, big)).cast(dtype)
-
-
-def _rotate_pairs(p: Tensor, q: Tensor, c: Tensor, s: Tensor) -> Tensor:
-    """[c p - s q | s p + c q] side by side along the last axis."""
+def _round_robin(p: Tensor, q: Tensor) -> Tensor:
+    """The columns of the next round: top [p0, q0, p1 .. p_{h-2}], bottom [q1 .. q_{h-1}, p_{h-1}]."""
     h = p.shape[-1]
-    pad_right = tuple((0, 0) for _ in p.shape[:-1]) + ((0, h),)
-    pad_left = tuple((0, 0) for _ in p.shape[:-1]) + ((h, 0),)
-    return (c * p - s * q).pad(pad_right) + (s * p + c * q).pad(pad_left)
+    if h == 1:
+        return p.cat(q, dim=-1)
+
+    def cols(t: Tensor, lo: int, hi: int) -> Tensor:
+        return t.shrink(tuple((0, s) for s in t.shape[:-1]) + ((lo, hi),))
+
+    top = [cols(p, 0, 1), cols(q, 0, 1)] + ([cols(p, 1, h - 1)] if h > 2 else [])
+    return top[0].cat(*top[1:], cols(q, 1, h), cols(p, h - 1, h), dim=-1)
 
 
 def _parse_einsum(formula: str, ndims: list[int]) -> tuple[list[list[str]], list[str]]:
@@ -348,4 +347,3 @@ def _diagonal_last2(x: Tensor) -> Tensor:
         return x.reshape(lead + (0,))
     flat = x.reshape(lead + (n * n,)).pad(tuple((0, 0) for _ in lead) + ((0, n),))
     return flat.reshape(lead + (n, n + 1)).shrink(tuple((0, s) for s in lead) + ((0, n), (0, 1))).reshape(lead + (n,))
-

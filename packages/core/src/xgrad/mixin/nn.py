@@ -30,6 +30,12 @@ def _class_mask(y: Tensor, num_classes: int, class_axis: int) -> Tensor:
     return y.unsqueeze(class_axis) == classes
 
 
+def _mean_over(total: Tensor, count: Tensor) -> Tensor:
+    """total / count; nan (with a zero gradient, as torch) when every label was ignored."""
+    empty = count == 0
+    return empty.where(math.nan, total / empty.where(1, count))
+
+
 def _check_reduction(reduction: str) -> None:
     if reduction not in ("mean", "sum", "none"):
         raise XgradError(f"reduction={reduction!r}: use 'mean', 'sum' or 'none'")
@@ -172,7 +178,7 @@ class NNMixin(SortMixin):
         counted = Y != ignore_index
         loss = counted.where(loss, 0.0)
         if reduction == "mean":
-            return loss.sum() / counted.sum()
+            return _mean_over(loss.sum(), counted.sum())
         return loss.sum() if reduction == "sum" else loss
 
     def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:  # noqa: N803
@@ -229,7 +235,7 @@ class NNMixin(SortMixin):
             w = (Y != ignore_index).where(w, 0.0)
         nll = -picked * w
         if reduction == "mean":
-            return nll.sum() / w.sum()
+            return _mean_over(nll.sum(), w.sum())
         return nll.sum() if reduction == "sum" else nll
 
 
