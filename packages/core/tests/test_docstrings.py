@@ -23,6 +23,10 @@ MODULES = [
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples_run(name: str) -> None:
     module = importlib.import_module(name)
-    result = doctest.testmod(module, extraglobs={"Tensor": Tensor, "dtypes": dtypes}, verbose=False,
-                             optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(
+        module,
+        extraglobs={"Tensor": Tensor, "dtypes": dtypes},
+        verbose=False,
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+    )
     assert result.failed == 0, f"{result.failed} of {result.attempted} docstring examples failed in {name}"

@@ -151,8 +151,8 @@ def test_einsum_bad_formulas_raise() -> None:
 
 
 # ---- tril / triu ----
-@pytest.mark.parametrize("shape", [(3, 3), (2, 4), (2, 4, 3), (0, 2)], ids=str)
-@pytest.mark.parametrize("diagonal", [-1, 0, 2])
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 3), (0, 2)], ids=str)
+@pytest.mark.parametrize("diagonal", [-1, 2])
 def test_tril_triu_match_torch(xgrad_device: str, shape: tuple[int, ...], diagonal: int) -> None:
     check(xgrad_device, lambda x: x.tril(diagonal), lambda x: torch.tril(x, diagonal), rand(*shape))
     check(xgrad_device, lambda x: x.triu(diagonal), lambda x: torch.triu(x, diagonal), rand(*shape))
@@ -173,9 +173,9 @@ def test_tril_of_vector_raises_shape_error() -> None:
 
 
 # ---- normalize ----
-@pytest.mark.parametrize("p", [2.0, 1.0, 3.0, float("inf")])
-@pytest.mark.parametrize("dim", [1, -1, 0])
-def test_normalize_matches_torch(xgrad_device: str, p: float, dim: int) -> None:
+@pytest.mark.parametrize("p_dim", [(2.0, 1), (1.0, -1), (3.0, 0), (float("inf"), 1)], ids=str)
+def test_normalize_matches_torch(xgrad_device: str, p_dim: tuple[float, int]) -> None:
+    p, dim = p_dim
     check(
         xgrad_device,
         lambda x: x.normalize(p, dim),
@@ -227,9 +227,12 @@ def assert_orthonormal_columns(m: np.ndarray) -> None:
     np.testing.assert_allclose(gram, np.broadcast_to(np.eye(m.shape[-1]), gram.shape), atol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(3, 3), (4, 2), (2, 3), (2, 3, 2), (1, 3)], ids=str)
-@pytest.mark.parametrize("full", [True, False], ids=["full", "reduced"])
-def test_svd_matches_torch(xgrad_device: str, shape: tuple[int, ...], full: bool) -> None:
+SVD_CASES = [((3, 3), True), ((3, 3), False), ((4, 2), True), ((2, 3), False), ((2, 3, 2), True), ((1, 3), False)]
+
+
+@pytest.mark.parametrize("case", SVD_CASES, ids=lambda c: f"{c[0]}-{'full' if c[1] else 'reduced'}")
+def test_svd_matches_torch(xgrad_device: str, case: tuple[tuple[int, ...], bool]) -> None:
+    shape, full = case
     a = rand(*shape)
     u, s, v = Tensor(a, device=xgrad_device).svd(full_matrices=full)
     u.realize(s, v)
@@ -288,7 +291,7 @@ def test_newton_schulz_matches_reference(xgrad_device: str, shape: tuple[int, ..
 
 
 def test_newton_schulz_converges_to_orthogonal(xgrad_device: str) -> None:
-    x = Tensor([[2.0, 1.0], [0.5, 3.0]], device=xgrad_device).newton_schulz(20, (1.5, -0.5))
+    x = Tensor([[2.0, 1.0], [0.5, 3.0]], device=xgrad_device).newton_schulz(8, (1.5, -0.5))
     np.testing.assert_allclose(x.numpy() @ x.numpy().T, np.eye(2), atol=1e-4)
 
 

@@ -251,7 +251,7 @@ def test_unary_float64_matches_torch(xgrad_device: str) -> None:
 
 
 def test_unary_math_of_int_input_is_float32(xgrad_device: str) -> None:
-    names = ["atan", "sinh", "cosh", "tanh", "asinh", "erf", "sigmoid", "softplus", "gelu", "mish", "elu"]
+    names = ["atan", "cosh", "erf", "sigmoid", "softplus", "gelu", "elu"]
     x = Tensor([-2, 0, 1, 3], device=xgrad_device)
     xf = Tensor([-2.0, 0.0, 1.0, 3.0], device=xgrad_device)
     outs = [getattr(x, name)() for name in names]

@@ -224,7 +224,7 @@ class ConvMixin(LinalgMixin):
         kernel_axes = tuple(range(x.ndim, x.ndim + n))
         total = _pool(x, k, s, d).sum(kernel_axes)
         if count_include_pad and not any(extra):
-            return total / prod(k)
+            return total / int(prod(k))
         ones = self._tensor_cls().ones(spatial, device=self.device, dtype=x.dtype)
         counted = ones.pad(pads, value=1.0 if count_include_pad else 0.0).pad([(0, e) for e in extra])
         return total / _pool(counted, k, s, d).sum(tuple(range(n, 2 * n)))

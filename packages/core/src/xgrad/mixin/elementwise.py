@@ -286,15 +286,17 @@ class ElementwiseMixin(MovementMixin):
         ([-8.0, 0.0, 27.0], 1162261467)"""
         a, b = self._broadcasted(x, reverse)
         if not reverse and not isinstance(x, TensorBase):
-            if float(x).is_integer() and abs(x) < 2**32:
+            # multiplying is exact for ints; for floats its rounding error grows with |x| like exp2(x*log2(a))'s
+            if float(x).is_integer() and abs(x) <= (64 if dtypes.is_float(a.dtype) else 2**32):
                 if int(x) < 0 and not dtypes.is_float(a.dtype):
                     raise DTypeError(f"{a.dtype.name} to a negative integer power: cast to a float dtype first")
-                return a._pow_int(int(x))
+                n = int(x)
+                return a._in_float32(lambda af: af._pow_int(n)) if dtypes.is_float(a.dtype) else a._pow_int(n)
             if x == 0.5:
                 return a.sqrt()
         if not dtypes.is_float(a.dtype):
             return a._pow_int_tensor(b)
-        return a._pow_float(b)
+        return a._in_float32(lambda af: af._pow_float(b.cast(af.dtype)))
 
     def _pow_int(self, n: int) -> Tensor:
         """self ** n for a Python int n, by square and multiply."""

@@ -2,7 +2,8 @@
 
 Everything is composed of movement ops, elementwise ops and sums, so autograd differentiates it. The iterative
 factorizations run a fixed number of steps chosen from the shape (no data-dependent loop), each step made
-`contiguous()` so the graph stays one kernel per step instead of growing with the iteration count.
+`contiguous()` (and `contiguous_backward()`) so the forward and backward graphs stay one kernel per step instead of
+growing with the iteration count.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ class LinalgMixin(IndexingMixin):
             beta = (x0 < 0).where(norm, -norm)
             tau = skip.where(0.0, (beta - x0) / skip.where(1.0, beta))
             v = (row == i).where(1.0, below / skip.where(1.0, x0 - beta))
-            both = (both - tau * v * (v * both).sum(-2, keepdim=True)).contiguous()
+            both = (both - tau * v * (v * both).sum(-2, keepdim=True)).contiguous().contiguous_backward()
         crop = tuple((0, s) for s in batch) + ((0, m),)
         return both.shrink(crop + ((n, n + m),)).transpose(-1, -2), both.shrink(crop + ((0, n),)).triu()
 
@@ -266,7 +267,7 @@ def _jacobi_sweeps(a: Tensor) -> tuple[Tensor, Tensor]:
         c = (1 + t.square()).rsqrt()
         s = c * t
         p, q = w.shrink(keep + ((0, rows), (0, half))), w.shrink(keep + ((0, rows), (half, big)))
-        w = _round_robin(c * p - s * q, s * p + c * q).contiguous()
+        w = _round_robin(c * p - s * q, s * p + c * q).contiguous().contiguous_backward()
     return w.shrink(keep + ((0, n), (0, big))), w.shrink(keep + ((n, rows), (0, big)))
 
 
@@ -310,15 +311,15 @@ def _parse_einsum(formula: str, ndims: list[int]) -> tuple[list[list[str]], list
     if arrow:
         before, has_ellipsis, after = rhs.partition(ELLIPSIS)
         output = list(before) + (ell if has_ellipsis else []) + list(after)
-        used = {i for letters in inputs for i in letters}
+        used = {i for indices in inputs for i in indices}
         if len(set(output)) != len(output) or any(i not in used for i in output):
             raise XgradError(f"einsum {formula!r}: output indices must be distinct and appear in an input")
         if n_ellipsis and not has_ellipsis:
             raise XgradError(f"einsum {formula!r}: the output needs '...' when the inputs use it")
     else:
         counts: dict[str, int] = {}
-        for letters in inputs:
-            for i in letters:
+        for indices in inputs:
+            for i in indices:
                 counts[i] = counts.get(i, 0) + 1
         output = ell + sorted(i for i, c in counts.items() if c == 1 and not i.startswith("."))
     return inputs, output

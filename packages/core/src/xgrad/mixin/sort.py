@@ -134,4 +134,4 @@ def _compare_swap(pairs: Tensor, block: int, mirror: bool, descending: bool) -> 
     position = pairs._tensor_cls().arange(size, device=pairs.device)
     first_half = (position % block) < block // 2
     keep = _precedes(row(pairs, 0), row(pairs, 1), row(partner, 0), row(partner, 1), descending) == first_half
-    return keep.where(pairs, partner).contiguous()
+    return keep.where(pairs, partner).contiguous().contiguous_backward()
