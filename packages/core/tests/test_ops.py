@@ -446,3 +446,9 @@ def test_identical_lazy_tensors_get_their_own_buffers(xgrad_device):
     b.realize()
     a.assign(Tensor([1.0, 2.0, 3.0], device=xgrad_device)).realize()
     assert a.tolist() == [1.0, 2.0, 3.0] and b.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_data_of_float16_is_raw_bytes(xgrad_device):
+    # memoryview has no half format: float16 data comes back as its bytes
+    mv = Tensor([1.0, 2.0], device=xgrad_device, dtype=dtypes.float16).data()
+    assert np.frombuffer(mv, dtype=np.float16).tolist() == [1.0, 2.0]

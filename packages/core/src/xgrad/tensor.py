@@ -162,6 +162,8 @@ class Tensor(NNMixin):
         fmt = self.dtype.fmt
         if fmt is None or self.numel() == 0:
             return mv
+        if fmt == "e":  # memoryview cannot cast to half: float16 comes back as raw bytes, like bf16 and fp8
+            return mv
         shaped: memoryview = mv.cast(fmt, self.shape) if self.shape else mv.cast(fmt)  # type: ignore[call-overload]
         return shaped
 
