@@ -28,7 +28,7 @@ def check_sort(device: str, a: np.ndarray, dim: int = -1, descending: bool = Fal
 
 
 # ---- sort ----
-SHAPES_DIMS = [((5,), 0), ((8,), -1), ((3, 7), -1), ((3, 7), 0), ((2, 3, 5), 1), ((1,), 0), ((0,), 0), ((3, 0), 0)]
+SHAPES_DIMS = [((8,), -1), ((3, 7), -1), ((3, 7), 0), ((2, 3, 5), 1), ((1,), 0), ((0,), 0), ((3, 0), 0)]
 
 
 @pytest.mark.parametrize("shape_dim", SHAPES_DIMS, ids=str)
@@ -49,9 +49,7 @@ def test_sort_places_nan_and_inf_like_torch(xgrad_device: str, descending: bool)
     np.testing.assert_array_equal(indices.numpy(), want_idx.numpy())
 
 
-@pytest.mark.parametrize(
-    "dtype", [dtypes.int8, dtypes.uint16, dtypes.uint32, dtypes.int64, dtypes.float16, dtypes.float64], ids=str
-)
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.uint32, dtypes.int64, dtypes.float16, dtypes.float64], ids=str)
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
 def test_sort_keeps_dtype_at_its_limits(xgrad_device: str, dtype: DType, descending: bool) -> None:
     skip_unsupported(xgrad_device, dtype)
@@ -67,7 +65,7 @@ def test_sort_keeps_dtype_at_its_limits(xgrad_device: str, dtype: DType, descend
     np.testing.assert_array_equal(indices.numpy(), want_idx.numpy())
 
 
-def test_sort_bool(xgrad_device: str) -> None:
+def test_sort_bool_puts_false_first(xgrad_device: str) -> None:
     a = np.array([True, False, True, False, False])
     check_sort(xgrad_device, a)
     check_sort(xgrad_device, a, descending=True)

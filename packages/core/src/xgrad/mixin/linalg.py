@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from xgrad.dtype import DType, least_upper_dtype, to_dtype
 from xgrad.errors import ShapeError, XgradError
@@ -58,9 +58,9 @@ class LinalgMixin(IndexingMixin):
         >>> Tensor.einsum("ii", Tensor([[1.0, 2.0], [3.0, 4.0]])).item()
         5.0
         """
-        xs: list[Tensor] = (
-            list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)  # type: ignore[arg-type]
-        )
+        xs: list[Tensor] = []
+        for op in operands:
+            xs += list(op) if isinstance(op, (list, tuple)) else [cast("Tensor", op)]
         inputs, output = _parse_einsum(formula.replace(" ", ""), [x.ndim for x in xs])
         sizes: dict[str, int] = {}
         prepared = []

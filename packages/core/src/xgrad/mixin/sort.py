@@ -63,19 +63,19 @@ class SortMixin(ConvMixin):
                 filler = dtypes.min(work) if descending else dtypes.max(work)
             values = values.pad(((0, 0),) * (x.ndim - 1) + ((0, size - n),), value=filler)
         lead = values.shape[:-1]
-        # values and original indices travel as one tensor (..., 2, size), so each step is one kernel
+        # values and original indices travel as one tensor (..., 2, size), so a step is one kernel, not two
         idx = arange(size, device=self.device).cast(work)._broadcast_to(values.shape)
         is_value_row = (arange(2, device=self.device) == 0).reshape(2, 1)
         pairs = is_value_row.where(values.unsqueeze(-2), idx.unsqueeze(-2))  # where keeps -0.0, unlike pad + add
-        block = 2
+        steps = []  # (block, mirror): a merge step compares with the mirror position in the block, then
+        block = 2  # half-cleaners of shrinking blocks compare with the element half a block away
         while block <= size:
-            # merge step: compare with the mirror position in the block, then half-cleaners of shrinking size
-            pairs = _compare_swap(pairs, block, True, descending)
-            half = block // 2
-            while half >= 2:
-                pairs = _compare_swap(pairs, half, False, descending)
-                half //= 2
+            steps += [(block, True)] + [
+                (b, False) for b in (block >> k for k in range(1, block.bit_length())) if b >= 2
+            ]
             block *= 2
+        for b, mirror in steps:
+            pairs = _compare_swap(pairs, b, mirror, descending).contiguous().contiguous_backward()
         values = pairs.shrink(tuple((0, s) for s in lead) + ((0, 1), (0, n))).reshape(lead + (n,)).cast(self.dtype)
         idx = pairs.shrink(tuple((0, s) for s in lead) + ((1, 2), (0, n))).reshape(lead + (n,)).cast(index_dtype)
         if axis != self.ndim - 1:
@@ -134,4 +134,4 @@ def _compare_swap(pairs: Tensor, block: int, mirror: bool, descending: bool) -> 
     position = pairs._tensor_cls().arange(size, device=pairs.device)
     first_half = (position % block) < block // 2
     keep = _precedes(row(pairs, 0), row(pairs, 1), row(partner, 0), row(partner, 1), descending) == first_half
-    return keep.where(pairs, partner).contiguous().contiguous_backward()
+    return keep.where(pairs, partner)
