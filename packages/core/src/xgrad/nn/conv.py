@@ -37,6 +37,22 @@ def _layer_padding(
     return flat
 
 
+def _init_params(
+    channels: tuple[int, int], kernel: tuple[int, ...], groups: int, bias: bool, n_bias: int | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """Weight (channels[0], channels[1]/groups, *kernel) and bias (n_bias, default channels[0]), uniform in
+    +-1/sqrt(channels[1]/groups * prod(kernel)): torch's init, whose fan_in reads the weight's second dim."""
+    from xgrad.tensor import Tensor
+
+    lead, grouped = channels
+    if lead % groups or grouped % groups:
+        raise ShapeError(f"in_channels and out_channels {channels} must both be multiples of groups={groups}")
+    bound = 1 / math.sqrt(grouped // groups * prod(kernel))
+    weight = Tensor.uniform(lead, grouped // groups, *kernel, low=-bound, high=bound).is_param_()
+    n = lead if n_bias is None else n_bias
+    return weight, Tensor.uniform(n, low=-bound, high=bound).is_param_() if bias else None
+
+
 # ---- layers ----
 class Conv2d:
     """An N-d convolution layer (the kernel's length sets N): weight (out, in/groups, *kernel) and bias (out,),
@@ -60,20 +76,10 @@ class Conv2d:
         groups: int = 1,
         bias: bool = True,
     ) -> None:
-        from xgrad.tensor import Tensor
-
-        if in_channels % groups or out_channels % groups:
-            raise ShapeError(
-                f"in_channels={in_channels} and out_channels={out_channels} must both be multiples of groups={groups}"
-            )
         self.kernel_size = make_tuple(kernel_size, 2)
         self.stride, self.dilation, self.groups = stride, dilation, groups
         self.padding = _layer_padding(padding, self.kernel_size, stride, dilation)
-        bound = 1 / math.sqrt(in_channels // groups * prod(self.kernel_size))
-        self.weight = Tensor.uniform(
-            out_channels, in_channels // groups, *self.kernel_size, low=-bound, high=bound
-        ).is_param_()
-        self.bias = Tensor.uniform(out_channels, low=-bound, high=bound).is_param_() if bias else None
+        self.weight, self.bias = _init_params((out_channels, in_channels), self.kernel_size, groups, bias)
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
@@ -119,21 +125,11 @@ class ConvTranspose2d(Conv2d):
         groups: int = 1,
         bias: bool = True,
     ) -> None:
-        from xgrad.tensor import Tensor
-
-        if in_channels % groups or out_channels % groups:
-            raise ShapeError(
-                f"in_channels={in_channels} and out_channels={out_channels} must both be multiples of groups={groups}"
-            )
         self.kernel_size = make_tuple(kernel_size, 2)
         self.stride, self.dilation, self.groups = stride, dilation, groups
         self.padding: int | Sequence[int] = padding
         self.output_padding = output_padding
-        bound = 1 / math.sqrt(out_channels // groups * prod(self.kernel_size))  # torch: fan_in from weight.shape[1]
-        self.weight = Tensor.uniform(
-            in_channels, out_channels // groups, *self.kernel_size, low=-bound, high=bound
-        ).is_param_()
-        self.bias = Tensor.uniform(out_channels, low=-bound, high=bound).is_param_() if bias else None
+        self.weight, self.bias = _init_params((in_channels, out_channels), self.kernel_size, groups, bias, out_channels)
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.conv_transpose2d(
