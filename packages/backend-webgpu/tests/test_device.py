@@ -8,6 +8,7 @@ import pytest
 from xgrad.device import Device
 from xgrad.dtype import dtypes
 from xgrad.errors import CompileError, DeviceError
+from xgrad.helpers import Context
 from xgrad.tensor import Tensor
 
 
@@ -68,3 +69,60 @@ def test_copies_of_odd_sizes_round_trip(webgpu: str) -> None:
     out = bytearray(7)
     alloc.copyout(memoryview(out), buf)
     assert bytes(out) == b"abcdefg"
+
+
+def test_kernels_bind_at_most_the_adapter_limit_of_storage_buffers(
+    webgpu: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dev = Device[webgpu]
+    limit = int(dev.device.limits["max-storage-buffers-per-shader-stage"])
+    assert dev.max_kernel_buffers == limit - 1  # one binding stays free for the variables
+    bound: list[int] = []
+    launch = dev.launch
+
+    def counting_launch(raw: object, bufs: list[object], *args: object) -> object:
+        bound.append(len(bufs))
+        return launch(raw, bufs, *args)
+
+    monkeypatch.setattr(dev, "launch", counting_launch)
+    n = dev.max_kernel_buffers + 9  # more inputs than one kernel may bind
+    xs = [np.full(5, i, np.float32) + np.arange(5, dtype=np.float32) for i in range(n)]
+    ts = [Tensor(x, device=webgpu).realize() for x in xs]
+    bound.clear()
+    total = ts[0]
+    for t in ts[1:]:
+        total = total + t
+    np.testing.assert_allclose(total.numpy(), np.sum(xs, axis=0))
+    assert len(bound) >= 2 and max(bound) <= dev.max_kernel_buffers
+
+
+def test_debug_4_prints_the_wgsl_of_each_new_kernel(webgpu: str, capsys: pytest.CaptureFixture[str]) -> None:
+    t = Tensor([1.0, 2.0], device=webgpu).realize()
+    with Context(DEBUG=4):
+        out = (t * 1234.25 + 0.5).numpy()  # a constant no other test uses: a kernel compiled here
+    assert out.tolist() == [1234.75, 2469.0]
+    printed = capsys.readouterr().out
+    assert "@compute @workgroup_size(64)" in printed and "1234.25f" in printed
+
+
+def test_shader_rejected_through_tensor_path_raises_compile_error(webgpu: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    dev = Device[webgpu]
+    render = dev.renderer.render
+    monkeypatch.setattr(dev.renderer, "render", lambda name, uops: render(name, uops) + "\nnot wgsl at all;\n")
+    with pytest.raises(CompileError) as info:
+        (Tensor([1.0, 2.0], device=webgpu) * 4321.5).realize()
+    assert "not wgsl at all;" in info.value.source and "fn main" in info.value.source
+    assert info.value.log and "error" in info.value.log.lower()
+    assert "rejected kernel" in str(info.value)
+
+
+def test_dispatches_wait_in_one_encoder_until_a_read(webgpu: str) -> None:
+    dev = Device[webgpu]
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    t = Tensor(x, device=webgpu).realize()
+    a = (t * 3 + 1).contiguous()
+    b = (a.exp() - a).contiguous()
+    Tensor.realize(a, b)
+    assert dev._pending >= 2  # recorded, not submitted yet
+    np.testing.assert_allclose(b.numpy(), np.exp(x * 3 + 1) - (x * 3 + 1), rtol=1e-5)  # the read submits first
+    assert dev._pending == 0

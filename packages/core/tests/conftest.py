@@ -13,6 +13,9 @@ from xgrad.helpers import KNOBS, Context
 from xgrad.plugin import reset_registry
 
 PLUGINS_DIR = pathlib.Path(__file__).parent / "plugins"
+# shared helper modules of these tests (torch_compare.py): --import-mode=importlib leaves this directory off sys.path
+if str(pathlib.Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 
 @pytest.fixture

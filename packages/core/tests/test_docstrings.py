@@ -15,6 +15,7 @@ from xgrad.tensor import Tensor
 MODULES = [
     "xgrad.tensor",
     "xgrad.engine.jit",
+    "xgrad.engine.function",
     "xgrad.gradient",
     *(f"xgrad.mixin.{m.name}" for m in pkgutil.iter_modules(xgrad.mixin.__path__)),
 ]

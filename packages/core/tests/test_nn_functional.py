@@ -4,77 +4,19 @@ and the losses, forward and backward against torch.nn.functional on every availa
 from __future__ import annotations
 
 import doctest
-import zlib
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
+from torch_compare import Fn, check, rand, rand_away, rng, seed_per_test  # noqa: F401  (seed_per_test: autouse)
 
 from xgrad.dtype import dtypes
 from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.helpers import Context
 from xgrad.tensor import Tensor
 from xgrad.testing import skip_unsupported
-
-Fn = Callable[..., Any]
-rng = np.random.default_rng(0)
-
-
-@pytest.fixture(autouse=True)
-def _seed_per_test(request: pytest.FixtureRequest) -> None:
-    """The same data for a test on every run, in any order: 0-d inputs are baked into kernels as constants, so this
-    also lets the compile cache hit."""
-    global rng
-    rng = np.random.default_rng(zlib.crc32(request.node.name.encode()))
-
-
-def rand(shape: tuple[int, ...], low: float = -2.0, high: float = 2.0) -> np.ndarray:
-    return np.asarray(rng.uniform(low, high, size=shape), dtype=np.float32)
-
-
-def rand_away(shape: tuple[int, ...], kinks: Sequence[float], low: float = -4.0, high: float = 4.0) -> np.ndarray:
-    """Uniform values, moved off a small neighbourhood of each kink (where the gradient jumps)."""
-    x = rand(shape, low, high)
-    for k in kinks:
-        near = np.abs(x - k) < 0.05
-        x = np.where(near, x + 0.1, x).astype(np.float32)
-    return x
-
-
-def check(
-    device: str,
-    fn: Fn,
-    torch_fn: Fn | None,
-    *arrays: np.ndarray,
-    atol: float = 1e-5,
-    rtol: float = 1e-5,
-    grad: bool = True,
-    grad_atol: float | None = None,
-) -> None:
-    """`fn` on xgrad tensors against `torch_fn` (default `fn`) on float64 torch tensors: the forward values, and
-    the gradient of every input for a random upstream gradient (so non-scalar outputs are covered too). The
-    gradients are built before anything is read: reading realizes a tensor, which cuts its graph."""
-    xs = [Tensor(a, device=device) for a in arrays]
-    ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
-    out = fn(*xs)
-    want = (torch_fn or fn)(*ts)
-    assert out.shape == tuple(want.shape), f"forward shape {out.shape} != torch {tuple(want.shape)}"
-    upstream = rand(out.shape)
-    grads = out.gradient(*xs, gradient=Tensor(upstream, device=device)) if grad else []
-    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), atol=atol, rtol=rtol, equal_nan=True)
-    if not grad:
-        return
-    want_grads = torch.autograd.grad(want, ts, torch.tensor(upstream.astype(np.float64)), allow_unused=True)
-    for i, (g, wg, x) in enumerate(zip(grads, want_grads, xs)):
-        assert g.shape == x.shape, f"grad {i} shape {g.shape} != input shape {x.shape}"
-        assert g.dtype == x.dtype, f"grad {i} dtype {g.dtype} != input dtype {x.dtype}"
-        expected = np.zeros(x.shape) if wg is None else wg.detach().numpy()
-        np.testing.assert_allclose(
-            g.numpy(), expected, atol=grad_atol or atol, rtol=rtol, err_msg=f"gradient of input {i}", equal_nan=True
-        )
 
 
 def run_docstring(name: str) -> None:

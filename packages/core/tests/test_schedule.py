@@ -81,3 +81,10 @@ def test_big_reduction_to_few_outputs_is_split_in_two_kernels():
     assert len(ks) == 2  # partial sums in parallel, then the total
     with Context(SPLIT_REDUCEOP=0):
         assert len(kernels(Tensor.empty(1 << 16).sum())) == 1
+
+
+def test_cached_schedule_copies_a_slice_of_each_new_buffer():
+    # a schedule cache hit used to rebuild the copy source (a view of part of an input buffer) as a fresh buffer
+    for i in range(3):
+        x = Tensor([float(i) + k for k in range(8)], device="CPU").realize()
+        assert x[2:6].to("CPU:1").tolist() == [float(i) + k for k in range(2, 6)]

@@ -12,6 +12,7 @@ from xgrad_cpu.program import CPUProgram
 from xgrad_cpu.renderer import CRenderer
 
 _ALLOCATOR = CPUAllocator()  # one host memory pool shared by CPU, CPU:1, ...: copies between them are memcpy
+_PROGRAMS: dict[Any, Any] = {}  # and one program cache: CPU:1 runs what CPU compiled (multi-device: compile once)
 
 
 # below this much work (estimated operations + bytes moved) a kernel runs in the calling thread: handing chunks to
@@ -22,6 +23,7 @@ SMALL_KERNEL = 1 << 16
 class CPUDevice(CompiledDevice):
     def __init__(self, name: str):
         super().__init__(name, _ALLOCATOR, CRenderer(None), CCompiler(), CPUProgram)
+        self._programs = _PROGRAMS
 
     def launch(self, raw: Any, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool) -> float | None:
         gs = info.global_size if isinstance(info.global_size, int) else eval_size(info.global_size, vals)

@@ -6,6 +6,16 @@ storage holds words; packed bool/int8/int16 buffers need the tail word). Copies 
 `queue.read_buffer`, which waits for the work submitted before it. Offset views bind the base buffer at an offset,
 which WebGPU allows only at multiples of the adapter's `min-storage-buffer-offset-alignment`: other offsets are
 refused with a `DeviceError`.
+
+Kernels: each kernel AST gets one flat parallel range over its outputs first (`xgrad_webgpu.parallel`), then goes
+through codegen. A kernel binds at most `max_kernel_buffers` storage buffers: the adapter's
+`max-storage-buffers-per-shader-stage` less the one the variables may need; the scheduler reads that attribute and
+splits kernels that would bind more (`MAX_KERNEL_BUFFERS` overrides it).
+
+Launching: dispatches are recorded into one open command encoder (a compute pass each) and submitted together, at
+the latest after `MAX_PENDING_DISPATCHES`, and before anything that acts on the queue at the time of the call: a copy
+in or out (`write_buffer`/`read_buffer`), freeing a buffer, `synchronize`, or a timed launch (`DEBUG=2`). A TinyJit
+replay of the training demo is then one submit instead of one per kernel.
 """
 
 from __future__ import annotations
@@ -13,15 +23,19 @@ from __future__ import annotations
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from xgrad.buffer import ProgramInfo
 from xgrad.errors import CompileError, DeviceError
 from xgrad.uop.ops import Ops, UOp
-from xgrad_codegen.device import CompiledDevice
+from xgrad_codegen.device import CompiledDevice, eval_size
+from xgrad_webgpu.parallel import merge_output_ranges
 from xgrad_webgpu.renderer import F16_FEATURE, WORKGROUP_SIZE, WGSLRenderer
 
+# submit the recorded dispatches at least this often, so the adapter starts on long kernel lists
+MAX_PENDING_DISPATCHES = 64
 # optional features the renderer can use when the adapter has them
 WANTED_FEATURES = (F16_FEATURE, "timestamp-query")
 
@@ -37,6 +51,10 @@ class WebGPUBuffer:
     @property
     def binding_size(self) -> int:
         return max(4, _words(self.nbytes))
+
+
+def _nothing() -> None:
+    pass
 
 
 def _words(nbytes: int) -> int:
@@ -79,6 +97,7 @@ class WebGPUAllocator:
         self.device = device
         self.offset_alignment = offset_alignment
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        self.before_queue_use: Callable[[], None] = _nothing  # the device submits its recorded dispatches here
 
     def alloc(self, nbytes: int) -> WebGPUBuffer:
         if nbytes < 0:
@@ -89,6 +108,7 @@ class WebGPUAllocator:
         return WebGPUBuffer(self.device.create_buffer(size=max(4, _words(nbytes)), usage=self.usage), 0, nbytes)
 
     def free(self, handle: WebGPUBuffer, nbytes: int) -> None:
+        self.before_queue_use()  # a recorded dispatch may still use it
         handle.buffer.destroy()  # wgpu keeps it alive until submitted work that uses it is done
 
     def copyin(self, dest: WebGPUBuffer, src: memoryview) -> None:
@@ -97,6 +117,7 @@ class WebGPUAllocator:
             raise ValueError(f"copyin of {len(data)} bytes into a buffer of {dest.nbytes} bytes")
         if not data:
             return
+        self.before_queue_use()
         if len(data) % 4 or dest.offset % 4:  # write whole words: keep the bytes around ours
             start = dest.offset - dest.offset % 4
             old = bytearray(self._read(dest.buffer, start, _words(dest.offset + len(data)) - start))
@@ -116,6 +137,7 @@ class WebGPUAllocator:
         dest[:] = data[src.offset - start : src.offset - start + src.nbytes]
 
     def _read(self, buffer: Any, offset: int, size: int) -> memoryview:
+        self.before_queue_use()
         return memoryview(self.device.queue.read_buffer(buffer, buffer_offset=offset, size=size)).cast("B")
 
     def offset(self, handle: WebGPUBuffer, offset: int, nbytes: int) -> WebGPUBuffer:
@@ -155,10 +177,25 @@ class WebGPUDevice(CompiledDevice):
         self.timestamps = "timestamp-query" in self.features
         alignment = int(self.device.limits["min-storage-buffer-offset-alignment"])
         self.max_groups = int(self.device.limits["max-compute-workgroups-per-dimension"])
+        # read by the scheduler (`xgrad.engine.kernel_buffers`): one storage binding stays free for the variables
+        self.max_kernel_buffers = int(self.device.limits["max-storage-buffers-per-shader-stage"]) - 1
         renderer = WGSLRenderer(",".join(f for f in features if f == F16_FEATURE))
-        super().__init__(name, WebGPUAllocator(self.device, alignment), renderer, _NoCompiler(), _no_factory)
+        allocator = WebGPUAllocator(self.device, alignment)
+        super().__init__(name, allocator, renderer, _NoCompiler(), _no_factory)
         self._wgpu = wgpu
+        self._by_ast: dict[UOp, Any] = {}
+        self._encoder: Any = None  # the open command encoder: dispatches not submitted yet
+        self._pending = 0
+        allocator.before_queue_use = self.flush
         self._sync_buffer = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
+
+    def compile(self, ast: UOp) -> Any:
+        """The kernel with its output ranges merged into one parallel range (see `xgrad_webgpu.parallel`)."""
+        if (hit := self._by_ast.get(ast)) is not None:
+            return hit
+        prg = super().compile(merge_output_ranges(ast))
+        self._by_ast[ast] = prg
+        return prg
 
     def build(self, name: str, uops: list[UOp], src: str) -> WebGPUProgram:
         """WGSL -> a compute pipeline. The driver's rejection becomes a CompileError with the source and its log."""
@@ -193,7 +230,7 @@ class WebGPUDevice(CompiledDevice):
     def launch(
         self, raw: WebGPUProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool
     ) -> float | None:
-        gs = info.global_size if isinstance(info.global_size, int) else _eval_size(info.global_size, vals)
+        gs = info.global_size if isinstance(info.global_size, int) else eval_size(info.global_size, vals)
         if gs <= 0:
             return 0.0 if wait else None
         groups = -(-gs // WORKGROUP_SIZE)
@@ -208,24 +245,34 @@ class WebGPUDevice(CompiledDevice):
             var_buffer = self.device.create_buffer_with_data(data=data, usage=usage)
             entries.append({"binding": raw.nbufs, "resource": {"buffer": var_buffer}})
         group = self.device.create_bind_group(layout=raw.layout, entries=entries)
-        query = self._timestamp_query() if wait and self.timestamps else None
+        if not wait:  # recorded into the open command encoder; submitted at the next flush
+            encoder = self._encoder or self.device.create_command_encoder()
+            self._encoder = encoder
+            _record_dispatch(encoder, raw.pipeline, group, (x, y), None)
+            self._pending += 1
+            if self._pending >= MAX_PENDING_DISPATCHES:
+                self.flush()
+            return None
+        self.flush()
+        query = self._timestamp_query() if self.timestamps else None
         encoder = self.device.create_command_encoder()
-        cpass = encoder.begin_compute_pass(timestamp_writes=query[0] if query else None)
-        cpass.set_pipeline(raw.pipeline)
-        cpass.set_bind_group(0, group)
-        cpass.dispatch_workgroups(x, y, 1)
-        cpass.end()
+        _record_dispatch(encoder, raw.pipeline, group, (x, y), query[0] if query else None)
         if query:
             encoder.resolve_query_set(query[1], 0, 2, query[2], 0)
         start = time.perf_counter()
         self.device.queue.submit([encoder.finish()])
-        if not wait:
-            return None
         if query:
             t0, t1 = struct.unpack("<2Q", self.device.queue.read_buffer(query[2]))
             return float(t1 - t0) * 1e-9  # WebGPU timestamps are nanoseconds
         self.synchronize()
         return time.perf_counter() - start
+
+    def flush(self) -> None:
+        """Submit the dispatches recorded since the last flush (one command buffer for all of them). Copies in and
+        out, frees and waits flush first: `queue.write_buffer` and `read_buffer` act at the time of the call."""
+        if self._encoder is not None:
+            encoder, self._encoder, self._pending = self._encoder, None, 0
+            self.device.queue.submit([encoder.finish()])
 
     def _timestamp_query(self) -> tuple[dict[str, Any], Any, Any]:
         wgpu = self._wgpu
@@ -237,6 +284,7 @@ class WebGPUDevice(CompiledDevice):
     def synchronize(self) -> None:
         # reading a buffer waits for all submitted work (queue order); wgpu 0.32's on_submitted_work_done_sync is
         # broken (a cffi callback signature mismatch), so this is the portable way to wait
+        self.flush()
         self.device.queue.read_buffer(self._sync_buffer)
 
     def __repr__(self) -> str:
@@ -246,14 +294,19 @@ class WebGPUDevice(CompiledDevice):
 NO_ADAPTER_FIX = "install a Vulkan driver (for a CPU one: apt-get install mesa-vulkan-drivers)"
 
 
+def _record_dispatch(
+    encoder: Any, pipeline: Any, group: Any, groups: tuple[int, int], timestamps: dict[str, Any] | None
+) -> None:
+    # one compute pass per dispatch: WebGPU orders the passes of an encoder, so a kernel sees its producers' writes
+    cpass = encoder.begin_compute_pass(timestamp_writes=timestamps)
+    cpass.set_pipeline(pipeline)
+    cpass.set_bind_group(0, group)
+    cpass.dispatch_workgroups(groups[0], groups[1], 1)
+    cpass.end()
+
+
 def _binding(i: int, b: WebGPUBuffer) -> dict[str, Any]:
     return {"binding": i, "resource": {"buffer": b.buffer, "offset": b.offset, "size": b.binding_size}}
-
-
-def _eval_size(expr: UOp, vals: dict[str, int]) -> int:
-    from xgrad.uop.symbolic import sym_infer
-
-    return int(sym_infer(expr, vals))
 
 
 class _NoCompiler:

@@ -15,8 +15,11 @@ What WGSL lacks, and what this renderer does about it:
   invocations survive. Their values live in i32/u32 (bool in `bool`) and every op that can leave the narrow range is
   wrapped, as C's integer promotion would be. bfloat16/fp8 are emulated by codegen on uint16/uint8 memory.
 - No 64-bit types: int64, uint64 and float64 raise `DTypeError` naming the limit.
-- Shift counts must be u32; `select(false_value, true_value, cond)`; inf/NaN have no literal (built with bitcast);
-  `>` and `^` do not exist on bool (legalised below); integer division by zero does not trap (it yields the dividend).
+- Shift counts must be u32; `select(false_value, true_value, cond)`; inf/NaN have no literal (built with bitcast;
+  float16 ones convert the float32 bits: naga cannot bitcast to vec2<f16>); `>` and `^` do not exist on bool
+  (legalised below); integer division by zero does not trap (it yields the dividend).
+- Compilers may assume floats are never NaN (lavapipe folds `x != x` to false): float comparisons and MAX test for
+  NaN on the bits, so they follow IEEE (and MAX is C's `a > b ? a : b`) on every adapter.
 - EXP2, LOG2 and SIN are not listed as supported: codegen's accurate approximations replace them (WGSL's builtins
   only promise 2**-11 absolute error for sin).
 """
@@ -24,6 +27,7 @@ What WGSL lacks, and what this renderer does about it:
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Callable
 from typing import ClassVar
@@ -63,8 +67,37 @@ def wrap_narrow(expr: str, dtype: DType) -> str:
     return f"(({expr} << {32 - bits}u) >> {32 - bits}u)"
 
 
+# WGSL lets shader compilers assume that floats are never NaN (lavapipe folds `x != x` to false), so wherever a NaN
+# changes a result, it is detected on the bits: exponent all ones and a nonzero mantissa.
+FINITE_LITERAL = re.compile(r"^\(?-?[0-9][0-9.e+-]*[fh]\)?$")
+_INF_BITS = ("bitcast<f32>(0x7f800000u)", "bitcast<f32>(0xff800000u)")  # +inf, -inf as `render_float` prints them
+INF_LITERALS = frozenset([*_INF_BITS, *(f"f16({b})" for b in _INF_BITS)])
+
+
+def wgsl_isnan(x: str, dtype: DType) -> str:
+    bits = f"bitcast<u32>({x})" if dtype.itemsize == 4 else f"bitcast<u32>(f32({x}))"
+    return f"(({bits} & 0x7fffffffu) > 0x7f800000u)"
+
+
+def any_nan(operands: list[str], dtype: DType) -> str:
+    """A WGSL bool: is one of the float `operands` NaN? Empty when all are finite literals."""
+    return " || ".join(wgsl_isnan(x, dtype) for x in operands if not (FINITE_LITERAL.match(x) or x in INF_LITERALS))
+
+
 def wgsl_max(a: str, b: str, dtype: DType) -> str:
-    return f"select({b}, {a}, {a} > {b})"  # C's (a>b?a:b): NaN in b propagates, NaN in a does not
+    """C's (a > b ? a : b): a NaN in b propagates, a NaN in a does not."""
+    cond = f"({a} > {b})"
+    if dtypes.is_float(dtype) and (nans := any_nan([a, b], dtype)):
+        cond = f"({cond} && !({nans}))"
+    return f"select({b}, {a}, {cond})"
+
+
+def wgsl_float_compare(op: Ops, operands: list[str], src_dtype: DType) -> str:
+    """IEEE comparisons whatever the compiler assumes: NaN is unequal to everything and unordered."""
+    expr = code_for_op_wgsl[op](*operands, dtype=dtypes.bool)
+    if not (nans := any_nan(operands, src_dtype)):
+        return expr
+    return f"({expr} || {nans})" if op is Ops.CMPNE else f"({expr} && !({nans}))"
 
 
 def wgsl_neg(x: str, dtype: DType) -> str:
@@ -99,6 +132,7 @@ code_for_op_wgsl: dict[Ops, Callable[..., str]] = {
     Ops.MULACC: lambda a, b, c, dtype: f"(({a} * {b}) + {c})",
 }
 
+FLOAT_COMPARES = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 # ops whose i32/u32 result can leave the range of a narrow int dtype
 WRAP_OPS = frozenset({Ops.NEG, Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.SHL, Ops.MULACC})
 
@@ -190,6 +224,8 @@ class WGSLRenderer(CStyleRenderer):
     uop_rules = uop_rules_wgsl
     legalize = pm_legalize_wgsl
     max_vector_width = 1
+    # MAX and float comparisons print their operands again in the NaN test: they are named, never inlined
+    ops_repeating_operands: ClassVar[frozenset[Ops]] = frozenset({Ops.MAX, *FLOAT_COMPARES})
     float_suffix: ClassVar[dict[DType, str]] = {dtypes.float32: "f", dtypes.float16: "h"}
     reserved_names: ClassVar[frozenset[str]] = frozenset(
         {"gid", "gidx", "nwg", "xvars", "main", "fn", "let", "var", "const", "if", "else", "for", "loop", "while"}
@@ -237,12 +273,15 @@ class WGSLRenderer(CStyleRenderer):
         if math.isfinite(rounded):
             text = f"{rounded!r}{self.float_suffix[dtype]}"
             return f"({text})" if text.startswith("-") else text
-        if dtype == dtypes.float16:  # no literal for inf/NaN: build the bits
-            return f"bitcast<vec2<f16>>({struct.unpack('<H', struct.pack('<e', rounded))[0]:#x}u).x"
-        return f"bitcast<f32>({struct.unpack('<I', struct.pack('<f', rounded))[0]:#x}u)"
+        # no literal for inf/NaN, and const-expressions must not overflow: build the float32 bits (f16 converts
+        # them; naga cannot bitcast to vec2<f16>)
+        bits = f"bitcast<f32>({struct.unpack('<I', struct.pack('<f', rounded))[0]:#x}u)"
+        return f"f16({bits})" if dtype == dtypes.float16 else bits
 
     # ---- ALU ----
     def render_alu(self, op: Ops, dtype: DType, operands: list[str], src_dtypes: list[DType]) -> str:
+        if op in FLOAT_COMPARES and dtypes.is_float(src_dtypes[0]):
+            return wgsl_float_compare(op, operands, src_dtypes[0])
         expr = self.code_for_op[op](*operands, dtype=dtype)
         if dtype in NARROW_INTS and op in WRAP_OPS:
             return wrap_narrow(expr, dtype)
@@ -257,10 +296,11 @@ class WGSLRenderer(CStyleRenderer):
     def render_bitcast(self, ctx: RenderState, dtype: DType, src_dtype: DType, x: str) -> str:
         if dtype.itemsize == 4:
             return f"bitcast<{self.render_dtype(ctx, dtype)}>({x})"
+        # 16-bit floats through the pack builtins (exact for f16 values; naga cannot bitcast vec2<f16>)
         if dtype == dtypes.float16:  # from a 16-bit int held in i32/u32
-            return f"bitcast<vec2<f16>>(u32({x}) & 0xffffu).x"
+            return f"f16(unpack2x16float(u32({x}) & 0xffffu).x)"
         if src_dtype == dtypes.float16:
-            bits = f"(bitcast<u32>(vec2<f16>({x}, 0.0h)) & 0xffffu)"
+            bits = f"(pack2x16float(vec2<f32>(f32({x}), 0.0f)) & 0xffffu)"
             return bits if dtypes.is_unsigned(dtype) else wrap_narrow(f"i32({bits})", dtype)
         return self.render_cast(ctx, dtype, src_dtype, x)  # narrow ints: the same bits are a wrapping conversion
 

@@ -151,6 +151,7 @@ class RenderState:
     written: set[UOp] = field(default_factory=set)  # PARAMs that are stored to
     parallel_range: UOp | None = None  # the first GLOBAL range
     pos: int = 0  # position of the UOp being rendered
+    nesting: dict[UOp, int] = field(default_factory=dict)  # inlined value -> how many inlined ops it nests
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)
@@ -294,6 +295,7 @@ base_uop_rules: dict[Ops, UopRule] = {
 
 # values that always get a variable: state and memory reads (a load stays where the program put it)
 _NAMED_OPS = frozenset({Ops.LOAD, Ops.DEFINE_ACC, Ops.RANGE, Ops.PARAM, Ops.DEFINE_VAR, Ops.SPECIAL})
+MAX_INLINE_NESTING = 64
 # UOps with effects or scopes: an expression is never inlined across one of them
 _BARRIER_OPS = frozenset({Ops.STORE, Ops.ASSIGN_ACC, Ops.RANGE, Ops.END})
 
@@ -450,8 +452,11 @@ class CStyleRenderer(Renderer):
         expr = rule(self, ctx, u)
         if expr is None:
             return
-        if self._inline(ctx, u):
+        # compilers cap the nesting of parentheses (clang: 256): a long chain of inlined ops gets a name every so often
+        nesting = 1 + max((ctx.nesting.get(s, 0) for s in u.src), default=0)
+        if self._inline(ctx, u) and (u.op is Ops.CONST or nesting < MAX_INLINE_NESTING):
             ctx.exprs[u] = expr
+            ctx.nesting[u] = nesting
             return
         name = ctx.new_name(self.name_prefix.get(u.op, "alu"))
         ctx.emit(self.render_declare(ctx, u.dtype, name, expr, mutable=False))

@@ -15,6 +15,7 @@ from xgrad.helpers import Context, getenv
 
 if TYPE_CHECKING:
     from xgrad.dtype import dtypes
+    from xgrad.engine.function import function
     from xgrad.engine.jit import TinyJit
     from xgrad.engine.realize import GlobalCounters
     from xgrad.tensor import Tensor
@@ -30,6 +31,7 @@ _LAZY = {
     "UOp": ("xgrad.uop.ops", "UOp"),
     "GlobalCounters": ("xgrad.engine.realize", "GlobalCounters"),
     "TinyJit": ("xgrad.engine.jit", "TinyJit"),
+    "function": ("xgrad.engine.function", "function"),
 }
 
 
@@ -52,5 +54,6 @@ __all__ = [
     "Variable",
     "__version__",
     "dtypes",
+    "function",
     "getenv",
 ]

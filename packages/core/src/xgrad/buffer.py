@@ -57,7 +57,8 @@ class Program(Protocol):
 
 
 class RuntimeDevice(Protocol):
-    """What `Device[name]` returns for a device that runs kernels."""
+    """What `Device[name]` returns for a device that runs kernels. Optional attribute `max_kernel_buffers: int`: the
+    most buffers (output included) one kernel may bind; the scheduler reads it (the MAX_KERNEL_BUFFERS knob wins)."""
 
     name: str
     allocator: Allocator

@@ -7,6 +7,8 @@ Core never imports a backend: every device comes from a plugin's `DeviceSpec` (s
 
 from __future__ import annotations
 
+import ast
+import functools
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -66,6 +68,31 @@ def parse_device(name: str) -> DeviceName:
     return DeviceName(typ, index, renderer, arch or None)
 
 
+def multi_name(devices: tuple[str, ...] | list[str]) -> str:
+    """The one-string name of a tuple of devices, as graph nodes carry it: `"('CPU', 'CPU:1')"` (the repr of the
+    canonical tuple). Tensors show the tuple itself; `multi_devices` reads it back."""
+    if not devices or not all(isinstance(d, str) for d in devices):
+        raise DeviceError(f"a multi-device name needs a non-empty tuple of device names, got {devices!r}")
+    canonical = tuple(str(parse_device(d)) for d in devices)
+    if len(set(canonical)) != len(canonical):
+        raise DeviceError(f"devices {canonical} repeat a device; name each device once")
+    return repr(canonical)
+
+
+def multi_devices(name: str | None) -> tuple[str, ...] | None:
+    """The devices of a multi-device name (see `multi_name`), None for a single device."""
+    if name is None or not name.startswith("("):
+        return None
+    return _parse_multi(name)
+
+
+@functools.cache
+def _parse_multi(name: str) -> tuple[str, ...]:
+    parsed = ast.literal_eval(name)
+    assert isinstance(parsed, tuple), f"malformed multi-device name {name!r}"
+    return tuple(str(d) for d in parsed)
+
+
 def _is_int(text: str) -> bool:
     try:
         int(text)
@@ -83,8 +110,13 @@ class _Device:
         self._lock = threading.RLock()
 
     @staticmethod
-    def canonicalize(name: str) -> str:
-        """The canonical spelling of a device name: `Device.canonicalize("cpu:0") == "CPU"`."""
+    def canonicalize(name: str | tuple[str, ...] | list[str]) -> str:
+        """The canonical spelling of a device name: `Device.canonicalize("cpu:0") == "CPU"`. A tuple of devices (a
+        multi-device tensor) becomes its one-string form, see `multi_name`."""
+        if isinstance(name, (tuple, list)):
+            return multi_name(name)
+        if (devices := multi_devices(name)) is not None:
+            return multi_name(devices)
         return str(parse_device(name))
 
     @staticmethod
@@ -94,6 +126,8 @@ class _Device:
 
     def __getitem__(self, name: str) -> Any:
         canonical = self.canonicalize(name)
+        if multi_devices(canonical) is not None:
+            raise DeviceError(f"{name} names several devices; open one of them, e.g. Device[{canonical!r}[0]]")
         registry = _registry()
         with self._lock:
             if self._opened_from is not registry:  # the registry was rebuilt: forget devices of the old one

@@ -74,6 +74,28 @@ def grad_reduce_max(ctx: UOp, ret: UOp) -> GradTuple | None:
     return (_where(is_max, share, _zeros(share)),)
 
 
+def grad_reduce_prod(ctx: UOp, ret: UOp) -> GradTuple | None:
+    """d prod / d x_i is the product of the other elements. Dividing the product by x_i fails at zeros, so (as torch
+    does) the product of the nonzero elements is used: with no zero it divided by x_i, with one zero it is the
+    gradient of that zero (the others get 0), with two or more zeros every gradient is 0."""
+    if ret.arg[0] is not Ops.MUL:
+        return None
+    x = ret.src[0]
+    assert x.shape is not None
+    axes = ret.arg[1]
+    is_zero = x.alu(Ops.CMPEQ, x.const_like(0))
+    nonzero = _where(is_zero, x.const_like(1), x)
+    prod_nonzero = nonzero.reduce_axis(Ops.MUL, axes).expand(x.shape)
+    zeros = _where(is_zero, x.const_like(1), _zeros(x)).reduce_axis(Ops.ADD, axes).expand(x.shape)
+    only_zero = is_zero.alu(Ops.AND, zeros.alu(Ops.CMPEQ, x.const_like(1)))
+    others = _where(
+        zeros.alu(Ops.CMPEQ, _zeros(x)),
+        prod_nonzero.alu(Ops.FDIV, nonzero),
+        _where(only_zero, prod_nonzero, _zeros(x)),
+    )
+    return (ctx.expand(x.shape).alu(Ops.MUL, others),)
+
+
 def grad_expand(ctx: UOp, ret: UOp) -> GradTuple:
     x = ret.src[0]
     assert x.shape is not None and ret.shape is not None
@@ -140,6 +162,7 @@ pm_gradient = PatternMatcher(
         # reductions
         (UPat(Ops.REDUCE_AXIS, name="ret"), grad_reduce_sum),
         (UPat(Ops.REDUCE_AXIS, name="ret"), grad_reduce_max),
+        (UPat(Ops.REDUCE_AXIS, name="ret"), grad_reduce_prod),
         # movement: each gradient is the inverse movement
         (UPat(Ops.RESHAPE, name="ret"), grad_reshape),
         (UPat(Ops.PERMUTE, name="ret"), lambda ctx, ret: (ctx.permute(_inverse_order(ret.arg)),)),

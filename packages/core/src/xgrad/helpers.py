@@ -136,6 +136,8 @@ def getenv(key: str, default: Any = 0) -> Any:
 DEBUG = knob("DEBUG", 0, "1 kernel counts, 2 per-kernel time/GFLOPS/GB/s, 3 schedule, 4 generated source, 5+ graphs")
 DEV = knob("DEV", "", "default device, optionally with renderer and target for compile-only work: CPU, NULL:CUDA:sm_90")
 BEAM = knob("BEAM", 0, "beam width for kernel optimization search (0 = heuristics)", codegen=True)
+IGNORE_BEAM_CACHE = knob("IGNORE_BEAM_CACHE", 0, "1 = search again even when the BEAM disk cache has a result")
+PARALLEL = knob("PARALLEL", 0, "BEAM compile workers (0 = the cores this process may use)")
 NOOPT = knob("NOOPT", 0, "1 = skip kernel optimizations (plain loops)", codegen=True)
 JIT = knob("JIT", 1, "0 turns TinyJit off, 1 captures and replays")
 DEFAULT_FLOAT = knob("DEFAULT_FLOAT", "float32", "dtype of Python floats and float results of int ops")
@@ -147,6 +149,7 @@ XGRAD_CACHE_DIR = knob("XGRAD_CACHE_DIR", "", "directory of the on-disk caches (
 SCACHE = knob("SCACHE", 1, "0 disables the in-memory schedule cache")
 FUSE_OPTIM = knob("FUSE_OPTIM", 0, "1 = optimizers update all parameters as one flat vector by default")
 SPLIT_REDUCEOP = knob("SPLIT_REDUCEOP", 1, "1 splits a big reduction to few outputs into two kernels (parallel first)")
+MAX_KERNEL_BUFFERS = knob("MAX_KERNEL_BUFFERS", 0, "most buffers one kernel may bind (0 = the device's own limit)")
 NO_MEMORY_PLANNER = knob("NO_MEMORY_PLANNER", 0, "1 disables buffer reuse inside a schedule")
 TRANSCENDENTAL = knob(
     "TRANSCENDENTAL", 1, "1 software exp/log/sin only where the renderer lacks them, 2 always", codegen=True
@@ -157,6 +160,8 @@ NUM_CPU_THREADS = knob("NUM_CPU_THREADS", 0, "CPU worker threads (0 = the cores 
 XGRAD_DISABLE_PLUGIN_AUTOLOAD = knob("XGRAD_DISABLE_PLUGIN_AUTOLOAD", 0, "1 = load no entry-point plugins")
 XGRAD_PLUGINS = knob("XGRAD_PLUGINS", "", "comma list of modules to load as plugins explicitly")
 XGRAD_BLOCK_PLUGINS = knob("XGRAD_BLOCK_PLUGINS", "", "comma list of plugin names not to load")
+RING = knob("RING", 1, "multi-device allreduce: 0 never ring, 1 ring above RING_ALLREDUCE_THRESHOLD, 2 always")
+RING_ALLREDUCE_THRESHOLD = knob("RING_ALLREDUCE_THRESHOLD", 256_000, "elements from which allreduce uses the ring")
 
 
 def cache_dir() -> pathlib.Path:

@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from xgrad.device import multi_devices
 from xgrad.dtype import DType, dtypes, from_np_dtype, to_dtype
 from xgrad.errors import DTypeError, JitError, ShapeError, XgradError
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
-from xgrad.mixin.nn import NNMixin
+from xgrad.mixin.multi import MultiMixin
 from xgrad.uop.ops import Ops, UOp
 
 
@@ -22,6 +23,9 @@ def _np_to_uop(arr: np.ndarray, device: str, dtype: DType | None) -> UOp:
     from xgrad.dtype import float_to_bf16_bits, float_to_fp8_bits
     from xgrad.engine.schedule import buffer_of, new_buffer_uop
 
+    if (devices := multi_devices(device)) is not None:  # several devices: build on the first, replicate from there
+        first = _np_to_uop(arr, devices[0], dtype)
+        return UOp(Ops.COPY, first.dtype, (first, UOp(Ops.DEVICE, arg=device)))
     src_dtype = from_np_dtype(arr.dtype)
     target = dtype or src_dtype
     raw: np.ndarray
@@ -42,11 +46,20 @@ def _np_to_uop(arr: np.ndarray, device: str, dtype: DType | None) -> UOp:
     return buf.reshape(tuple(int(s) for s in arr.shape))
 
 
-class Tensor(NNMixin):
+class Tensor(MultiMixin):
     """A lazy tensor.
+
+    Attributes: `uop` is the graph node the tensor stands for (a BUFFER once realized); `grad` holds the gradient
+    that `backward()` accumulated (None before); `is_param` marks a trainable parameter (set it with `is_param_()`).
 
     >>> Tensor([1, 2, 3]).tolist()
     [1, 2, 3]
+    >>> x = Tensor([3.0]).is_param_()
+    >>> x.is_param, x.grad is None, x.uop.shape
+    (True, True, (1,))
+    >>> _ = (x * x).sum().backward()
+    >>> x.grad.tolist()
+    [6.0]
     """
 
     __slots__ = ("uop", "grad", "is_param", "__weakref__")
@@ -93,19 +106,39 @@ class Tensor(NNMixin):
 
     # ---- realization and data ----
     def realize(self, *lst: Tensor) -> Tensor:
-        """Compute this tensor (and `lst`) now. Returns self."""
+        """Compute this tensor (and `lst`) now. Returns self.
+
+        >>> t = (Tensor([1, 2]) + 1).realize()
+        >>> t.tolist()
+        [2, 3]"""
         from xgrad.engine.realize import realize_tensors
 
         realize_tensors([self, *lst])
         return self
 
     def contiguous(self) -> Tensor:
+        """The same values in a buffer of their own (a kernel boundary): a strided view is materialized.
+
+        >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
+        [[1, 3], [2, 4]]"""
         return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
     def detach(self) -> Tensor:
+        """The same values, cut off from the graph: no gradient flows back through it.
+
+        >>> x = Tensor([2.0]).is_param_()
+        >>> _ = (x * x.detach()).sum().backward()
+        >>> x.grad.tolist()  # d(x * c)/dx = c = 2
+        [2.0]"""
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
 
-    def to(self, device: str | None) -> Tensor:
+    def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+        """A copy on `device` (self when already there); a tuple of devices replicates onto each.
+
+        >>> Tensor([1, 2]).to(Tensor([0]).device).tolist()
+        [1, 2]"""
+        if isinstance(device, tuple) or isinstance(self.device, tuple):
+            return self._to_multi(device)
         dev = canonical_device(device)
         if dev == self.device:
             return self
@@ -120,6 +153,8 @@ class Tensor(NNMixin):
                 "reading tensor data inside a TinyJit capture would not be replayed; return the tensor "
                 "from the jitted function and read it outside"
             )
+        if isinstance(self.device, tuple):  # a multi-device tensor is read from its first device
+            return self.to(self.device[0])._host_bytes()
         # realize a contiguous copy, not self: self keeps its graph (gradients can still flow through it)
         t = self if _is_plain_buffer(self.uop) else self.contiguous()
         t.realize()
@@ -128,9 +163,15 @@ class Tensor(NNMixin):
         return memoryview(bytearray(buffer_of(t.uop).as_bytes()))  # a copy: t's buffer may be reused once t is gone
 
     def numpy(self) -> np.ndarray:
-        """The values as a numpy array (bfloat16 and fp8 come back as float32)."""
+        """The values as a numpy array (bfloat16 and fp8 come back as float32).
+
+        >>> a = Tensor([[1, 2], [3, 4]]).numpy()
+        >>> type(a).__name__, a.shape, a.dtype.name
+        ('ndarray', (2, 2), 'int32')"""
         from xgrad.dtype import bf16_bits_to_float, fp8_bits_to_float, to_np_dtype
 
+        if (concrete := self._resolved()) is not self:  # a symbolic shape: read at the bound values
+            return concrete.numpy()
         raw = np.frombuffer(self._host_bytes(), dtype=np.uint8)
         if self.dtype == dtypes.bfloat16:
             out = bf16_bits_to_float(raw.view(np.uint16))
@@ -143,10 +184,18 @@ class Tensor(NNMixin):
         return out.reshape(self.shape)
 
     def tolist(self) -> Any:
+        """The values as (nested) Python lists; a 0-d tensor gives a scalar.
+
+        >>> Tensor([[1, 2], [3, 4]]).tolist(), Tensor(3.5).tolist()
+        ([[1, 2], [3, 4]], 3.5)"""
         result: Any = self.numpy().tolist()
         return result
 
     def item(self) -> Scalar:
+        """The value of a one-element tensor as a Python scalar.
+
+        >>> Tensor([[7]]).item(), Tensor(2.5).item()
+        (7, 2.5)"""
         if self.numel() != 1:
             raise ShapeError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         value: Scalar = self.numpy().reshape(()).item()
@@ -158,6 +207,8 @@ class Tensor(NNMixin):
         >>> Tensor([[1, 2], [3, 4]]).data().tolist()
         [[1, 2], [3, 4]]
         """
+        if (concrete := self._resolved()) is not self:  # a symbolic shape: read at the bound values
+            return concrete.data()
         mv = self._host_bytes()
         fmt = self.dtype.fmt
         if fmt is None or self.numel() == 0:
@@ -168,7 +219,11 @@ class Tensor(NNMixin):
         return shaped
 
     def assign(self, x: Tensor | Scalar | list[Any]) -> Tensor:
-        """Write `x` into this tensor's memory (in place)."""
+        """Write `x` into this tensor's memory (in place).
+
+        >>> t = Tensor([1.0, 2.0]).realize()
+        >>> t.assign(Tensor([5.0, 6.0])).realize().tolist()
+        [5.0, 6.0]"""
         if not isinstance(x, Tensor):
             x = Tensor(x, device=self.device, dtype=self.dtype)
         if x.shape != self.shape:
@@ -282,15 +337,31 @@ class Tensor(NNMixin):
     # ---- dtype shorthands: last, because inside the class body these names shadow the builtins ----
     # dtype shorthands last: inside the class body their names would shadow the builtins int/float/bool
     def float(self) -> Tensor:
+        """Cast to float32.
+
+        >>> Tensor([1, 2]).float().tolist()
+        [1.0, 2.0]"""
         return self.cast(dtypes.float32)
 
     def half(self) -> Tensor:
+        """Cast to float16.
+
+        >>> Tensor([1.5]).half().dtype == dtypes.float16
+        True"""
         return self.cast(dtypes.float16)
 
     def int(self) -> Tensor:
+        """Cast to int32 (floats round toward zero).
+
+        >>> Tensor([1.7, -1.7]).int().tolist()
+        [1, -1]"""
         return self.cast(dtypes.int32)
 
     def bool(self) -> Tensor:
+        """Cast to bool (nonzero is True).
+
+        >>> Tensor([0, 2]).bool().tolist()
+        [False, True]"""
         return self.cast(dtypes.bool)
 
 

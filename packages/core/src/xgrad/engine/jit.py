@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from xgrad.buffer import Buffer
 from xgrad.device import Device
-from xgrad.engine.schedule import ScheduleItem, buffer_of
-from xgrad.errors import JitError
+from xgrad.engine.multi import input_buffers
+from xgrad.engine.schedule import ScheduleItem
+from xgrad.errors import JitError, ShapeError
 from xgrad.helpers import JIT
-from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.ops import Ops, UOp, sint
+from xgrad.uop.symshape import bound_values, graph_binds, rebind, unbind_graph
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -44,7 +46,7 @@ def capturing() -> bool:
 class InputSpec:
     """What a captured input looked like: replays must match it."""
 
-    shape: tuple[int, ...]
+    shape: tuple[sint, ...]  # symbolic sizes hold the unbound variables
     dtype: Any
     device: str
     view: UOp  # the input's graph with its buffer replaced by a placeholder
@@ -69,16 +71,32 @@ def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor
     return found
 
 
+def _bound_vars(args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> dict[str, int]:
+    """Values of the bound Variables passed in: directly (one level inside lists, tuples and dicts too) or in the
+    symbolic shapes of the input tensors. They are runtime values: a replay passes the new ones to the kernels."""
+    binds: list[UOp] = []
+    for a in (*args, *kwargs.values()):
+        inner = a.values() if isinstance(a, dict) else a if isinstance(a, (list, tuple)) else (a,)
+        binds.extend(x for x in inner if isinstance(x, UOp) and x.op is Ops.BIND)
+    binds.extend(graph_binds(t.uop for t in inputs))
+    try:
+        return bound_values(binds)
+    except ShapeError as e:
+        raise JitError(f"TinyJit arguments: {e}") from None
+
+
 def _spec_of(t: Tensor, index: int) -> InputSpec:
     if t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN:
         raise JitError(
             f"TinyJit input {index} is not a realized buffer (it is a lazy {t.uop.op.name}); "
             "call .realize() on it before passing it in (or .contiguous().realize() for a constant)"
         )
-    placeholder = UOp(Ops.BUFFER, t.dtype, t.uop.base.src, (-1, t.uop.base.arg[1]))
-    view = _replace_base(t.uop, placeholder)
-    plain = t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER)
-    return InputSpec(t.shape, t.dtype, t.device, view, plain)
+    u = unbind_graph([t.uop])[0][0]  # symbolic views compare without their values
+    placeholder = UOp(Ops.BUFFER, t.dtype, u.base.src, (-1, u.base.arg[1]))
+    view = _replace_base(u, placeholder)
+    plain = u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+    assert u.shape is not None
+    return InputSpec(tuple(u.shape), t.dtype, t.device, view, plain)
 
 
 def _replace_base(u: UOp, new: UOp) -> UOp:
@@ -101,6 +119,7 @@ class TinyJit(Generic[R]):
         self.steps: list[_Step] = []
         self.specs: tuple[InputSpec, ...] = ()
         self.result: R | None = None
+        self.var_vals: dict[str, int] = {}  # the bound Variables of the capture (their values change per replay)
         functools.update_wrapper(self, fxn)
 
     def reset(self) -> None:
@@ -108,6 +127,7 @@ class TinyJit(Generic[R]):
         self.steps = []
         self.specs = ()
         self.result = None
+        self.var_vals = {}
 
     def __get__(self, obj: Any, objtype: Any = None) -> Callable[..., R]:
         return functools.partial(self.__call__, obj)  # methods: bind self
@@ -123,7 +143,7 @@ class TinyJit(Generic[R]):
             return self._realized(self.fxn(*args, **kwargs))
         if self.calls == 1:
             return self._capture(inputs, args, kwargs)
-        return self._replay(inputs)
+        return self._replay(inputs, _bound_vars(args, kwargs, inputs))
 
     def _realized(self, ret: R) -> R:
         from xgrad.tensor import Tensor
@@ -137,29 +157,41 @@ class TinyJit(Generic[R]):
         if _Capture.active is not None:
             raise JitError("TinyJit calls cannot be nested: a jitted function called another jitted function")
         self.specs = tuple(_spec_of(t, i) for i, t in enumerate(inputs))
-        input_bufs = {id(buffer_of(t.uop)): i for i, t in enumerate(inputs)}
+        passed = _bound_vars(args, kwargs, inputs)
+        input_bufs = {id(b): i for i, b in enumerate(b for t in inputs for b in input_buffers(t.uop))}
         recorded: list[tuple[list[ScheduleItem], dict[str, int]]] = []
         _Capture.active = recorded
         try:
             ret = self._realized(self.fxn(*args, **kwargs))
         finally:
             _Capture.active = None
+        used = {name for _, var_vals in recorded for name in var_vals}
+        if hidden := sorted(used - set(passed)):
+            raise JitError(
+                f"the jitted function uses the variable(s) {hidden} that are not among its arguments, so a replay "
+                "could not change them; pass each bound Variable as an argument (or in an input's shape)"
+            )
         steps = []
         for items, var_vals in recorded:
             for it in items:
                 program = None if it.is_copy else Device[it.device].compile(it.ast)
                 slots = tuple(input_bufs.get(id(b)) for b in it.bufs)
                 steps.append(_Step(it, program, slots, var_vals))
-        self.steps, self.result, self.calls = steps, ret, 2
+        self.steps, self.result, self.calls, self.var_vals = steps, ret, 2, passed
         return ret
 
-    def _replay(self, inputs: list[Tensor]) -> R:
+    def _replay(self, inputs: list[Tensor], var_vals: dict[str, int]) -> R:
+        if set(var_vals) != set(self.var_vals):
+            raise JitError(
+                f"TinyJit was captured with the variables {sorted(self.var_vals)}, now called with {sorted(var_vals)}; "
+                "pass the same bound Variables (with any values in their ranges) or jit a new function"
+            )
         if len(inputs) != len(self.specs):
             raise JitError(f"TinyJit was captured with {len(self.specs)} tensor inputs, now called with {len(inputs)}")
         for i, (t, spec) in enumerate(zip(inputs, self.specs)):
             u = t.uop
             plain = u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
-            if plain and spec.plain and u.dtype == spec.dtype and u.shape == spec.shape and u.device == spec.device:
+            if plain and spec.plain and u.dtype == spec.dtype and u.shape == spec.shape and t.device == spec.device:
                 continue  # the common case, checked without building the view
             got = _spec_of(t, i)
             for what in ("shape", "dtype", "device", "view"):
@@ -168,12 +200,24 @@ class TinyJit(Generic[R]):
                         f"TinyJit input {i} changed {what}: captured {getattr(spec, what)!r}, "
                         f"now {getattr(got, what)!r}; call with the captured {what} or jit a new function"
                     )
-        bufs = [buffer_of(t.uop) for t in inputs]
+        bufs = [b for t in inputs for b in input_buffers(t.uop)]  # one per device for a multi-device input
         for step in self.steps:
             actual: list[Buffer] = [b if s is None else bufs[s] for b, s in zip(step.item.bufs, step.slots)]
             if step.program is None:
                 actual[0].copyin(actual[1].as_bytes())
             else:
-                step.program([b.handle for b in actual], step.var_vals)
+                step.program([b.handle for b in actual], {**step.var_vals, **var_vals} if var_vals else step.var_vals)
+        if var_vals != self.var_vals:
+            self._rebind_result(var_vals)
         assert self.result is not None or self.steps is not None
         return self.result  # type: ignore[return-value]
+
+    def _rebind_result(self, var_vals: dict[str, int]) -> None:
+        """The returned tensors are the captured ones; a symbolic shape among them now shows the new values."""
+        from xgrad.tensor import Tensor
+
+        ret = self.result
+        for t in ret if isinstance(ret, (list, tuple)) else (ret,):
+            if isinstance(t, Tensor):
+                t.uop = rebind(t.uop, var_vals)
+        self.var_vals = var_vals

@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device
 from xgrad.engine.memory import plan_memory
+from xgrad.engine.multi import schedule_multi
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.engine.schedule_cache import cached_schedule
 from xgrad.helpers import DEBUG
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
+from xgrad.uop.symshape import rebind, unbind_graph
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -47,8 +49,12 @@ def realize_tensors(tensors: list[Tensor]) -> None:
         return
     pending += _readers_of_assigned(pending)
     roots = list(dict.fromkeys(t.uop for t in pending))
-    items, becomes = cached_schedule(roots)
-    run_schedule(plan_memory(items, [becomes[r] for r in roots if r in becomes]))
+    # bound variables leave the graph (their values go to the kernels at launch): one schedule, one compiled kernel
+    unbound, var_vals = unbind_graph(roots)
+    items, becomes, outputs = schedule_multi(unbound, cached_schedule)  # lowers multi-device graphs first
+    run_schedule(plan_memory(items, outputs), var_vals)
+    if var_vals:  # the realized views show the bound values again
+        becomes = {r: rebind(becomes[u], var_vals) for r, u in zip(roots, unbound) if u in becomes}
     chosen = {id(t) for t in pending}
     for t in list(all_tensors):
         if (new := becomes.get(t.uop)) is not None:

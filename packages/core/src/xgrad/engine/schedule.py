@@ -21,10 +21,12 @@ from typing import Any
 
 from xgrad.buffer import Buffer
 from xgrad.dtype import DType, dtypes
+from xgrad.engine.kernel_buffers import realizes_for_buffer_limit
 from xgrad.errors import XgradError
 from xgrad.helpers import DEBUG, SPEC, SPLIT_REDUCEOP, prod
-from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
+from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp, sint
 from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
+from xgrad.uop.symshape import is_symbolic, sint_max, sym_prod
 
 _buffer_ids = itertools.count()
 
@@ -64,8 +66,10 @@ def split_reduce(red: UOp) -> UOp | None:
     then the k partial results (a second kernel)."""
     x = red.src[0]
     op, axes = red.arg
-    shape = _shape(x)
-    out_numel = prod(_shape(red))
+    if is_symbolic(_shape(x)):
+        return None
+    shape = _concrete(x)
+    out_numel = prod(_concrete(red))
     reduced = prod(shape[a] for a in axes)
     if reduced < SPLIT_MIN or out_numel > SPLIT_MAX_OUTPUTS:
         return None
@@ -120,7 +124,7 @@ def find_realizes(roots: list[UOp]) -> set[UOp]:
         for user in users[u]:
             if user in realizes:
                 continue
-            if user.op is Ops.EXPAND and prod(user.shape or ()) > prod(u.shape or ()):
+            if user.op is Ops.EXPAND and sint_max(sym_prod(user.shape or ())) > sint_max(sym_prod(u.shape or ())):
                 flag = True
             elif behind_expand.get(user, False):
                 flag = True
@@ -128,14 +132,24 @@ def find_realizes(roots: list[UOp]) -> set[UOp]:
             realizes.add(u)
             flag = False
         behind_expand[u] = flag
+    realizes |= realizes_for_buffer_limit(sink_order, realizes)  # devices that bind few buffers per kernel
     return {r for r in realizes if not (is_realized(r) and _is_contiguous_view(r))}
 
 
 def _consumers(u: UOp, users: dict[UOp, set[UOp]]) -> set[UOp]:
     """The nodes that use `u`, looking through movement ops."""
     out: set[UOp] = set()
-    for user in users[u]:
-        out |= _consumers(user, users) if user.op in GroupOp.Movement else {user}
+    seen: set[UOp] = set()
+    stack = list(users[u])
+    while stack:  # no recursion: chains of movement ops can be long
+        user = stack.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if user.op in GroupOp.Movement:
+            stack.extend(users[user])
+        else:
+            out.add(user)
     return out
 
 
@@ -153,18 +167,19 @@ class KernelCtx:
         return UOp(Ops.PARAM, buf.dtype, (), self.params.index(buf))
 
 
-def strides_for(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
+def strides_for(shape: tuple[sint, ...]) -> tuple[sint, ...]:
+    out: list[sint] = []
+    acc: sint = 1
     for s in reversed(shape):
-        out.append(acc if s != 1 else 0)
-        acc *= s
+        out.append(acc if not (isinstance(s, int) and s == 1) else 0)
+        acc = s if isinstance(acc, int) and acc == 1 else acc * s
     return tuple(reversed(out))
 
 
-def flat_index(idxs: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
+def flat_index(idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
     ret = UOp.const(dtypes.index, 0)
     for i, st in zip(idxs, strides_for(shape)):
-        if st != 0:
+        if not (isinstance(st, int) and st == 0):
             ret = ret + i * st
     return ret
 
@@ -193,12 +208,12 @@ def lower_reshape(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | Non
     in_shape = _shape(u.src[0])
     flat = flat_index(idxs, _shape(u))
     new: list[UOp] = []
-    acc = 1
+    acc: sint = 1
     for axis in reversed(range(len(in_shape))):
         dim = in_shape[axis]
-        idx = flat // acc if acc != 1 else flat
-        new.append(UOp.const(dtypes.index, 0) if dim == 1 else idx % dim if axis != 0 else idx)
-        acc *= dim
+        idx = flat if isinstance(acc, int) and acc == 1 else flat // acc
+        new.append(UOp.const(dtypes.index, 0) if isinstance(dim, int) and dim == 1 else idx % dim if axis else idx)
+        acc = dim if isinstance(acc, int) and acc == 1 else acc * dim
     return lower(ctx, u.src[0], tuple(reversed(new)), gate)
 
 
@@ -252,7 +267,21 @@ def lower_reduce(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None
 
 
 def lower_elementwise(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
-    return u.replace(src=tuple(lower(ctx, s, idxs, gate) for s in u.src))
+    """Elementwise nodes keep the index, so their whole connected DAG is lowered here without recursion: a chain of
+    thousands of `x = x + 1` must not overflow Python's stack. Only other ops recurse (through `lower`)."""
+    stack: list[tuple[UOp, bool]] = [(u, False)]
+    while stack:
+        node, ready = stack.pop()
+        if (node, idxs, gate) in ctx.memo:
+            continue
+        if node.op not in GroupOp.Elementwise or node in ctx.realizes:
+            lower(ctx, node, idxs, gate)
+        elif ready:
+            ctx.memo[(node, idxs, gate)] = node.replace(src=tuple(ctx.memo[(s, idxs, gate)] for s in node.src))
+        else:
+            stack.append((node, True))
+            stack.extend((s, False) for s in node.src)
+    return ctx.memo[(u, idxs, gate)]
 
 
 def lower_identity(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
@@ -278,9 +307,22 @@ pm_push_index: dict[Ops, LowerFn] = {
 }
 
 
-def _shape(u: UOp) -> tuple[int, ...]:
+def _shape(u: UOp) -> tuple[sint, ...]:
     assert u.shape is not None, f"{u.op} has no shape"
-    return tuple(int(s) for s in u.shape)
+    return tuple(s if isinstance(s, UOp) else int(s) for s in u.shape)
+
+
+def _concrete(u: UOp) -> tuple[int, ...]:
+    shape = _shape(u)
+    assert not is_symbolic(shape), f"{u.op} has a symbolic shape here"
+    return tuple(s for s in shape if isinstance(s, int))
+
+
+def buffer_view(buf: UOp, shape: tuple[sint, ...]) -> UOp:
+    """A realized node: its BUFFER seen in `shape`. A symbolic shape's buffer is allocated at the maximum size, and the
+    values fill its first numel elements."""
+    numel = sym_prod(shape)
+    return (buf.shrink(((0, numel),)) if isinstance(numel, UOp) else buf).reshape(shape)
 
 
 def lower(ctx: KernelCtx, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
@@ -306,7 +348,10 @@ def lower_kernel(node: UOp, out: UOp, realizes: dict[UOp, UOp]) -> tuple[UOp, li
     target: UOp | None = None
     if node.op is Ops.ASSIGN:
         target, value_node = node.src
-    ranges = tuple(UOp.range(s, next(ctx.axis)) if s != 1 else UOp.const(dtypes.index, 0) for s in shape)
+    ranges = tuple(
+        UOp.range(s, next(ctx.axis)) if not (isinstance(s, int) and s == 1) else UOp.const(dtypes.index, 0)
+        for s in shape
+    )
     # build the value with the output's own realization hidden, so it is computed, not loaded
     own = ctx.realizes.pop(node, None)
     value = lower(ctx, value_node, ranges, None)
@@ -332,11 +377,18 @@ def _assign_index(ctx: KernelCtx, target: UOp, ranges: tuple[UOp, ...]) -> UOp:
     return fake_load.src[0]
 
 
-def kernel_name(value: UOp, shape: tuple[int, ...]) -> str:
-    """E_<output shape> for elementwise kernels, r_<output shape>_<reduced sizes> for reductions."""
-    reduced = [int(r.src[0].arg) for u in value.toposort if u.op is Ops.REDUCE for r in u.src[1:]]
-    dims = [str(s) for s in shape if s != 1] or ["1"]
+def kernel_name(value: UOp, shape: tuple[sint, ...]) -> str:
+    """E_<output shape> for elementwise kernels, r_<output shape>_<reduced sizes> for reductions (a symbolic size
+    shows as its variables' names)."""
+    reduced = [_size_name(r.src[0]) for u in value.toposort if u.op is Ops.REDUCE for r in u.src[1:]]
+    dims = [_size_name(s) for s in shape if not (isinstance(s, int) and s == 1)] or ["1"]
     return "_".join(["r" if reduced else "E", *dims, *map(str, reduced)])
+
+
+def _size_name(s: sint) -> str:
+    if isinstance(s, int) or s.op is Ops.CONST:
+        return str(s if isinstance(s, int) else s.arg)
+    return "".join(x.arg[0] for x in s.toposort if x.op is Ops.DEFINE_VAR) or "s"
 
 
 # ---- 3. the whole schedule ----
@@ -370,7 +422,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
             ast, params = lower_kernel(node, target_buf, realizes)
             items.append(ScheduleItem(ast, tuple(buffer_of(p) for p in params), device))
             continue
-        out = new_buffer_uop(device, prod(shape), node.dtype)
+        out = new_buffer_uop(device, sint_max(sym_prod(shape)), node.dtype)
         if node.op is Ops.COPY:
             src = node.src[0]
             src_buf = buffer_of(realizes[src]) if src in realizes else _range_view(src)
@@ -384,7 +436,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     for orig, r in zip(original, roots):
         if r in realizes:
             buf = realizes[r]
-            becomes[orig] = buf.reshape(_shape(r)) if r.op is not Ops.ASSIGN else r.src[0]
+            becomes[orig] = buffer_view(buf, _shape(r)) if r.op is not Ops.ASSIGN else r.src[0]
     if DEBUG >= 3:
         for i, it in enumerate(items):
             print(f"schedule {i}: {'copy' if it.is_copy else it.ast.arg.name} on {it.device} bufs={list(it.bufs)}")
@@ -397,6 +449,8 @@ def contiguous_range(u: UOp) -> int | None:
         return None
     if _is_contiguous_view(u):
         return 0
+    if is_symbolic(_shape(u)):
+        return None
     from xgrad.uop.symbolic import simplify
 
     ctx = KernelCtx({}, [], itertools.count(), {})
@@ -414,9 +468,9 @@ def _range_view(u: UOp) -> Buffer:
     offset = contiguous_range(u)
     assert offset is not None, "copy source must be one contiguous run of a buffer"
     base = buffer_of(u)
-    if offset == 0 and prod(_shape(u)) == base.size:
+    if offset == 0 and prod(_concrete(u)) == base.size:
         return base
-    return Buffer(base.device, prod(_shape(u)), u.dtype, base=base, offset=offset * u.dtype.itemsize)
+    return Buffer(base.device, prod(_concrete(u)), u.dtype, base=base, offset=offset * u.dtype.itemsize)
 
 
 def assigns_after_readers(order: list[UOp]) -> list[UOp]:

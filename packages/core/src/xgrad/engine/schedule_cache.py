@@ -2,7 +2,8 @@
 the schedule made for the first one, with their own buffers bound in. `SCACHE=0` turns it off.
 
 In: the roots of a tensor graph. Out: what `create_schedule` returns, built from a template when the structure was
-seen before. The key is the graph with every BUFFER replaced by a numbered placeholder.
+seen before. The key is the graph with every BUFFER replaced by a numbered placeholder. Graphs come here with their
+bound variables stripped (see `xgrad.uop.symshape`), so different values of one variable hit the same entry.
 """
 
 from __future__ import annotations
@@ -11,36 +12,51 @@ from dataclasses import dataclass
 
 from xgrad.buffer import Buffer
 from xgrad.dtype import DType, dtypes
-from xgrad.engine.schedule import ScheduleItem, ScheduleStats, buffer_of, create_schedule, new_buffer_uop
-from xgrad.helpers import SCACHE
-from xgrad.uop.ops import Ops, UOp
+from xgrad.engine.schedule import (
+    ScheduleItem,
+    ScheduleStats,
+    buffer_of,
+    buffer_view,
+    create_schedule,
+    new_buffer_uop,
+)
+from xgrad.helpers import MAX_KERNEL_BUFFERS, SCACHE
+from xgrad.uop.ops import Ops, UOp, sint
 from xgrad.uop.pattern import substitute
 
-Slot = tuple[bool, int]  # (is an input buffer, index among inputs / among new buffers)
+INPUT, NEW, VIEW = 0, 1, 2
+Slot = tuple[int, int]  # (INPUT | NEW | VIEW, index among inputs / new buffers / views)
 
 
 @dataclass(frozen=True)
 class ScheduleTemplate:
     items: tuple[tuple[UOp, tuple[Slot, ...], str], ...]  # (ast, buffer slots, device) per item
     new_buffers: tuple[tuple[str, int, DType], ...]  # (device, size, dtype) of each buffer the schedule creates
-    becomes: tuple[tuple[int, Slot, tuple[int, ...]] | tuple[int, None, None], ...]  # root index -> buffer view
+    views: tuple[tuple[Slot, int, int, DType], ...]  # (base, byte offset, size, dtype): a copy reading part of a buffer
+    becomes: tuple[tuple[int, Slot, tuple[sint, ...]] | tuple[int, None, None], ...]  # root index -> buffer view
 
 
-_cache: dict[UOp, ScheduleTemplate] = {}
+_cache: dict[tuple[UOp, int], ScheduleTemplate] = {}  # (graph with placeholder inputs, knobs)
 
 
 def _make_template(
     roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], becomes: dict[UOp, UOp]
 ) -> ScheduleTemplate:
-    slots: dict[int, Slot] = {id(buffer_of(b)): (True, i) for i, b in enumerate(inputs)}
+    slots: dict[int, Slot] = {id(buffer_of(b)): (INPUT, i) for i, b in enumerate(inputs)}
     new: list[Buffer] = []
+    views: list[tuple[Slot, int, int, DType]] = []
     for it in items:
         for b in it.bufs:
-            if id(b) not in slots:
-                slots[id(b)] = (False, len(new))
+            if id(b) in slots:
+                continue
+            if b.base is not None and id(b.base) in slots:  # a view of a buffer of this schedule, not a new buffer
+                slots[id(b)] = (VIEW, len(views))
+                views.append((slots[id(b.base)], b.offset, b.size, b.dtype))
+            else:
+                slots[id(b)] = (NEW, len(new))
                 new.append(b)
     item_tpl = tuple((it.ast, tuple(slots[id(b)] for b in it.bufs), it.device) for it in items)
-    becomes_tpl: list[tuple[int, Slot, tuple[int, ...]] | tuple[int, None, None]] = []
+    becomes_tpl: list[tuple[int, Slot, tuple[sint, ...]] | tuple[int, None, None]] = []
     for i, r in enumerate(roots):
         if r not in becomes:
             continue
@@ -48,8 +64,10 @@ def _make_template(
             becomes_tpl.append((i, None, None))
         else:
             view = becomes[r]
-            becomes_tpl.append((i, slots[id(buffer_of(view))], tuple(int(s) for s in view.shape or ())))
-    return ScheduleTemplate(item_tpl, tuple((b.device, b.size, b.dtype) for b in new), tuple(becomes_tpl))
+            becomes_tpl.append((i, slots[id(buffer_of(view))], tuple(view.shape or ())))
+    return ScheduleTemplate(
+        item_tpl, tuple((b.device, b.size, b.dtype) for b in new), tuple(views), tuple(becomes_tpl)
+    )
 
 
 def _instantiate(
@@ -58,13 +76,20 @@ def _instantiate(
     fresh = [new_buffer_uop(dev, size, dt) for dev, size, dt in tpl.new_buffers]
 
     def resolve(slot: Slot) -> UOp:
-        return inputs[slot[1]] if slot[0] else fresh[slot[1]]
+        return inputs[slot[1]] if slot[0] == INPUT else fresh[slot[1]]
 
-    items = [ScheduleItem(ast, tuple(buffer_of(resolve(s)) for s in slots), dev) for ast, slots, dev in tpl.items]
+    def buffer(slot: Slot) -> Buffer:
+        if slot[0] != VIEW:
+            return buffer_of(resolve(slot))
+        base_slot, offset, size, dtype = tpl.views[slot[1]]
+        base = buffer(base_slot)
+        return Buffer(base.device, size, dtype, base=base, offset=offset)
+
+    items = [ScheduleItem(ast, tuple(buffer(s) for s in slots), dev) for ast, slots, dev in tpl.items]
     becomes: dict[UOp, UOp] = {}
     for i, slot, shape in tpl.becomes:
         root = roots[i]
-        becomes[root] = root.src[0] if slot is None or shape is None else resolve(slot).reshape(shape)
+        becomes[root] = root.src[0] if slot is None or shape is None else buffer_view(resolve(slot), shape)
     return items, becomes
 
 
@@ -74,7 +99,7 @@ def cached_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
     inputs = [u for u in sink.toposort if u.op is Ops.BUFFER]
     placeholders = {b: UOp(Ops.BUFFER, b.dtype, b.src, (-1 - i, b.arg[1])) for i, b in enumerate(inputs)}
-    key = substitute(sink, placeholders)
+    key = (substitute(sink, placeholders), MAX_KERNEL_BUFFERS.value)  # the knob changes the kernel boundaries
     if (tpl := _cache.get(key)) is not None:
         ScheduleStats.calls += 1
         return _instantiate(tpl, roots, inputs)

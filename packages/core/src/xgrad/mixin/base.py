@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, cast
 
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import IndexingError, ShapeError, XgradError
-from xgrad.helpers import prod
 from xgrad.mixin.common import Scalar
 from xgrad.uop.ops import UOp
+from xgrad.uop.symshape import sym_prod
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -36,11 +36,20 @@ class TensorBase:
     # ---- properties ----
     @property
     def shape(self) -> tuple[int, ...]:
+        """The sizes. A symbolic size (a UOp over bound Variables, see `xgrad.uop.symshape`) is returned as is: the
+        annotation says int because nearly all code works on concrete shapes.
+
+        >>> Tensor.zeros(2, 3).shape
+        (2, 3)"""
         assert self.uop.shape is not None
-        return tuple(int(s) for s in self.uop.shape)
+        return cast("tuple[int, ...]", tuple(s if isinstance(s, UOp) else int(s) for s in self.uop.shape))
 
     @property
     def dtype(self) -> DType:
+        """The element type.
+
+        >>> Tensor([1, 2]).dtype == dtypes.int32, Tensor([1.0]).dtype == dtypes.float32
+        (True, True)"""
         return self.uop.dtype
 
     @property
@@ -51,21 +60,46 @@ class TensorBase:
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions.
+
+        >>> Tensor.zeros(2, 3, 4).ndim
+        3"""
         return len(self.shape)
 
     def numel(self) -> int:
-        return int(prod(self.shape))
+        """The number of elements.
+
+        >>> Tensor.zeros(2, 3).numel()
+        6"""
+        n = sym_prod(self.shape)
+        return cast(int, n) if isinstance(n, UOp) else int(n)  # symbolic shapes: a symbolic count
 
     def element_size(self) -> int:
+        """Bytes per element.
+
+        >>> Tensor([1.0]).element_size(), Tensor([1.0], dtype=dtypes.float16).element_size()
+        (4, 2)"""
         return self.dtype.itemsize
 
     def nbytes(self) -> int:
+        """Bytes of all elements.
+
+        >>> Tensor.zeros(2, 3).nbytes()
+        24"""
         return self.numel() * self.element_size()
 
     def is_floating_point(self) -> bool:
+        """Whether the dtype is a float type.
+
+        >>> Tensor([1.0]).is_floating_point(), Tensor([1]).is_floating_point()
+        (True, False)"""
         return dtypes.is_float(self.dtype)
 
     def size(self, dim: int | None = None) -> int | tuple[int, ...]:
+        """The shape, or the size of dimension `dim` (negative counts from the end).
+
+        >>> Tensor.zeros(2, 3).size(), Tensor.zeros(2, 3).size(-1)
+        ((2, 3), 3)"""
         return self.shape if dim is None else self.shape[self._axis(dim)]
 
     def __len__(self) -> int:

@@ -4,25 +4,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from xgrad.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.helpers import argfix, prod
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
 from xgrad.mixin.reduce import ReduceMixin
-from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.ops import Ops, UOp, ssimplify
+from xgrad.uop.symshape import is_symbolic, shape_str, sint_max, sint_min, sym_prod
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 
 def _shape_arg(*shape: Any) -> tuple[int, ...]:
-    """A shape given as f(2, 3) or f((2, 3)); ShapeError for a negative size."""
-    sh = tuple(int(s) for s in argfix(*shape))
-    if any(s < 0 for s in sh):
-        raise ShapeError(f"negative dimension in shape {sh}; every size must be >= 0")
-    return sh
+    """A shape given as f(2, 3) or f((2, 3)); ShapeError for a negative size. A size may be symbolic (a UOp of bound
+    Variables); it is kept as is, so the annotation's int stands for `sint`."""
+    sh = tuple(s if isinstance(s, UOp) else int(s) for s in argfix(*shape))
+    if any(sint_min(s) < 0 for s in sh):
+        raise ShapeError(f"negative dimension in shape {shape_str(sh)}; every size must be >= 0")
+    return cast("tuple[int, ...]", sh)
 
 
 class CreationMixin(ReduceMixin):
@@ -40,6 +42,11 @@ class CreationMixin(ReduceMixin):
 
         sh = _shape_arg(*shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float()
+        if is_symbolic(sh):  # memory for the largest value; the tensor is a view of its first numel elements
+            from xgrad.engine.schedule import buffer_view
+
+            buf = new_buffer_uop(canonical_device(device), sint_max(sym_prod(sh)), dt)
+            return cls._tensor_cls()(buffer_view(buf, sh))
         return cls._tensor_cls()(new_buffer_uop(canonical_device(device), prod(sh), dt).reshape(sh))
 
     @classmethod
@@ -86,13 +93,14 @@ class CreationMixin(ReduceMixin):
     @classmethod
     def arange(
         cls,
-        start: Scalar,
-        stop: Scalar | None = None,
+        start: Scalar | UOp,
+        stop: Scalar | UOp | None = None,
         step: Scalar = 1,
         device: str | None = None,
         dtype: DType | str | None = None,
     ) -> Tensor:
-        """`start, start + step, ...` up to (not including) `stop`; `arange(n)` counts from 0.
+        """`start, start + step, ...` up to (not including) `stop`; `arange(n)` counts from 0. `stop` (and, with step
+        1, `start`) may be symbolic: a bound Variable or an int expression of bound Variables.
 
         >>> Tensor.arange(5).tolist()
         [0, 1, 2, 3, 4]
@@ -101,12 +109,48 @@ class CreationMixin(ReduceMixin):
             start, stop = 0, start
         if step == 0:
             raise XgradError("arange step must not be 0")
+        if isinstance(start, UOp) or isinstance(stop, UOp):
+            return cls._arange_symbolic(start, stop, step, device, dtype)
         dt = (
             to_dtype(dtype) if dtype is not None else least_upper_dtype(*(scalar_dtype(x) for x in (start, stop, step)))
         )
         n = max(0, math.ceil((stop - start) / step))
         iota = cls._tensor_cls()(UOp(Ops.IOTA, dt, (UOp(Ops.DEVICE, arg=canonical_device(device)),), n))
         return iota * step + start if (step != 1 or start != 0) else iota
+
+    @classmethod
+    def _arange_symbolic(
+        cls, start: Any, stop: Any, step: Any, device: str | None, dtype: DType | str | None
+    ) -> Tensor:
+        """A symbolic length: an IOTA of symbolic size (scaled); a symbolic start shrinks an IOTA that counts from 0."""
+        if not all(isinstance(x, (int, UOp)) for x in (start, stop, step)):
+            raise ShapeError("arange with a symbolic start or stop needs int start, stop and step")
+        if isinstance(start, UOp) and step != 1:
+            raise ShapeError("arange with a symbolic start needs step 1; scale the result instead")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_int()
+        dev = (UOp(Ops.DEVICE, arg=canonical_device(device)),)
+        if isinstance(start, UOp):  # element i of the shrunk count is start + i
+            _shape_arg(ssimplify(stop - start))
+            return cls._tensor_cls()(UOp(Ops.IOTA, dt, dev, stop)).shrink(((start, stop),))
+        span = stop - start if step > 0 else start - stop
+        n = ssimplify(span if abs(step) == 1 else (span + (abs(step) - 1)) // abs(step))
+        _shape_arg(n)
+        iota = cls._tensor_cls()(UOp(Ops.IOTA, dt, dev, n))
+        return iota * step + start if (step != 1 or start != 0) else iota
+
+    @classmethod
+    def _sint_tensor(cls, s: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+        """A 0-d tensor holding a size: an int, or the value of an expression of bound Variables (computed in the
+        kernel from the variable, so one kernel serves every value). For ops with a symbolic count (a mean).
+
+        >>> from xgrad import Variable
+        >>> Tensor._sint_tensor(Variable("n", 1, 9).bind(4) * 2, dtype="float32").item()
+        8.0
+        """
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_int()
+        if not isinstance(s, UOp):
+            return cls.full((), int(s), device=device, dtype=dt)
+        return cls.arange(s, s + 1, device=device, dtype=dtypes.int32).reshape(()).cast(dt)
 
     @classmethod
     def linspace(

@@ -28,8 +28,10 @@ class ElementwiseMixin(MovementMixin):
     __slots__ = ()
 
     # ---- elementwise ----
-    def _broadcasted(self, y: Tensor | Scalar, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    def _broadcasted(self, y: Tensor | Scalar | UOp, reverse: bool = False) -> tuple[Tensor, Tensor]:
         x: Tensor = self._t()
+        if isinstance(y, UOp):  # a symbolic size (an expression of bound Variables): a 0-d tensor of its value
+            y = x._tensor_cls()._sint_tensor(y, device=x.device, dtype=x.dtype)
         if not isinstance(y, TensorBase):
             if not isinstance(y, (bool, int, float)):
                 raise DTypeError(f"cannot combine a Tensor with {type(y).__name__}")
@@ -60,16 +62,28 @@ class ElementwiseMixin(MovementMixin):
         return self.cast(least_upper_float(self.dtype))
 
     def cast(self, dtype: DType | str) -> Tensor:
+        """Convert to `dtype` (a DType or its name); float to int rounds toward zero.
+
+        >>> Tensor([1.7, -1.7]).cast(dtypes.int32).tolist()
+        [1, -1]"""
         dt = to_dtype(dtype)
         return self._t() if dt == self.dtype else self._new(self.uop.cast(dt))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
+        """Reinterpret the bits as `dtype`, which must have the same item size.
+
+        >>> Tensor([1.0]).bitcast(dtypes.int32).tolist()
+        [1065353216]"""
         dt = to_dtype(dtype)
         if dt.itemsize != self.dtype.itemsize:
             raise DTypeError(f"bitcast between {self.dtype.name} and {dt.name} needs equal item sizes")
         return self._t() if dt == self.dtype else self._new(self.uop.bitcast(dt))
 
     def neg(self) -> Tensor:
+        """-x (logical not for bool).
+
+        >>> Tensor([1, -2]).neg().tolist()
+        [-1, 2]"""
         return (
             self.logical_not()
             if self.dtype == dtypes.bool
@@ -79,9 +93,17 @@ class ElementwiseMixin(MovementMixin):
         )
 
     def exp2(self) -> Tensor:
+        """2 ** x (ints become floats).
+
+        >>> Tensor([0.0, 3.0]).exp2().tolist()
+        [1.0, 8.0]"""
         return self._float()._unop(Ops.EXP2)
 
     def log2(self) -> Tensor:
+        """Base-2 logarithm (ints become floats).
+
+        >>> Tensor([1.0, 8.0]).log2().tolist()
+        [0.0, 3.0]"""
         return self._float()._unop(Ops.LOG2)
 
     def _in_float32(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
@@ -90,37 +112,81 @@ class ElementwiseMixin(MovementMixin):
         return fn(x.cast(dtypes.float32)).cast(x.dtype) if x.dtype.itemsize < 4 else fn(x)
 
     def exp(self) -> Tensor:
+        """e ** x.
+
+        >>> [round(v, 4) for v in Tensor([0.0, 1.0]).exp().tolist()]
+        [1.0, 2.7183]"""
         return self._in_float32(lambda x: (x * (1 / math.log(2))).exp2())
 
     def log(self) -> Tensor:
+        """Natural logarithm.
+
+        >>> [round(v, 4) for v in Tensor([1.0, 10.0]).log().tolist()]
+        [0.0, 2.3026]"""
         return self._in_float32(lambda x: x.log2() * math.log(2))
 
     def sqrt(self) -> Tensor:
+        """Square root (ints become floats).
+
+        >>> Tensor([4.0, 9.0]).sqrt().tolist()
+        [2.0, 3.0]"""
         return self._float()._unop(Ops.SQRT)
 
     def rsqrt(self) -> Tensor:
+        """1 / sqrt(x).
+
+        >>> Tensor([4.0, 16.0]).rsqrt().tolist()
+        [0.5, 0.25]"""
         return self.sqrt().reciprocal()
 
     def reciprocal(self) -> Tensor:
+        """1 / x (ints become floats).
+
+        >>> Tensor([2.0, 4.0]).reciprocal().tolist()
+        [0.5, 0.25]"""
         return self._float()._unop(Ops.RECIPROCAL)
 
     def sin(self) -> Tensor:
+        """Sine of radians.
+
+        >>> [round(v, 4) for v in Tensor([0.0, 1.5707964]).sin().tolist()]
+        [0.0, 1.0]"""
         return self._float()._unop(Ops.SIN)
 
     def cos(self) -> Tensor:
+        """Cosine of radians.
+
+        >>> [round(v, 4) for v in Tensor([0.0, 3.1415927]).cos().tolist()]
+        [1.0, -1.0]"""
         return ((math.pi / 2) - self._float()).sin()
 
     def tan(self) -> Tensor:
+        """Tangent of radians.
+
+        >>> [round(v, 4) for v in Tensor([0.0, 0.7853982]).tan().tolist()]
+        [0.0, 1.0]"""
         return self.sin() / self.cos()
 
     def trunc(self) -> Tensor:
+        """Round toward zero; ints are unchanged.
+
+        >>> Tensor([-1.5, 1.5]).trunc().tolist()
+        [-1.0, 1.0]"""
         return self._unop(Ops.TRUNC) if dtypes.is_float(self.dtype) else self._t()
 
     def floor(self) -> Tensor:
+        """Round down; ints are unchanged.
+
+        >>> Tensor([-1.5, 1.5]).floor().tolist()
+        [-2.0, 1.0]"""
         t = self.trunc()
         return (self < t).where(t - 1, t) if dtypes.is_float(self.dtype) else self._t()
 
     def ceil(self) -> Tensor:
+        """Round up; ints are unchanged.
+
+        >>> Tensor([-1.5, 1.5]).ceil().tolist()
+        [-1.0, 2.0]"""
         t = self.trunc()
         return (self > t).where(t + 1, t) if dtypes.is_float(self.dtype) else self._t()
 
@@ -198,6 +264,10 @@ class ElementwiseMixin(MovementMixin):
         return self.clamp(min_, max_)
 
     def square(self) -> Tensor:
+        """x * x.
+
+        >>> Tensor([-3, 2]).square().tolist()
+        [9, 4]"""
         return self._t() * self._t()
 
     def abs(self) -> Tensor:
@@ -210,23 +280,47 @@ class ElementwiseMixin(MovementMixin):
         return (self < 0).where(-self, (self == 0).where(0, self._t()))
 
     def sign(self) -> Tensor:
+        """-1, 0 or 1 by the sign of x, in x's dtype.
+
+        >>> Tensor([-2.0, 0.0, 3.0]).sign().tolist()
+        [-1.0, 0.0, 1.0]"""
         return (self > 0).where(1, 0).cast(self.dtype) - (self < 0).where(1, 0).cast(self.dtype)
 
     def relu(self) -> Tensor:
+        """max(x, 0).
+
+        >>> Tensor([-1.0, 0.0, 2.0]).relu().tolist()
+        [0.0, 0.0, 2.0]"""
         return (self > 0).where(self._t(), 0)
 
     def logical_not(self) -> Tensor:
+        """True where x is zero/false (the result is bool).
+
+        >>> Tensor([True, False]).logical_not().tolist()
+        [False, True]"""
         return self._new(self.cast(dtypes.bool).uop.alu(Ops.CMPNE, True))
 
     def add(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """self + x, broadcasting; `reverse=True` computes x + self. bool + bool is `or`.
+
+        >>> Tensor([1, 2]).add(10).tolist(), Tensor([1.0]).add(Tensor([2.0])).tolist()
+        ([11, 12], [3.0])"""
         a, b = self._broadcasted(x, reverse)
         return a._binop(Ops.OR if a.dtype == dtypes.bool else Ops.ADD, b)  # bool + bool is "or", as in numpy
 
     def sub(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """self - x, broadcasting; `reverse=True` computes x - self.
+
+        >>> Tensor([5, 3]).sub(1).tolist(), Tensor([5, 3]).sub(1, reverse=True).tolist()
+        ([4, 2], [-4, -2])"""
         a, b = self._broadcasted(x, reverse)
         return a + (-b)
 
     def mul(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """self * x, broadcasting. bool * bool is `and`.
+
+        >>> Tensor([1, 2]).mul(Tensor([3, 4])).tolist()
+        [3, 8]"""
         a, b = self._broadcasted(x, reverse)
         return a._binop(Ops.AND if a.dtype == dtypes.bool else Ops.MUL, b)  # bool * bool is "and", as in numpy
 
@@ -246,7 +340,10 @@ class ElementwiseMixin(MovementMixin):
         raise XgradError(f"div rounding_mode={rounding_mode!r}: use None, 'trunc' or 'floor'")
 
     def idiv(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        """Floor division (Python semantics) for ints; floor(a/b) for floats."""
+        """Floor division (Python semantics) for ints; floor(a/b) for floats.
+
+        >>> Tensor([7, -7]).idiv(2).tolist()
+        [3, -4]"""
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
             return (a / b).floor()
@@ -255,7 +352,10 @@ class ElementwiseMixin(MovementMixin):
         return q if needs_fix is None else needs_fix.where(q - 1, q)
 
     def mod(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        """Remainder with the sign of the divisor (Python semantics)."""
+        """Remainder with the sign of the divisor (Python semantics).
+
+        >>> Tensor([7, -7]).mod(3).tolist()
+        [1, 2]"""
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
             return a - (a / b).floor() * b
@@ -383,16 +483,27 @@ class ElementwiseMixin(MovementMixin):
         return bool(self.isclose(x, rtol, atol, equal_nan)._t().all().item())
 
     def maximum(self, x: Tensor | Scalar) -> Tensor:
+        """Elementwise max of self and x, broadcasting.
+
+        >>> Tensor([1, 5]).maximum(Tensor([3, 2])).tolist()
+        [3, 5]"""
         return self._binop(Ops.MAX, x)
 
     def minimum(self, x: Tensor | Scalar) -> Tensor:
+        """Elementwise min of self and x, broadcasting.
+
+        >>> Tensor([1, 5]).minimum(Tensor([3, 2])).tolist()
+        [1, 2]"""
         a, b = self._broadcasted(x)
         if a.dtype == dtypes.bool:
             return a & b
         return -((-a).maximum(-b)) if not dtypes.is_unsigned(a.dtype) else (a < b).where(a, b)
 
     def where(self, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
-        """Pick `x` where self is true, else `y`."""
+        """Pick `x` where self is true, else `y`.
+
+        >>> Tensor([True, False]).where(1.0, -1.0).tolist()
+        [1.0, -1.0]"""
         cond = self.cast(dtypes.bool)
         if isinstance(x, TensorBase):
             xt, yt = x._broadcasted(y)
@@ -445,21 +556,45 @@ class ElementwiseMixin(MovementMixin):
         return a._binop(op, b)
 
     def bitwise_and(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """Bitwise and of ints or bools (floats raise DTypeError).
+
+        >>> Tensor([12]).bitwise_and(10).tolist()
+        [8]"""
         return self._bitop(Ops.AND, x, reverse)
 
     def bitwise_or(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """Bitwise or of ints or bools.
+
+        >>> Tensor([12]).bitwise_or(10).tolist()
+        [14]"""
         return self._bitop(Ops.OR, x, reverse)
 
     def bitwise_xor(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """Bitwise xor of ints or bools.
+
+        >>> Tensor([12]).bitwise_xor(10).tolist()
+        [6]"""
         return self._bitop(Ops.XOR, x, reverse)
 
     def lshift(self, x: Tensor | int, reverse: bool = False) -> Tensor:
+        """Shift the bits left by x (ints only).
+
+        >>> Tensor([1, 3]).lshift(2).tolist()
+        [4, 12]"""
         return self._bitop(Ops.SHL, x, reverse)
 
     def rshift(self, x: Tensor | int, reverse: bool = False) -> Tensor:
+        """Shift the bits right by x (ints only).
+
+        >>> Tensor([8, 12]).rshift(2).tolist()
+        [2, 3]"""
         return self._bitop(Ops.SHR, x, reverse)
 
     def bitwise_not(self) -> Tensor:
+        """Flip every bit (logical not for bool).
+
+        >>> Tensor([0, 5]).bitwise_not().tolist()
+        [-1, -6]"""
         if self.dtype == dtypes.bool:
             return self.logical_not()
         return self._bitop(Ops.XOR, -1 if not dtypes.is_unsigned(self.dtype) else int(dtypes.max(self.dtype)))

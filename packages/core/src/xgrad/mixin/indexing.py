@@ -3,7 +3,8 @@
 Basic indexes (ints, slices with any step, None, ...) become movement ops: a view, never a copy. Advanced indexes
 (int tensors, lists, bool masks) pick with one-hot masks (`index == arange`) and a sum over the indexed axis, so they
 are built of primitives and differentiable. Out-of-range advanced indices read 0 (ints and slices raise or clip as in
-Python). A bool mask becomes int indices through `nonzero`, which reads the count from the device.
+Python). A bool mask becomes int indices through `nonzero`, which reads the count from the device; a large mask
+(COMPACT_MIN elements or more) over the leading axes selects its rows directly by log-step compaction.
 
 Setitem writes into the tensor's buffer: basic indexes assign into the view, advanced ones rebuild the whole tensor
 and assign it. Lazy tensors that read the old values are computed first, so they keep them (eager semantics).
@@ -11,6 +12,7 @@ and assign it. Lazy tensors that read the old values are computed first, so they
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,10 +28,45 @@ if TYPE_CHECKING:
 
 _FALSE_AXIS = object()  # a Python False index: a new axis of size 0
 _WRITABLE_MOVES = (Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP)
+# From this many elements on, nonzero / masked_select / bool masks compact with log-step shifts (O(n log n) work in
+# about 2*log2(n) small kernels, compiled once per n) instead of GatherMixin's one-kernel selection (O(n^2) work).
+# Measured at n = 32768 with 30% kept (loaded 2-core machine): 0.1 s a call vs 1.35 s, first call 26 s vs 3.5 s.
+COMPACT_MIN = 1 << 15
 
 
 class IndexingMixin(GatherMixin):
     __slots__ = ()
+
+    # ---- compaction (nonzero, masked_select, bool masks) ----
+    def _select_rows(self, table: Tensor, size: int | None, fill_value: Any) -> Tensor:
+        """Rows of `table` (shape (n, k)) where the 1-d bool self is true, in order; `size` rows exactly (filled with
+        `fill_value`), or as many as are true (read from the device).
+
+        There is no data-dependent store, so the kept rows are moved to their places by shifts: each kept row i must
+        move left by d(i) = i - (number of kept rows before i). Stage b moves the rows whose d has bit b set by 2**b;
+        going from the lowest bit up, no two rows ever land on one place (d never decreases along the kept rows and
+        grows by at most the distance between them). With the prefix count (also log-step), that is O(n log n) work."""
+        n = self.shape[0]
+        if n < COMPACT_MIN or n == 0:
+            return super()._select_rows(table, size, fill_value)
+        if size is not None and size < 0:
+            raise ShapeError(f"size must be non-negative, got {size}")
+        inclusive = _prefix_sum(self.cast(dtypes.int32))
+        total = inclusive.shrink(((n - 1, n),)).reshape(())
+        rows = int(total.item()) if size is None else size
+        # distance to move left, or -1 for a row that is not kept
+        dist = self.where(self.arange(n, device=self.device, dtype=dtypes.int32) - inclusive + 1, -1).contiguous()
+        vals = table
+        step = 1
+        while step < n:
+            moving = (dist >= 0) & (dist.bitwise_and(step) != 0)
+            arriving = _shift_left(moving, step)
+            dist = arriving.where(_shift_left(dist, step), moving.where(-1, dist)).contiguous()
+            vals = arriving.reshape(n, 1).where(_shift_left(vals, step), vals).contiguous()
+            step *= 2
+        out = vals.shrink(((0, min(rows, n)), None)).pad(((0, max(rows - n, 0)), (0, 0)))
+        slot = self.arange(rows, device=self.device, dtype=dtypes.int32)
+        return (slot < total).reshape(rows, 1).where(out, table._scalar(fill_value))
 
     def __getitem__(self, indices: Any) -> Tensor:
         """Index like numpy/torch: ints, slices (any step), None, ..., int tensors or lists, bool masks.
@@ -40,7 +77,26 @@ class IndexingMixin(GatherMixin):
         >>> t[[1, 0], [2, 2]].tolist(), t[t > 4].tolist()
         ([6, 3], [5, 6])
         """
+        if (view := self._symbolic_index(indices)) is not None:  # a bound Variable in an index: t[:, :start_pos]
+            return view
+        if (mask := self._large_leading_mask(indices)) is not None:  # x[mask]: compact the rows directly
+            n, rest = mask.numel(), self.shape[mask.ndim :]
+            rows = mask.flatten()._select_rows(self.reshape(n, math.prod(rest)), None, 0)
+            return rows.reshape(rows.shape[0], *rest)
         return self._index(self._normalize_indices(indices))
+
+    def _large_leading_mask(self, indices: Any) -> Tensor | None:
+        """The index when it is one bool mask (alone or followed by `...`) over self's leading axes with at least
+        COMPACT_MIN elements: then `self[mask]` selects rows without turning the mask into int indices (a gather)."""
+        items = indices if isinstance(indices, tuple) else (indices,)
+        if len(items) == 2 and items[1] is Ellipsis:
+            items = items[:1]
+        if len(items) != 1 or not isinstance(items[0], self._tensor_cls()):
+            return None
+        mask = items[0]
+        if mask.dtype != dtypes.bool or mask.ndim == 0 or mask.shape != self.shape[: mask.ndim]:
+            return None
+        return mask if mask.numel() >= COMPACT_MIN and mask.device == self.device else None
 
     def __setitem__(self, indices: Any, v: Any) -> None:
         """Write `v` (broadcast to the indexed shape; a tensor must have self's dtype) into self's memory.
@@ -52,8 +108,14 @@ class IndexingMixin(GatherMixin):
         [9, 0, 0, 4]
         """
         value = self._setitem_value(v)
-        if self.device.startswith("DISK"):
+        if isinstance(self.device, str) and self.device.startswith("DISK"):
             raise XgradError("setitem on a DISK tensor is not supported; copy it to a device with .to() first")
+        if (view := self._symbolic_index(indices)) is not None:  # cache[:, start_pos : start_pos + 1] = x
+            self._own_buffer()
+            view = self._symbolic_index(indices)  # again: _own_buffer may have moved self onto a new buffer
+            assert view is not None
+            self._write(view, _fit_value(value, view.shape))
+            return
         if isinstance(indices, self._tensor_cls()) and indices.dtype == dtypes.bool and indices.shape == self.shape:
             if value.numel() == 1:  # x[mask] = scalar: no count to read back
                 self._own_buffer()
@@ -314,3 +376,20 @@ def _realize_readers(buf: UOp) -> None:
     ]
     if pending:
         pending[0].realize(*pending[1:])
+
+
+def _shift_left(x: Tensor, k: int) -> Tensor:
+    """x[j + k] along axis 0, zero (False) past the end."""
+    n = x.shape[0]
+    rest = ((0, 0),) * (x.ndim - 1)
+    return x.shrink(((k, n), *((None,) * (x.ndim - 1)))).pad(((0, k), *rest))
+
+
+def _prefix_sum(x: Tensor) -> Tensor:
+    """Inclusive prefix sum of a 1-d tensor in log2(n) steps (each adds the values 2**b places to the left)."""
+    n = x.shape[0]
+    step = 1
+    while step < n:
+        x = (x + x.shrink(((0, n - step),)).pad(((step, 0),))).contiguous()
+        step *= 2
+    return x

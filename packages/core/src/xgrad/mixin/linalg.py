@@ -33,10 +33,23 @@ class LinalgMixin(IndexingMixin):
         >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).dot(Tensor([1.0, 1.0])).tolist()
         [3.0, 7.0]
         """
-        if dtype is None:
-            return self.matmul(w).cast(least_upper_dtype(self.dtype, w.dtype))
-        dt = to_dtype(dtype)
-        return self.cast(dt).matmul(w.cast(dt)).cast(dt)
+        dt = least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype)
+        x, y = (self._t(), w) if dtype is None else (self.cast(dt), w.cast(dt))
+        # ReduceMixin's plain sum of products (ints accumulate in at least int32), cast back to the result dtype
+        return super(LinalgMixin, x).matmul(y).cast(dt)
+
+    def matmul(self, x: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
+        """`self @ x` (`x @ self` with `reverse=True`), with numpy's rules for 1-d and batched operands. Like `dot`
+        (as in tinygrad) the result has the inputs' common dtype: int8 @ int8 accumulates wider but returns int8,
+        wrapping as numpy does; `dtype` sets the accumulation and result dtype.
+
+        >>> Tensor([[1, 2], [3, 4]]).matmul(Tensor([[1], [1]])).tolist()
+        [[3], [7]]
+        >>> a = Tensor([[100, 100]], dtype=dtypes.int8)
+        >>> a.matmul(a.T).dtype == dtypes.int8, a.matmul(a.T, dtype=dtypes.int32).item()
+        (True, 20000)
+        """
+        return x.dot(self._t(), dtype) if reverse else self.dot(x, dtype)
 
     def linear(self, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
         """`self @ weight + bias` with `weight` of shape (in, out) as in tinygrad (torch's is (out, in)); a 1-d weight

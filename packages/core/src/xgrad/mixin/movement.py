@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 from xgrad.dtype import dtypes, least_upper_dtype
 from xgrad.errors import ShapeError, XgradError
 from xgrad.helpers import argfix, ceildiv, prod
-from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import Scalar
-from xgrad.uop.ops import UOp
+from xgrad.mixin.symbolic_shapes import SymbolicShapeMixin, as_size, check_in_range, pairs_str, size_diff
+from xgrad.uop.ops import UOp, sint
+from xgrad.uop.symshape import is_symbolic, shape_str, sint_min
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
-class MovementMixin(TensorBase):
+class MovementMixin(SymbolicShapeMixin):
     __slots__ = ()
 
     # ---- the primitive movement ops ----
@@ -30,7 +31,10 @@ class MovementMixin(TensorBase):
         >>> Tensor([1, 2, 3, 4, 5, 6]).reshape(2, -1).tolist()
         [[1, 2, 3], [4, 5, 6]]
         """
-        new = list(argfix(shape, *args))
+        given = [s if isinstance(s, UOp) else int(s) for s in argfix(shape, *args)]
+        if is_symbolic(given) or is_symbolic(self.shape):
+            return self._reshape_symbolic(given)
+        new = [s for s in given if isinstance(s, int)]
         if new.count(-1) > 1:
             raise ShapeError(f"reshape to {tuple(new)}: only one dimension can be -1")
         if -1 in new:
@@ -73,7 +77,7 @@ class MovementMixin(TensorBase):
         old = (1,) * (len(sizes) - self.ndim) + self.shape
         return self._broadcast_to(tuple(o if s == -1 else s for s, o in zip(sizes, old)))
 
-    def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+    def shrink(self, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
         """Keep `[start, end)` of each axis (None keeps the whole axis).
 
         >>> Tensor([[1, 2, 3], [4, 5, 6]]).shrink((None, (1, 3))).tolist()
@@ -81,10 +85,9 @@ class MovementMixin(TensorBase):
         """
         if len(arg) != self.ndim:
             raise ShapeError(f"shrink {tuple(arg)} has {len(arg)} entries for {self.ndim} dimensions")
-        full = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+        full = tuple((0, s) if a is None else (as_size(a[0]), as_size(a[1])) for a, s in zip(arg, self.shape))
         for (b, e), s in zip(full, self.shape):
-            if not 0 <= b <= e <= s:
-                raise ShapeError(f"shrink {full} is out of range for shape {self.shape}")
+            check_in_range(f"shrink {pairs_str(full)}", self.shape, b, e, s)
         return self._new(self.uop.shrink(full))
 
     def flip(self, axis: Any, *args: int) -> Tensor:
@@ -112,7 +115,10 @@ class MovementMixin(TensorBase):
             raise XgradError(f"pad mode {mode!r} is unknown; use one of {', '.join(PAD_MODES)}")
         if mode != "constant" and value != 0.0:
             raise XgradError(f"pad value {value} is only used by mode 'constant', not {mode!r}; leave it out")
-        pairs = self._pad_pairs(padding)
+        given = self._pad_pairs(padding)
+        if any(isinstance(x, UOp) for p in given for x in p) or is_symbolic(self.shape):
+            return self._pad_symbolic(given, mode, value)
+        pairs = [(b, a) for b, a in given if isinstance(b, int) and isinstance(a, int)]
         for (b, a), s in zip(pairs, self.shape):
             if -b - a > s or -b > s or -a > s:
                 raise ShapeError(
@@ -131,14 +137,14 @@ class MovementMixin(TensorBase):
             out = mask.where(out, self._new(UOp.const(self.dtype, value, self.device, ())))
         return out
 
-    def _pad_pairs(self, padding: Sequence[Any]) -> list[tuple[int, int]]:
-        if all(isinstance(p, int) for p in padding):
+    def _pad_pairs(self, padding: Sequence[Any]) -> list[tuple[sint, sint]]:
+        if all(isinstance(p, (int, UOp)) for p in padding):
             flat = list(padding)
             if len(flat) % 2 or len(flat) // 2 > self.ndim:
                 raise ShapeError(f"flat padding {tuple(flat)} must have an even length of at most 2*{self.ndim}")
-            pairs = [(0, 0)] * (self.ndim - len(flat) // 2)
-            return pairs + [(flat[i], flat[i + 1]) for i in reversed(range(0, len(flat), 2))]
-        out = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+            pairs: list[tuple[sint, sint]] = [(0, 0)] * (self.ndim - len(flat) // 2)
+            return pairs + [(as_size(flat[i]), as_size(flat[i + 1])) for i in reversed(range(0, len(flat), 2))]
+        out = [(0, 0) if p is None else (as_size(p[0]), as_size(p[1])) for p in padding]
         if len(out) != self.ndim:
             raise ShapeError(f"padding {tuple(padding)} has {len(out)} entries for {self.ndim} dimensions")
         return out
@@ -210,9 +216,10 @@ class MovementMixin(TensorBase):
         sizes = argfix(shape, *args)
         if len(sizes) != self.ndim:
             raise ShapeError(f"pad_to {tuple(sizes)} needs one size per dimension of {self.shape}")
-        if any(s is not None and s < n for s, n in zip(sizes, self.shape)):
-            raise ShapeError(f"pad_to {tuple(sizes)} is smaller than {self.shape}; use shrink_to to cut")
-        return self.pad(tuple(None if s is None else (0, s - n) for s, n in zip(sizes, self.shape)), value=value)
+        grow = [None if s is None else size_diff(s, n) for s, n in zip(sizes, self.shape)]
+        if any(g is not None and sint_min(g) < 0 for g in grow):
+            raise ShapeError(f"pad_to {shape_str(sizes)} is smaller than {shape_str(self.shape)}; use shrink_to to cut")
+        return self.pad(tuple(None if g is None else (0, g) for g in grow), value=value)
 
     # ---- rank changes ----
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:

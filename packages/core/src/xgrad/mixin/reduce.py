@@ -128,25 +128,8 @@ class ReduceMixin(UnaryMixin):
         [2, 12]"""
         acc = to_dtype(dtype) if dtype is not None else _acc_dtype(self.dtype)
         x = self.cast(acc)
-        ret = x._reduce(Ops.MUL, axis, keepdim=True)
-        if dtypes.is_float(acc) and self.ndim > 0:
-            ret = x._prod_gradient_path(ret, self._reduce_axes(axis))
-        if not keepdim:
-            ret = ret.reshape(self._reduced_shape(self._reduce_axes(axis), False))
+        ret = x._reduce(Ops.MUL, axis, keepdim)
         return ret.cast(self.dtype) if dtype is None and dtypes.is_float(self.dtype) else ret
-
-    def _prod_gradient_path(self, p: Tensor, axes: tuple[int, ...]) -> Tensor:
-        """`p` (the product, keepdim) with a gradient attached: d p / d x_i is the product of the other elements,
-        computed without dividing by a zero. (REDUCE_AXIS with MUL has no gradient rule of its own.)"""
-        x = self._t()
-        zero = x == 0
-        nonzero = zero.where(1.0, x)
-        p_nonzero = nonzero._reduce(Ops.MUL, axes, keepdim=True)
-        zeros = zero.sum(axes, keepdim=True)
-        others = (zeros == 0).where(p_nonzero / nonzero, ((zeros == 1) & zero).where(p_nonzero, 0.0))
-        s = (x * others.detach()).sum(axes, keepdim=True)
-        pd = p.detach()
-        return s.isfinite().where(pd + (s - s.detach()), pd)
 
     def max(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """The largest element over `axis` (all axes if None).

@@ -10,6 +10,7 @@ Layers are plain Python objects: their weights are Tensors marked `is_param`, fo
 (2, 10)
 """
 
+from xgrad.nn import optim, state  # noqa: E402  (`nn.optim.Adam`, `nn.state.safe_save` as in tinygrad)
 from xgrad.nn.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from xgrad.nn.layers import Embedding, Linear, LSTMCell
 from xgrad.nn.norm import BatchNorm, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm, LayerNorm, LayerNorm2d, RMSNorm
@@ -30,4 +31,6 @@ __all__ = [
     "LayerNorm2d",
     "Linear",
     "RMSNorm",
+    "optim",
+    "state",
 ]

@@ -202,6 +202,8 @@ def _tensor_bytes(t: Tensor, target: pathlib.Path) -> tuple[Tensor, memoryview]:
 
     if t.numel() == 0:
         return t, memoryview(b"")
+    if isinstance(t.device, tuple):  # a multi-device tensor: gather it on its first device
+        t = t.to(t.device[0]).realize()
     device = t.device
     if device.startswith("DISK:") and _is_plain_buffer(t):
         if pathlib.Path(parse_device(device).path or "").resolve() == target:

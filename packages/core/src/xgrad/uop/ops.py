@@ -160,9 +160,6 @@ class KernelInfo:
     applied: bool = False
 
 
-sint = int  # a size; symbolic sizes (UOp) come with symbolic shapes
-
-
 class _UOpMeta(type):
     """Hash-consing: building a UOp equal to a live one returns that same object."""
 
@@ -231,6 +228,7 @@ class UOp(metaclass=_UOpMeta):
     # ---- shape (tensor graph) ----
     @functools.cached_property
     def shape(self) -> tuple[sint, ...] | None:
+        _fill_sources(self, "shape")
         return _compute_shape(self)
 
     @property
@@ -245,6 +243,7 @@ class UOp(metaclass=_UOpMeta):
 
     @functools.cached_property
     def device(self) -> str | None:
+        _fill_sources(self, "device")
         if self.op is Ops.DEVICE:
             return str(self.arg)
         if self.op is Ops.COPY:
@@ -257,7 +256,10 @@ class UOp(metaclass=_UOpMeta):
     @property
     def base(self) -> UOp:
         """The node under any movement ops."""
-        return self.src[0].base if self.op in GroupOp.Movement else self
+        x = self
+        while x.op in GroupOp.Movement:
+            x = x.src[0]
+        return x
 
     # ---- construction helpers ----
     @staticmethod
@@ -294,6 +296,11 @@ class UOp(metaclass=_UOpMeta):
 
             raise ShapeError(f"value {value} is outside the range [{lo}, {hi}] of variable {self.arg[0]!r}")
         return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, value)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        """(the variable, its value) of a bound variable."""
+        assert self.op is Ops.BIND, "only bound variables can be unbound"
+        return self.src[0], int(self.src[1].arg)
 
     def alu(self, op: Ops, *src: UOp | int | float | bool) -> UOp:
         srcs = (self,) + tuple(s if isinstance(s, UOp) else self.const_like(s) for s in src)
@@ -418,7 +425,10 @@ class UOp(metaclass=_UOpMeta):
     # ---- bounds (symbolic) ----
     @functools.cached_property
     def vmin_vmax(self) -> tuple[int | float, int | float]:
-        return _bounds(self)
+        from xgrad.uop.bounds import bounds
+
+        _fill_sources(self, "vmin_vmax")
+        return bounds(self)
 
     @property
     def vmin(self) -> int | float:
@@ -430,6 +440,8 @@ class UOp(metaclass=_UOpMeta):
 
     # ---- printing ----
     def __repr__(self) -> str:
+        if _is_size_expr(self):  # sizes in symbolic shapes print short: (2, i=3), ((3*i)[i=3],)
+            return _render_size(self)
         return pretty(self)
 
     def render(self) -> str:
@@ -438,6 +450,26 @@ class UOp(metaclass=_UOpMeta):
 
     def iter_src(self) -> Iterator[UOp]:
         return iter(self.src)
+
+
+sint = int | UOp  # a size: an int, or an index expression of (bound) variables in a symbolic shape
+
+
+def _fill_sources(u: UOp, attr: str) -> None:
+    """Compute the cached property `attr` of every source of `u` that lacks it, sources before users, without
+    recursion: a graph thousands of nodes deep (a long chain of `x = x + 1`) must not overflow Python's stack."""
+    if all(attr in s.__dict__ for s in u.src):
+        return
+    stack: list[tuple[UOp, bool]] = [(s, False) for s in u.src]
+    while stack:
+        node, ready = stack.pop()
+        if attr in node.__dict__:
+            continue
+        if ready or all(attr in s.__dict__ for s in node.src):
+            getattr(node, attr)  # every source is filled: this computes without going deeper
+            continue
+        stack.append((node, True))
+        stack.extend((s, False) for s in node.src if attr not in s.__dict__)
 
 
 def _as_index(x: UOp | int) -> UOp:
@@ -478,9 +510,9 @@ def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
         if op is Ops.PERMUTE:
             return tuple(ins[i] for i in u.arg)
         if op is Ops.PAD:
-            return tuple(s + b + a for s, (b, a) in zip(ins, u.arg))
+            return tuple(_size(s + b + a) for s, (b, a) in zip(ins, u.arg))
         if op is Ops.SHRINK:
-            return tuple(e - b for b, e in u.arg)
+            return tuple(_size(e - b) for b, e in u.arg)
         return ins  # FLIP
     if op is Ops.REDUCE_AXIS:
         ins = u.src[0].shape
@@ -494,81 +526,13 @@ def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
     return None
 
 
-# ---- bounds ----
-def _bounds(u: UOp) -> tuple[int | float, int | float]:
-    dt = u.dtype
-    if u.op is Ops.CONST:
-        return (u.arg, u.arg)
-    if u.op is Ops.RANGE:
-        end = u.src[0]
-        return (0, end.vmax - 1) if isinstance(end.vmax, int) else (0, math.inf)
-    if u.op is Ops.DEFINE_VAR:
-        return (u.arg[1], u.arg[2])
-    if u.op is Ops.BIND:
-        return u.src[0].vmin_vmax
-    if u.op in (Ops.SPECIAL,):
-        return (0, u.arg[1] - 1)
-    if u.op is Ops.VECTORIZE and u.src:
-        return (min(s.vmin for s in u.src), max(s.vmax for s in u.src))
-    if u.op is Ops.GEP:
-        return u.src[0].vmin_vmax
-    if len(u.src) >= 2 and u.op in GroupOp.Binary:
-        (a0, a1), (b0, b1) = u.src[0].vmin_vmax, u.src[1].vmin_vmax
-        if u.op is Ops.ADD:
-            return (a0 + b0, a1 + b1)
-        if u.op is Ops.SUB:
-            return (a0 - b1, a1 - b0)
-        if u.op is Ops.MUL:
-            vals = [_mul_bound(x, y) for x in (a0, a1) for y in (b0, b1)]
-            return (min(vals), max(vals))
-        if u.op is Ops.MAX:
-            return (max(a0, b0), max(a1, b1))
-        if u.op is Ops.IDIV and isinstance(b0, int) and b0 == b1 and b0 != 0:
-            vals = [_trunc_div(x, b0) if math.isfinite(x) else x * (1 if b0 > 0 else -1) for x in (a0, a1)]
-            return (min(vals), max(vals))
-        if u.op is Ops.MOD and isinstance(b0, int) and b0 == b1 and b0 > 0:
-            if a0 >= 0:
-                return (0, min(a1, b0 - 1)) if a1 < b0 else (0, b0 - 1)
-            return (-(b0 - 1), b0 - 1) if a1 > 0 else (-(b0 - 1), 0)
-        if u.op is Ops.CMPLT:
-            return (int(a1 < b0), int(a0 < b1))
-        if u.op is Ops.CMPNE:
-            return (int(a1 < b0 or b1 < a0), int(not (a0 == a1 == b0 == b1)))
-        if u.op is Ops.CMPEQ:
-            return (int(a0 == a1 == b0 == b1), int(not (a1 < b0 or b1 < a0)))
-        if u.op is Ops.AND and dtypes.is_bool(dt):
-            return (int(a0 and b0), int(a1 and b1))
-        if u.op is Ops.OR and dtypes.is_bool(dt):
-            return (int(a0 or b0), int(a1 or b1))
-    if u.op is Ops.WHERE:
-        (_, _), (b0, b1), (c0, c1) = (s.vmin_vmax for s in u.src)
-        return (min(b0, c0), max(b1, c1))
-    if u.op is Ops.CAST and (dtypes.is_int(dt) or dtypes.is_bool(dt)):
-        s0, s1 = u.src[0].vmin_vmax
-        if dtypes.is_bool(dt):
-            return (0, 1)
-        lo, hi = dtypes.min(dt), dtypes.max(dt)
-        if math.isfinite(s0) and math.isfinite(s1) and lo <= s0 and s1 <= hi:
-            return (math.trunc(s0), math.trunc(s1))
-    if dtypes.is_bool(dt):
-        return (0, 1)
-    if dtypes.is_int(dt) and dt not in (dtypes.index, dtypes.weakint):
-        return (dtypes.min(dt), dtypes.max(dt))
-    return (-math.inf, math.inf)
-
-
-def _trunc_div(x: int | float, d: int) -> int | float:
-    """C division (toward zero) in exact integer arithmetic."""
-    if not isinstance(x, int):
-        return int(x / d)
-    q = abs(x) // abs(d)
-    return q if (x >= 0) == (d > 0) else -q
-
-
-def _mul_bound(x: int | float, y: int | float) -> int | float:
-    if (x == 0 and math.isinf(y)) or (y == 0 and math.isinf(x)):
-        return 0
-    return x * y
+def _size(x: sint) -> sint:
+    """A computed size: symbolic sizes are simplified, so equal sizes are the same (hash-consed) node, and a size
+    that folds to a constant is an int again."""
+    if not isinstance(x, UOp):
+        return x
+    s = ssimplify(x)
+    return int(s.arg) if s.op is Ops.CONST else s
 
 
 # ---- printing ----
@@ -590,6 +554,23 @@ _INFIX = {
 }
 
 
+def _is_size_expr(u: UOp) -> bool:
+    if u.op in (Ops.BIND, Ops.DEFINE_VAR):
+        return True
+    if u.dtype != dtypes.index or u.op not in GroupOp.ALU:
+        return False
+    ops = {x.op for x in u.toposort}
+    return bool(ops & {Ops.BIND, Ops.DEFINE_VAR}) and not ops & {Ops.RANGE, Ops.SPECIAL, Ops.LOAD}
+
+
+def _render_size(u: UOp) -> str:
+    """A size expression with the values of its bound variables: `i=3`, `(3*i)[i=3]`."""
+    binds = sorted({f"{x.src[0].arg[0]}={x.src[1].arg}" for x in u.toposort if x.op is Ops.BIND})
+    if u.op is Ops.BIND:
+        return binds[0]
+    return _render_expr(u) + (f"[{', '.join(binds)}]" if binds else "")
+
+
 def _render_expr(u: UOp) -> str:
     if u.op is Ops.CONST:
         return repr(u.arg)
@@ -597,6 +578,8 @@ def _render_expr(u: UOp) -> str:
         return f"r{u.arg[0]}"
     if u.op is Ops.DEFINE_VAR:
         return str(u.arg[0])
+    if u.op is Ops.BIND:
+        return str(u.src[0].arg[0])
     if u.op is Ops.SPECIAL:
         return str(u.arg[0])
     if u.op in _INFIX and len(u.src) == 2:

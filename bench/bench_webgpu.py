@@ -1,0 +1,111 @@
+"""The training demo's step on WEBGPU (lavapipe without a GPU) against torch CPU, measured in the same run.
+
+Run: .venv/bin/python bench/bench_webgpu.py [--steps 30]
+Each configuration trains examples/train_digits.py for --steps steps in its own child process and reports the mean
+replayed (TinyJit) step: wall time and process CPU time (all threads, lavapipe's included: steadier than wall time on
+a shared machine). Configurations: the backend as it is; without merging output ranges into one parallel range;
+without batching dispatches into one submit; without both (the backend of session 1); and the xgrad CPU device. The
+torch row trains the same network (same layers, Adam, batch 64) on torch CPU; ratios are against it (above 1 means
+xgrad is slower). Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MODES = ("webgpu", "webgpu-no-merge", "webgpu-no-batch", "webgpu-session-1", "cpu")
+
+
+def child(mode: str, steps: int) -> dict[str, float]:
+    """Train in this process with `mode`; the mean replayed step in ms (wall and CPU) and the test accuracy."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train_digits  # type: ignore[import-not-found]
+
+    import xgrad.engine.jit as jit
+
+    if mode.startswith("webgpu"):
+        from xgrad_webgpu import device as wd
+
+        if mode in ("webgpu-no-merge", "webgpu-session-1"):
+            wd.merge_output_ranges = lambda ast: ast  # type: ignore[attr-defined]
+        if mode in ("webgpu-no-batch", "webgpu-session-1"):
+            wd.MAX_PENDING_DISPATCHES = 1
+    replay, marks = jit.TinyJit._replay, {"calls": 0, "cpu": 0.0, "wall": 0.0}
+
+    def timed_replay(self: object, *args: object) -> object:
+        marks["calls"] += 1
+        if marks["calls"] == 2:  # the first replay warms caches; time the rest
+            marks["cpu"], marks["wall"] = time.process_time(), time.perf_counter()
+        return replay(self, *args)  # type: ignore[arg-type]
+
+    jit.TinyJit._replay = timed_replay  # type: ignore[method-assign,assignment]
+    device = "CPU" if mode == "cpu" else "WEBGPU"
+    result = train_digits.train(steps=steps, device=device, log=open(os.devnull, "w"))  # noqa: SIM115
+    n = marks["calls"] - 1
+    cpu, wall = time.process_time() - marks["cpu"], time.perf_counter() - marks["wall"]
+    return {"wall_ms": 1e3 * wall / n, "cpu_ms": 1e3 * cpu / n, "accuracy": result.test_accuracy}
+
+
+def torch_step_ms(steps: int) -> dict[str, float]:
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train_digits
+
+    torch.manual_seed(0)
+    x_train, y_train, _, _ = train_digits.load_split(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+        torch.nn.Linear(256, 10),
+    )  # fmt: skip
+    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
+    rng = np.random.default_rng(1)
+    cpu = wall = 0.0
+    for step in range(steps):
+        if step == 2:
+            cpu, wall = time.process_time(), time.perf_counter()
+        idx = rng.integers(0, len(x_train), 64)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(
+            model(torch.from_numpy(x_train[idx])), torch.from_numpy(y_train[idx]).long()
+        )
+        loss.backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        loss.item()
+    n = steps - 2
+    return {"wall_ms": 1e3 * (time.perf_counter() - wall) / n, "cpu_ms": 1e3 * (time.process_time() - cpu) / n}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print("RESULT " + json.dumps(child(args.child, args.steps)))
+        return
+    torch_ms = torch_step_ms(args.steps)
+    print(f"{'configuration':20s} {'wall ms/step':>13s} {'CPU ms/step':>12s} {'wall/torch':>11s} {'accuracy':>9s}")
+    print(f"{'torch CPU':20s} {torch_ms['wall_ms']:13.2f} {torch_ms['cpu_ms']:12.2f} {1.0:11.2f}")
+    for mode in MODES:
+        cmd = [sys.executable, __file__, "--child", mode, "--steps", str(args.steps)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            print(f"{mode:20s} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+            continue
+        r = json.loads(line.removeprefix("RESULT "))
+        ratio = r["wall_ms"] / torch_ms["wall_ms"]
+        print(f"{mode:20s} {r['wall_ms']:13.2f} {r['cpu_ms']:12.2f} {ratio:11.2f} {r['accuracy']:9.4f}")
+
+
+if __name__ == "__main__":
+    main()

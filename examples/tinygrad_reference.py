@@ -1,0 +1,147 @@
+"""A tinygrad-style reference script, run on xgrad with only its imports changed.
+
+Everything below the imports is written the way a tinygrad user writes it: a small CNN with BatchNorm feeds a
+transformer block (multi-head self-attention, LayerNorm, a gelu MLP, residuals); the model is trained for a few
+steps with `nn.optim.Adam` inside a `TinyJit` step under `Context(TRAINING=1)`, its weights are saved with
+`safe_save`, loaded back into a fresh model with `safe_load` + `load_state_dict`, and both are run in eval mode.
+
+The only lines changed from the tinygrad original are the two import lines marked `# was: ...`:
+
+    from tinygrad import Tensor, nn, TinyJit, dtypes, Device, Context
+    from tinygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
+
+Run: python examples/tinygrad_reference.py [--steps 12] [--batch 32]
+(the data are 8x8 digit images from scikit-learn when it is installed, else a seeded synthetic set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+import numpy as np
+
+from xgrad import Context, Device, Tensor, TinyJit, dtypes, nn  # was: from tinygrad import ...
+from xgrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save  # was: tinygrad...
+
+
+class ConvStem:
+    """(B, 1, 8, 8) images -> (B, 4, dim) tokens: two conv + BatchNorm + relu + 2x2 max-pool stages."""
+
+    def __init__(self, dim: int):
+        self.c1, self.bn1 = nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm(8)
+        self.c2, self.bn2 = nn.Conv2d(8, dim, 3, padding=1), nn.BatchNorm(dim)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x = self.bn1(self.c1(x)).relu().max_pool2d((2, 2))  # -> (B, 8, 4, 4)
+        x = self.bn2(self.c2(x)).relu().max_pool2d((2, 2))  # -> (B, dim, 2, 2)
+        return x.flatten(2).transpose(1, 2)  # -> (B, 4, dim): one token per spatial position
+
+
+class TransformerBlock:
+    """Pre-norm block: x + attn(ln1(x)), then + mlp(ln2(x))."""
+
+    def __init__(self, dim: int, n_heads: int):
+        self.n_heads = n_heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def attention(self, x: Tensor) -> Tensor:
+        bs, seqlen, dim = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=2)
+        q, k, v = [t.reshape(bs, seqlen, self.n_heads, dim // self.n_heads).transpose(1, 2) for t in (q, k, v)]
+        out = q.scaled_dot_product_attention(k, v)  # (bs, heads, seqlen, head_dim)
+        return self.proj(out.transpose(1, 2).reshape(bs, seqlen, dim))
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x = x + self.attention(self.ln1(x))
+        return x + self.fc2(self.fc1(self.ln2(x)).gelu())
+
+
+class Model:
+    def __init__(self, dim: int = 16, n_heads: int = 2, classes: int = 10):
+        self.stem = ConvStem(dim)
+        self.pos = nn.Embedding(4, dim)  # learned position embedding of the 4 tokens
+        self.block = TransformerBlock(dim, n_heads)
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        h = self.block(self.stem(x) + self.pos(Tensor.arange(4)))
+        return self.head(self.ln_f(h).mean(axis=1))
+
+
+def get_data(n: int = 512, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(images (n, 1, 8, 8) float32 standardised, labels (n,) int32)."""
+    try:
+        from sklearn.datasets import load_digits  # type: ignore[import-untyped]
+
+        d = load_digits()
+        x, y = d.images.astype(np.float32)[:n], d.target.astype(np.int32)[:n]
+    except ImportError:  # a seeded stand-in: the label is which of 10 fixed patterns an image is closest to
+        rng = np.random.default_rng(seed)
+        patterns = rng.standard_normal((10, 8, 8)).astype(np.float32)
+        y = rng.integers(0, 10, n).astype(np.int32)
+        x = patterns[y] + 0.5 * rng.standard_normal((n, 8, 8)).astype(np.float32)
+    x = (x - x.mean()) / x.std()
+    return x.reshape(-1, 1, 8, 8), y
+
+
+def train(model: Model, steps: int = 12, batch: int = 32, lr: float = 3e-3, seed: int = 0) -> list[float]:
+    """Train `model` for `steps` Adam steps; returns the loss of every step."""
+    xs, ys = get_data(seed=seed)
+    opt = nn.optim.Adam(get_parameters(model), lr=lr)
+
+    @TinyJit
+    def train_step(x: Tensor, y: Tensor) -> Tensor:
+        with Context(TRAINING=1):
+            opt.zero_grad()
+            loss = model(x).sparse_categorical_crossentropy(y).backward()
+            opt.step()
+        return loss.realize()
+
+    rng = np.random.default_rng(seed)
+    losses = []
+    for _ in range(steps):
+        idx = rng.integers(0, len(xs), batch)
+        x, y = Tensor(xs[idx]).realize(), Tensor(ys[idx], dtype=dtypes.int32).realize()
+        losses.append(train_step(x, y).item())
+    return losses
+
+
+def evaluate(model: Model, x: np.ndarray) -> np.ndarray:
+    """Logits in eval mode (BatchNorm uses its running statistics)."""
+    return model(Tensor(x)).numpy()
+
+
+def main(steps: int = 12, batch: int = 32, seed: int = 0, verbose: bool = True) -> dict:
+    Tensor.manual_seed(seed)
+    model = Model()
+    if verbose:
+        print(f"device {Device.DEFAULT}, {sum(p.numel() for p in get_parameters(model))} parameters")
+    losses = train(model, steps, batch, seed=seed)
+    if verbose:
+        print("losses:", " ".join(f"{v:.3f}" for v in losses))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fn = os.path.join(tmp, "model.safetensors")
+        safe_save(get_state_dict(model), fn)
+        model2 = Model()
+        load_state_dict(model2, safe_load(fn))
+        x_eval, y_eval = get_data(64, seed=seed + 1)
+        logits = evaluate(model, x_eval)
+        logits2 = evaluate(model2, x_eval)
+    if verbose:
+        print(f"reloaded model matches: {np.array_equal(logits, logits2)}")
+        print(f"eval accuracy on 64 images: {(logits.argmax(-1) == y_eval).mean() * 100:.1f}%")
+    return {"model": model, "losses": losses, "x_eval": x_eval, "logits": logits, "logits_reloaded": logits2}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="tinygrad-style reference model on xgrad")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=32)
+    args = parser.parse_args()
+    main(args.steps, args.batch)
