@@ -1,27 +1,33 @@
 """CPU speed against numpy and torch, measured in one process on the same data, next to the machine's peak.
 
-Run: .venv/bin/python bench/bench_cpu.py [--quick]
-Prints, per workload: best-of-N time for xgrad (heuristic opts), numpy and torch, the ratios xgrad/numpy and
-xgrad/torch (below 1 means xgrad is faster) and xgrad's GFLOPS or GB/s. The peak is measured first: an FMA loop and a
-copy loop compiled by the same C compiler the CPU backend uses. Asserts nothing.
+Run: .venv/bin/python bench/bench_cpu.py [--quick] [--only NAME] [--beam N]
+Prints, per workload: best-of-N time for xgrad (heuristic opts; with --beam N also under BEAM=N), numpy and torch,
+the ratios xgrad/numpy and xgrad/torch (time over time: below 1 means xgrad is faster) and xgrad's GFLOPS or GB/s
+with the share of the measured peak. The peak is measured first: an FMA loop (one core, times the cores) and a copy
+loop on one core and on all cores, compiled by the same C compiler the CPU backend uses. Asserts nothing; the machine
+may be shared, so compare ratios measured in the same run, not numbers across runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from xgrad import Tensor, TinyJit
+from xgrad.helpers import Context
 from xgrad_cpu.compiler import CCompiler
 from xgrad_cpu.program import load_library
 
 PEAK_SRC = """
-#include <stddef.h>
 typedef float float8 __attribute__((vector_size(32)));
 float fma_loop(long iters) {
   float8 a0 = {1,1,1,1,1,1,1,1}, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
@@ -38,6 +44,7 @@ void copy_loop(float* restrict dst, const float* restrict src, long n) { for (lo
 
 
 def best(fn: Callable[[], object], reps: int) -> float:
+    """The fastest of `reps` timed calls, after one untimed warm-up call (compiles, caches)."""
     fn()
     times = []
     for _ in range(reps):
@@ -47,110 +54,211 @@ def best(fn: Callable[[], object], reps: int) -> float:
     return min(times)
 
 
-def peak() -> tuple[float, float]:
-    """Single-core FMA GFLOPS and copy GB/s (times the cores for the machine)."""
+@dataclass
+class Peak:
+    fma_core: float  # GFLOPS of one core
+    copy_core: float  # GB/s (read + write) of one core
+    copy_all: float  # GB/s of all cores together
+    cores: int
+
+    @property
+    def fma_all(self) -> float:
+        return self.fma_core * self.cores
+
+
+def measure_peak(cores: int) -> Peak:
+    """An FMA loop on one core (8 independent vector chains) and a 64 MiB copy on one core and on all cores (ctypes
+    drops the GIL, so Python threads run the C copy in parallel)."""
     lib = load_library(CCompiler().compile(PEAK_SRC))
     lib.fma_loop.restype = ctypes.c_float
     lib.fma_loop.argtypes = [ctypes.c_long]
     iters = 20_000_000
     t = best(lambda: lib.fma_loop(iters), 3)
-    gflops = iters * 8 * 8 * 2 / t / 1e9
+    fma = iters * 8 * 8 * 2 / t / 1e9
     n = 1 << 24
     src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
     lib.copy_loop.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
     t = best(lambda: lib.copy_loop(dst.ctypes.data, src.ctypes.data, n), 5)
-    return gflops, 2 * n * 4 / t / 1e9
+    copy_core = 2 * n * 4 / t / 1e9
+    chunk = n // cores
+    with ThreadPoolExecutor(cores) as pool:
+
+        def copy_all() -> None:
+            jobs = [
+                pool.submit(lib.copy_loop, dst.ctypes.data + i * chunk * 4, src.ctypes.data + i * chunk * 4, chunk)
+                for i in range(cores)
+            ]
+            for j in jobs:
+                j.result()
+
+        t = best(copy_all, 5)
+    return Peak(fma, copy_core, 2 * chunk * cores * 4 / t / 1e9, cores)
+
+
+@dataclass
+class Workload:
+    """One line of the table: the same inputs go to the xgrad, numpy and torch functions."""
+
+    name: str
+    shapes: list[tuple[int, ...]]
+    xgrad: Callable[..., Tensor]
+    numpy: Callable[..., object] | None
+    torch: Callable[..., object] | None
+    work: float  # flops (GFLOPS) or bytes moved (GB/s)
+    unit: str
+    arrays: list[np.ndarray] = field(default_factory=list)
+
+
+def best_interleaved(fns: list[Callable[[], object]], reps: int) -> list[float]:
+    """The fastest of `reps` timed calls of each function, calling them in turn (a, b, c, a, b, c, ...) so that load
+    from other processes on a shared machine hits all of them alike. One untimed warm-up call each first."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, ts in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - start)
+    return [min(ts) for ts in times]
+
+
+def xgrad_call(w: Workload, tensors: list[Tensor], **knobs: Any) -> Callable[[], object]:
+    """One run of a workload in xgrad under the knobs `knobs` (e.g. BEAM=2). The graph is rebuilt each call, so a
+    timing includes scheduling from the schedule cache, as a user's code would."""
+
+    def run() -> object:
+        with Context(**knobs):
+            return w.xgrad(*tensors).realize()
+
+    return run
+
+
+def matmul(a: Any, b: Any) -> Any:
+    return a @ b
+
+
+def np_softmax(a: np.ndarray) -> Any:
+    e = np.exp(a - a.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def chain(a: Any, b: Any, c: Any) -> Any:
+    return (a + b) * c - a / 2
+
+
+def np_conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """3x3 convolution, stride 1, padding 1, as 9 BLAS matmuls over shifted views (numpy has no conv)."""
+    n, _, h, wd = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((w.shape[0], n, h, wd), np.float32)
+    for i in range(3):
+        for j in range(3):
+            out += np.tensordot(w[:, :, i, j], xp[:, :, i : i + h, j : j + wd], axes=([1], [1]))
+    return out.transpose(1, 0, 2, 3)
+
+
+def workloads(quick: bool, torch: Any) -> list[Workload]:
+    out: list[Workload] = []
+    for n in (256, 1024) if quick else (256, 1024, 2048):
+        out.append(Workload(f"matmul {n}", [(n, n), (n, n)], matmul, matmul, matmul, 2 * n**3, "GFLOPS"))
+    out.append(
+        Workload("batched matmul 16x256", [(16, 256, 256)] * 2, matmul, matmul, matmul, 2 * 16 * 256**3, "GFLOPS")
+    )
+    batch = 8 if quick else 32
+    conv_torch = (lambda x, w: torch.nn.functional.conv2d(x, w, padding=1)) if torch is not None else None
+    out.append(
+        Workload(
+            f"conv2d {batch}x64x56x56 3x3",
+            [(batch, 64, 56, 56), (64, 64, 3, 3)],
+            lambda x, w: x.conv2d(w, padding=1),
+            np_conv2d,
+            conv_torch,
+            2 * batch * 64 * 64 * 56 * 56 * 9,
+            "GFLOPS",
+        )
+    )
+    m = 1024 if quick else 4096
+    softmax_torch = (lambda a: torch.softmax(a, -1)) if torch is not None else None
+    out.append(
+        Workload(f"softmax {m}x{m}", [(m, m)], lambda a: a.softmax(-1), np_softmax, softmax_torch, m * m * 8, "GB/s")
+    )
+    e = 1 << (22 if quick else 24)
+    out.append(Workload(f"elementwise (a+b)*c-a/2 {e >> 20}M", [(e,)] * 3, chain, chain, chain, 4 * e * 4, "GB/s"))
+    s = 1 << (24 if quick else 26)
+    out.append(
+        Workload(
+            f"sum of {s >> 20}M floats", [(s,)], lambda a: a.sum(), lambda a: a.sum(), lambda a: a.sum(), s * 4, "GB/s"
+        )
+    )
+    return out
+
+
+def tiny_jit_us(calls: int = 2000) -> float:
+    """Per-call cost of replaying a TinyJit'd elementwise op on 16 floats (capture excluded)."""
+    a, b = Tensor(np.ones(16, np.float32)).realize(), Tensor(np.ones(16, np.float32)).realize()
+    tiny = TinyJit(lambda x, y: (x * y + 1).realize())
+    for _ in range(5):
+        tiny(a, b)
+    start = time.perf_counter()
+    for _ in range(calls):
+        tiny(a, b)
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
+    parser.add_argument("--only", default="", help="run only the workloads whose name contains this text")
+    parser.add_argument("--beam", type=int, default=0, help="also time xgrad under BEAM=N (a column per setting)")
     args = parser.parse_args()
-    reps = 3 if args.quick else 5
+    reps = 3 if args.quick else 7
     cores = len(os.sched_getaffinity(0))
-    fma, copy = peak()
-    print(f"peak: {fma:.1f} GFLOPS/core FMA ({fma * cores:.1f} on {cores} cores), {copy:.1f} GB/s copy (1 core)")
+    peak = measure_peak(cores)
+    print(
+        f"peak: FMA {peak.fma_core:.1f} GFLOPS/core ({peak.fma_all:.1f} on {cores} cores); "
+        f"copy {peak.copy_core:.1f} GB/s on 1 core, {peak.copy_all:.1f} GB/s on {cores}"
+    )
+    torch: Any = None
     try:
         import torch
 
         torch.set_num_threads(cores)
     except ImportError:
-        torch = None  # type: ignore[assignment]
+        pass
+    # the xgrad columns: heuristics, and each BEAM setting asked for (the knobs go to `xgrad_call`)
+    columns: list[tuple[str, dict[str, Any]]] = [("xgrad", {})]
+    if args.beam:
+        columns.append((f"BEAM={args.beam}", {"BEAM": args.beam}))
     rng = np.random.default_rng(0)
-    rows: list[tuple[str, Callable[[], object], Callable[[], object], Callable[[], object] | None, float, str]] = []
-
-    def add(
-        name: str,
-        shapes: list[tuple[int, ...]],
-        xg: Callable[..., Tensor],
-        npf: Callable[..., object],
-        tf: Callable[..., object] | None,
-        work: float,
-        unit: str,
-    ) -> None:
-        arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    head = f"{'workload':30s} {'numpy ms':>9s} {'torch ms':>9s}"
+    head += "".join(f" {c + ' ms':>11s} {'/numpy':>7s} {'/torch':>7s}" for c, _ in columns)
+    head += f" {'best rate':>16s} {'of peak':>7s}"
+    print(head)
+    for w in workloads(args.quick, torch):
+        if args.only and args.only not in w.name:
+            continue
+        arrays = [rng.standard_normal(s).astype(np.float32) for s in w.shapes]
         tensors = [Tensor(a).realize() for a in arrays]
-        torch_ts = [torch.from_numpy(a) for a in arrays] if torch is not None else []
-        rows.append(
-            (
-                name,
-                lambda: xg(*tensors).realize(),
-                lambda: npf(*arrays),
-                (lambda: tf(*torch_ts)) if tf is not None and torch is not None else None,
-                work,
-                unit,
-            )
-        )
-
-    def matmul(a: object, b: object) -> object:
-        return a @ b  # type: ignore[operator]
-
-    def np_softmax(a: np.ndarray) -> np.ndarray:
-        e = np.exp(a - a.max(-1, keepdims=True))
-        return e / e.sum(-1, keepdims=True)
-
-    def chain(a: object, b: object, c: object) -> object:
-        return (a + b) * c - a / 2  # type: ignore[operator]
-
-    for n in (256, 1024) if args.quick else (256, 1024, 2048):
-        add(f"matmul {n}", [(n, n), (n, n)], matmul, matmul, matmul, 2 * n**3, "GFLOPS")
-    add("batched matmul 16x256", [(16, 256, 256)] * 2, matmul, matmul, matmul, 2 * 16 * 256**3, "GFLOPS")
-    m = 1024 if args.quick else 4096
-    add(
-        f"softmax {m}x{m}",
-        [(m, m)],
-        lambda a: a.softmax(-1),
-        np_softmax,
-        (lambda a: torch.softmax(a, -1)) if torch is not None else None,
-        m * m * 4 * 2,
-        "GB/s",
-    )
-    e = 1 << (22 if args.quick else 24)
-    add("elementwise (a+b)*c-a/2", [(e,)] * 3, chain, chain, chain, 4 * e * 4, "GB/s")
-    s = 1 << (24 if args.quick else 26)
-    add("sum of floats", [(s,)], lambda a: a.sum(), lambda a: a.sum(), lambda a: a.sum(), s * 4, "GB/s")
-    print(
-        f"{'workload':28s} {'xgrad ms':>10s} {'numpy ms':>10s} {'torch ms':>10s} {'x/numpy':>8s} {'x/torch':>8s}"
-        f" {'xgrad':>14s}"
-    )
-    for name, xg, npf, tf, work, unit in rows:
-        tx, tn = best(xg, reps), best(npf, reps)
-        tt = best(tf, reps) if tf is not None else float("nan")
-        rate = work / tx / 1e9
-        print(
-            f"{name:28s} {tx * 1e3:10.2f} {tn * 1e3:10.2f} {tt * 1e3:10.2f} {tx / tn:8.2f} {tx / tt:8.2f}"
-            f" {rate:8.1f} {unit}"
-        )
-    a, b = Tensor(np.ones(16, np.float32)).realize(), Tensor(np.ones(16, np.float32)).realize()
-    tiny = TinyJit(lambda x, y: (x * y + 1).realize())
-    n_calls = 2000
-    for _ in range(5):
-        tiny(a, b)
-    start = time.perf_counter()
-    for _ in range(n_calls):
-        tiny(a, b)
-    print(f"tiny jitted op replay: {(time.perf_counter() - start) / n_calls * 1e6:.1f} us/call")
-    print("BEAM search: not implemented yet (heuristic optimizations only)")
+        fns = [xgrad_call(w, tensors, **knobs) for _, knobs in columns]
+        if w.numpy is not None:
+            fns.append(functools.partial(w.numpy, *arrays))
+        if w.torch is not None and torch is not None:
+            fns.append(functools.partial(w.torch, *[torch.from_numpy(a) for a in arrays]))
+        measured = best_interleaved(fns, reps)
+        times = measured[: len(columns)]
+        rest = iter(measured[len(columns) :])
+        tn = next(rest) if w.numpy is not None else float("nan")
+        tt = next(rest) if w.torch is not None and torch is not None else float("nan")
+        rate = w.work / min(times) / 1e9
+        of_peak = rate / (peak.fma_all if w.unit == "GFLOPS" else peak.copy_all)
+        line = f"{w.name:30s} {tn * 1e3:9.2f} {tt * 1e3:9.2f}"
+        line += "".join(f" {t * 1e3:11.2f} {t / tn:7.2f} {t / tt:7.2f}" for t in times)
+        line += f" {rate:9.1f} {w.unit:6s} {of_peak:7.0%}"
+        print(line, flush=True)
+        del tensors
+    if not args.only or "jit" in args.only:
+        print(f"tiny jitted op replay: {tiny_jit_us():.1f} us/call")
 
 
 if __name__ == "__main__":

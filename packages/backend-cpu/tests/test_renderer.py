@@ -475,3 +475,37 @@ def test_unsupported_dtype_raises_with_a_hint() -> None:
 
     with pytest.raises(DTypeError, match="decomposed"):
         CRenderer().render("k", elementwise(Ops.ADD, dtypes.bfloat16, [dtypes.bfloat16] * 2, 4))
+
+
+@needs_cc
+def test_scratch_param_is_a_local_aligned_array(tmp_path: pathlib.Path) -> None:
+    """A scratch PARAM (negative arg, CONST size; see xgrad_codegen.pack) is a local array: filled in one loop and
+    read back reversed in the next, it never touches `bufs`."""
+    out, x = param(0, dtypes.float32), param(1, dtypes.float32)
+    scratch = UOp(Ops.PARAM, dtypes.float32, (idx(8),), -1)
+    r0 = UOp.range(idx(8), 0, AxisType.LOOP)
+    fill = UOp(Ops.STORE, dtypes.void, (scratch.index(r0), x.index(r0).load() * UOp.const(dtypes.float32, 2.0)))
+    r1 = UOp.range(idx(8), 1, AxisType.LOOP)
+    read = scratch.index(idx(7) - r1).load()
+    prog = linear(fill, end(r0), out.index(r1).store(read), end(r1))
+    bufs = [np.zeros(8, np.float32), np.arange(8, dtype=np.float32)]
+    src = run(prog, bufs, tmp_path)
+    assert "float pack0[8] __attribute__((aligned(64)));" in src and "bufs[-" not in src
+    np.testing.assert_array_equal(bufs[0], np.arange(8, dtype=np.float32)[::-1] * 2)
+
+
+@needs_cc
+@pytest.mark.parametrize("width", [4, 8])
+def test_vector_exp2_is_within_one_ulp_and_keeps_special_values(width: int, tmp_path: pathlib.Path) -> None:
+    special = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-30, -126.5, -149.0, -149.5, -150.0, -160.0, 127.99, 128.0, 200.0]
+    x = np.concatenate([np.linspace(-155, 130, 4000), special]).astype(np.float32)
+    x = np.concatenate([x, np.zeros(-len(x) % width, np.float32)])
+    out = np.zeros_like(x)
+    src = run(
+        elementwise(Ops.EXP2, dtypes.float32, [dtypes.float32], len(x), width), [out, x], tmp_path, len(x) // width
+    )
+    assert f"exp2_float{width}(" in src and "__builtin_exp2f" not in src
+    with np.errstate(over="ignore"):
+        ref = np.exp2(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_allclose(out, ref, rtol=1.5e-7, atol=1e-44)

@@ -128,6 +128,7 @@ static int ensure_threads(int n) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 8u << 20);  /* kernels keep packed panels (up to 512 KiB) on the stack */
     int err = pthread_create(&tid, &attr, worker_main, s);
     pthread_attr_destroy(&attr);
     if (err != 0) break;

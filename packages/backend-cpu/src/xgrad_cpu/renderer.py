@@ -14,7 +14,17 @@ from typing import ClassVar
 
 from xgrad.dtype import DType, dtypes
 from xgrad.uop.ops import Ops, UOp
-from xgrad_codegen.renderer import CStyleRenderer, RenderState, base_code_for_op, pm_split_vector_ops
+from xgrad.uop.pattern import PatternMatcher, UPat
+from xgrad_codegen.renderer import (
+    CStyleRenderer,
+    RenderState,
+    UopRule,
+    base_code_for_op,
+    base_uop_rules,
+    pm_split_vector_ops,
+    rule_alu,
+    split_vector_alu,
+)
 
 
 def c_math_call(fn: str, x: str, dtype: DType) -> str:
@@ -47,10 +57,10 @@ def c_trunc(x: str, dtype: DType) -> str:
 
 
 # ops GNU C has no vector form of (math builtins, ?:, comparisons giving bool) or only a slow scalar loop of
-# (integer division); on vector dtypes they are split into lanes before printing
+# (integer division); on vector dtypes they are split into lanes before printing. EXP2 on float32 vectors is the
+# exception: it has a vector helper (`exp2_vector_helper`), so softmax and friends do not call libm once per lane.
 C_SCALAR_ONLY_OPS = frozenset(
     {
-        Ops.EXP2,
         Ops.LOG2,
         Ops.SIN,
         Ops.SQRT,
@@ -64,12 +74,68 @@ C_SCALAR_ONLY_OPS = frozenset(
         Ops.MOD,
     }
 )
-pm_legalize_c = pm_split_vector_ops(C_SCALAR_ONLY_OPS)
+
+
+def split_exp2_unless_float32(x: UOp) -> UOp | None:
+    return None if x.dtype.scalar() == dtypes.float32 else split_vector_alu(x)
+
+
+pm_legalize_c = pm_split_vector_ops(C_SCALAR_ONLY_OPS) + PatternMatcher(
+    [
+        (UPat(Ops.EXP2, name="x"), split_exp2_unless_float32),
+    ]
+)
+
+
+def exp2_vector_helper(vf: str, vi: str) -> str:
+    """2**x on a float32 vector type `vf` (int vector type `vi` of the same lanes): x clamped to [-151, 128], split
+    into n = round(x) and f in [-0.5, 0.5]; 2**f by its Taylor polynomial of degree 7 (truncation error below 1e-8),
+    times 2**n built in the exponent bits as two halves (so results down to the denormals and up to inf come out
+    right). NaN stays NaN. Within a few ulp of libm's exp2f."""
+    return "\n".join(
+        [
+            f"static inline {vf} exp2_{vf}({vf} x) {{",
+            f"  const {vf} zero = {{0}};",
+            f"  const {vi} under = x < (zero - 151.0f), over = x > (zero + 128.0f);",
+            f"  union {{ {vf} f; {vi} i; }} v = {{x}}, lo = {{zero - 151.0f}}, hi = {{zero + 128.0f}};",
+            "  v.i = (v.i & ~(under | over)) | (lo.i & under) | (hi.i & over);",
+            f"  const {vf} n = (v.f + 12582912.0f) - 12582912.0f;",
+            f"  const {vf} f = v.f - n;",
+            f"  {vf} p = f * 1.5252734e-5f + 1.5403530e-4f;",
+            "  p = p * f + 1.3333558e-3f;",
+            "  p = p * f + 9.6181291e-3f;",
+            "  p = p * f + 5.5504109e-2f;",
+            "  p = p * f + 2.4022651e-1f;",
+            "  p = p * f + 6.9314718e-1f;",
+            "  p = p * f + 1.0f;",
+            f"  const {vi} k = __builtin_convertvector(n, {vi});",
+            f"  const {vi} k1 = k >> 1, k2 = k - k1;",
+            f"  union {{ {vi} i; {vf} f; }} s1 = {{(k1 + 127) << 23}}, s2 = {{(k2 + 127) << 23}};",
+            "  return p * s1.f * s2.f;",
+            "}",
+        ]
+    )
+
+
+def rule_c_exp2(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str | None:
+    if u.dtype.count == 1 or u.dtype.scalar() != dtypes.float32:
+        return rule_alu(r, ctx, u)
+    vf, vi = r.render_dtype(ctx, u.dtype), r.render_dtype(ctx, dtypes.int32.vec(u.dtype.count))
+    ctx.helpers.setdefault(f"exp2_{vf}", exp2_vector_helper(vf, vi))
+    return f"exp2_{vf}({ctx.exprs[u.src[0]]})"
 
 
 def c_sizeof(dtype: DType) -> int:
     """Bytes of one lane as C stores it (index is printed as int)."""
     return 4 if dtype.scalar() == dtypes.index else dtype.scalar().itemsize
+
+
+def rule_c_param(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    """A buffer argument is `data<i>`; a scratch PARAM (negative arg, see xgrad_codegen.pack) is the local `pack<k>`."""
+    name = f"pack{-1 - u.arg}" if u.arg < 0 else f"data{u.arg}"
+    ctx.taken.add(name)
+    ctx.exprs[u] = name
+    ctx.params.append((u, name, u in ctx.written))
 
 
 class CRenderer(CStyleRenderer):
@@ -96,6 +162,7 @@ class CRenderer(CStyleRenderer):
         Ops.SQRT: c_sqrt,
         Ops.TRUNC: c_trunc,
     }
+    uop_rules: ClassVar[dict[Ops, UopRule]] = {**base_uop_rules, Ops.PARAM: rule_c_param, Ops.EXP2: rule_c_exp2}
     supported_dtypes = frozenset(
         {dtypes.bool, *dtypes.ints, dtypes.index, dtypes.float16, dtypes.float32, dtypes.float64}
     )
@@ -106,6 +173,9 @@ class CRenderer(CStyleRenderer):
     nan = '__builtin_nanf("")'
     parallel_range_bounds = ("start", "end")
     buffer_qualifier = " restrict"
+    # codegen may PACK a strided panel into a local array (at most xgrad_codegen.pack.MAX_SCRATCH_BYTES per kernel):
+    # it lives on the stack of the calling thread, which `_pool.c` sizes for it
+    supports_scratch = True
 
     def __init__(self, arch: str | None = None) -> None:
         super().__init__()
@@ -149,6 +219,9 @@ class CRenderer(CStyleRenderer):
 
     # ---- the kernel ----
     def render_buffer_decl(self, ctx: RenderState, u: UOp, name: str, written: bool) -> str:
+        if u.arg < 0:  # a scratch array, 64-byte aligned so vector accesses never split a cache line
+            size = int(u.src[0].arg)
+            return f"{self.render_dtype(ctx, u.dtype)} {name}[{size}] __attribute__((aligned(64)));"
         ptr = f"{'' if written else 'const '}{self.render_dtype(ctx, u.dtype)}*"
         return f"{ptr} restrict {name} = ({ptr})bufs[{u.arg}];"
 
@@ -168,4 +241,4 @@ class CRenderer(CStyleRenderer):
         return "\n".join([*prefix, head, *("  " + d for d in decls), *body, "}"]) + "\n"
 
 
-__all__ = ["CRenderer", "pm_legalize_c", "C_SCALAR_ONLY_OPS"]
+__all__ = ["CRenderer", "pm_legalize_c", "C_SCALAR_ONLY_OPS", "exp2_vector_helper"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from xgrad.dtype import DType, dtypes
 from xgrad.uop.ops import AxisType, Ops, UOp
-from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
+from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite, substitute
 
 _KIND_ORDER = {
     AxisType.GLOBAL: 0,
@@ -104,8 +104,6 @@ def close_output_loops(sink: UOp) -> UOp:
 
 def merge_ends(sink: UOp) -> UOp:
     """Loops over the same RANGE are one loop: lanes of an upcast reduction share their reduce loop."""
-    from xgrad.uop.pattern import substitute
-
     while True:
         by_range: dict[UOp, list[UOp]] = {}
         for u in sink.toposort:
@@ -116,6 +114,28 @@ def merge_ends(sink: UOp) -> UOp:
             return sink
         merged = UOp(Ops.END, dtypes.void, (dup[0].src[0], *dict.fromkeys(d for e in dup for d in e.src[1:])))
         sink = substitute(sink, {e: merged for e in dup})
+
+
+def order_scratch_reads(sink: UOp) -> UOp:
+    """A read of a scratch buffer (see xgrad_codegen.pack) waits for the loops that fill it: the INDEX of every scratch
+    LOAD takes its PARAM through NOOP(param, *the outermost ENDs of the fill loops)."""
+    fill_ranges: dict[UOp, set[UOp]] = {}
+    for u in sink.toposort:
+        if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM and u.src[0].src[0].arg < 0:
+            rngs = {x for x in u.src[0].src[1].toposort if x.op is Ops.RANGE}
+            fill_ranges.setdefault(u.src[0].src[0], set()).update(rngs)
+    if not fill_ranges:
+        return sink
+    store_indexes = {u.src[0] for u in sink.toposort if u.op is Ops.STORE}
+    mapping: dict[UOp, UOp] = {}
+    for param, rngs in fill_ranges.items():
+        ends = [u for u in sink.toposort if u.op is Ops.END and u.src[0] in rngs]
+        outermost = [e for e in ends if not any(e is not o and e in o.toposort for o in ends)]
+        after_fill = UOp(Ops.NOOP, param.dtype, (param, *outermost))
+        for u in sink.toposort:
+            if u.op is Ops.INDEX and u.src[0] is param and u not in store_indexes:
+                mapping[u] = u.replace(src=(after_fill, *u.src[1:]))
+    return substitute(sink, mapping)
 
 
 def _open_ranges_of(u: UOp) -> set[UOp]:
@@ -142,6 +162,7 @@ def linearize(sink: UOp) -> list[UOp]:
     # bottom_up: a REDUCE is lowered while it is still the node `reduce_contexts` saw
     sink = graph_rewrite(sink, pm_lower_reduce, ctx=ctx, name="lower reduce", bottom_up=True)
     sink = close_output_loops(sink)
+    sink = order_scratch_reads(sink)  # packed panels are read only after the loops that fill them
     nodes = list(sink.toposort)
     position = {u: i for i, u in enumerate(nodes)}
     rs: dict[UOp, frozenset[UOp]] = {}

@@ -1,30 +1,54 @@
-"""Optimizer actions on a kernel AST, and the first heuristic that picks them.
+"""Optimizer actions on a kernel AST, and the heuristic that picks them.
 
 IR in: a kernel AST (SINK of STOREs, RANGEs of kind LOOP/REDUCE). IR out: the same AST with ranges split and re-kinded:
-the outermost output range becomes GLOBAL (parallel), some inner ranges become UPCAST (output lanes) or UNROLL
-(reduction lanes), later expanded into straight-line code by `expand_lanes`.
+one output range becomes GLOBAL (outermost, split over the cores), some inner ranges become UPCAST (output lanes) or
+UNROLL (reduction lanes), later expanded into straight-line code by `expand_lanes`; PACK (see `pack`) adds a STORE
+that copies a strided panel into a scratch array. `OPT_ACTIONS` lists the actions, `candidate_opts` the legal next
+ones for a kernel; `apply_opt` raises OptError for an action that does not apply.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from xgrad.dtype import dtypes
 from xgrad.helpers import NOOPT, prod
 from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite, substitute
 from xgrad.uop.symbolic import simplify
+from xgrad_codegen.pack import PackError, apply_pack, check_pack, packable_loads
 
 
 @dataclass(frozen=True)
 class Opt:
-    """One optimizer action: `op` is "UPCAST", "UNROLL", "PADTO" or "GLOBAL"; `axis` indexes `kernel_ranges(ast)`;
-    `amount` is the split factor (0 = the whole range), or for PADTO the multiple to pad the range to."""
+    """One optimizer action (see OPT_ACTIONS): `op` names it; `axis` indexes `kernel_ranges(ast)` (for PACK:
+    `pack.packable_loads(ast)`); `amount` is the split factor (0 = the whole range), or for PADTO the multiple to pad
+    the range to."""
 
     op: str
     axis: int
     amount: int = 0
+
+
+class OptError(ValueError):
+    """An action that does not apply to this kernel (the message says why). BEAM skips such candidates."""
+
+
+# every action, what its axis refers to, and the amounts it takes (search.py builds its candidates from this table)
+OPT_ACTIONS: dict[str, tuple[str, tuple[int, ...]]] = {
+    # split an output loop; the inner part becomes lanes (vector width, register tile)
+    "UPCAST": ("an output LOOP of constant size", (0, 2, 3, 4, 6, 8, 16, 24, 32)),
+    # split a reduction; the inner part becomes lanes, each added into the accumulator in turn
+    "UNROLL": ("a REDUCE range of constant size", (0, 2, 4, 8)),
+    # pad an output loop to a multiple (the extra iterations are gated off) so it can be upcast
+    "PADTO": ("an output LOOP of constant size", (4, 8, 16)),
+    # make an output loop the outermost, parallel one (the pool splits it over the cores); default: the first LOOP
+    "GLOBAL": ("an output LOOP", (0,)),
+    # copy a strided panel read in a reduction into a contiguous scratch array (renderers with supports_scratch)
+    "PACK": ("a load of pack.packable_loads(ast)", (0,)),
+}
 
 
 def kernel_ranges(ast: UOp) -> list[UOp]:
@@ -39,16 +63,34 @@ def range_size(r: UOp) -> int | None:
 
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
+    """`ast` with one action applied; raises OptError (with the reason) when the action does not apply."""
+    if opt.op not in OPT_ACTIONS:
+        raise OptError(f"unknown optimizer action {opt.op!r}; the actions are {sorted(OPT_ACTIONS)}")
+    if opt.op == "PACK":
+        try:
+            return apply_pack(ast, opt.axis)
+        except PackError as e:
+            raise OptError(str(e)) from None
     rngs = kernel_ranges(ast)
+    if not 0 <= opt.axis < len(rngs):
+        raise OptError(f"{opt.op} axis {opt.axis} is out of range: the kernel has {len(rngs)} ranges")
     rng = rngs[opt.axis]
     axis_id, kind = rng.arg
+    size = range_size(rng)
     if opt.op == "GLOBAL":
+        if kind is not AxisType.LOOP:
+            raise OptError(f"GLOBAL applies to an output LOOP, not to a {kind.name} range")
         return substitute(ast, {rng: UOp.range(rng.src[0], axis_id, AxisType.GLOBAL)})
     if opt.op == "PADTO":
+        if size is None or kind is not AxisType.LOOP or opt.amount < 2:
+            raise OptError("PADTO applies to an output LOOP of constant size, with a multiple of at least 2")
         return pad_range(ast, rng, opt.amount)
-    size = range_size(rng)
+    want = AxisType.LOOP if opt.op == "UPCAST" else AxisType.REDUCE
+    if kind is not want:
+        raise OptError(f"{opt.op} applies to a {want.name} range, not to a {kind.name} range")
     amount = opt.amount or size
-    assert size is not None and amount and size % amount == 0, f"cannot split range of size {size} by {amount}"
+    if size is None or not amount or amount < 0 or size % amount != 0:
+        raise OptError(f"cannot split a range of size {size} by {opt.amount}")
     new_kind = AxisType.UPCAST if opt.op == "UPCAST" else AxisType.UNROLL
     next_id = max(r.arg[0] for r in rngs) + 1
     inner = UOp.range(amount, next_id, new_kind)
@@ -58,11 +100,39 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     return graph_rewrite(substitute(ast, {rng: outer * amount + inner}), pm_reduce_ranges, name="reduce ranges")
 
 
+def candidate_opts(ast: UOp, renderer: Any) -> list[Opt]:
+    """The legal single next actions on `ast` for `renderer` (the BEAM search's moves)."""
+    out: list[Opt] = []
+    rngs = kernel_ranges(ast)
+    has_global = any(r.arg[1] is AxisType.GLOBAL for r in rngs)
+    for i, r in enumerate(rngs):
+        size = range_size(r)
+        kind = r.arg[1]
+        if kind is AxisType.LOOP and not has_global:
+            out.append(Opt("GLOBAL", i))
+        if size is None or size <= 1:
+            continue
+        if kind is AxisType.LOOP:
+            out.extend(Opt("UPCAST", i, a) for a in OPT_ACTIONS["UPCAST"][1] if a and a < size and size % a == 0)
+            out.extend(Opt("PADTO", i, m) for m in OPT_ACTIONS["PADTO"][1] if size % m != 0 and size > m)
+        elif kind is AxisType.REDUCE:
+            out.extend(Opt("UNROLL", i, a) for a in OPT_ACTIONS["UNROLL"][1] if a and a < size and size % a == 0)
+    if getattr(renderer, "supports_scratch", False):
+        for i, load in enumerate(packable_loads(ast)):
+            try:
+                check_pack(ast, load)
+            except PackError:
+                continue
+            out.append(Opt("PACK", i))
+    return out
+
+
 def pad_range(ast: UOp, rng: UOp, multiple: int) -> UOp:
     """Grow an output range to a multiple of `multiple` (so it can be upcast); every memory access that depends on
     it is gated by `rng < original size`, so the extra iterations load nothing and store nothing."""
     size = range_size(rng)
-    assert size is not None and rng.arg[1] is AxisType.LOOP, "PADTO applies to output loops of constant size"
+    if size is None or rng.arg[1] is not AxisType.LOOP:
+        raise OptError("PADTO applies to output loops of constant size")
     padded = UOp.range(-(-size // multiple) * multiple, rng.arg[0], rng.arg[1])
     return graph_rewrite(
         substitute(ast, {rng: padded}), pm_gate_padded, ctx=(padded, padded.lt(size)), name="gate padded range"
@@ -110,13 +180,64 @@ def _stores_contiguous_on(ast: UOp, rng: UOp) -> bool:
     return True
 
 
-def heuristic_opts(ast: UOp, vector_width: int = 4) -> list[Opt]:
-    """The first heuristic. Each opt's axis indexes the ranges of the kernel after the opts before it.
+def _reduce_stride(load: UOp) -> int | None:
+    """How far apart in memory `load` reads for consecutive steps of its innermost reduce range (None: unknown)."""
+    reds = sorted(
+        (r for r in load.src[0].toposort if r.op is Ops.RANGE and r.arg[1] is AxisType.REDUCE), key=lambda r: r.arg[0]
+    )
+    if not reds:
+        return None
+    idx = load.src[0].src[1]
+    zero = simplify(substitute(idx, {reds[-1]: UOp.const(dtypes.index, 0)}))
+    one = simplify(substitute(idx, {reds[-1]: UOp.const(dtypes.index, 1)}))
+    diff = simplify(one - zero)
+    return int(diff.arg) if diff.op is Ops.CONST else None
 
-    1. upcast the store-contiguous output axis by the vector width (vector loads, stores and ALU);
-    2. in a reduction, also upcast another output axis by 4: a register tile of accumulators, so each loaded
-       vector is reused 4 times (matmul, conv);
-    3. unroll the innermost reduction by 4."""
+
+def _strided_panel(ast: UOp) -> int | None:
+    """The first packable load (its position in `packable_loads`) that PACK applies to and that reads its panel with a
+    stride: a block of the register tile's contiguous axis, over the whole reduction (the right operand of a
+    matmul)."""
+    for i, load in enumerate(packable_loads(ast)):
+        try:
+            _, ups, _, _ = check_pack(ast, load)
+        except PackError:
+            continue
+        lanes = int(prod(range_size(r) or 1 for r in ups))
+        if ups and _reduce_stride(load) not in (lanes, None):
+            return i
+    return None
+
+
+def _axes_read(load: UOp) -> set[int]:
+    """The axis ids of the ranges a load's (simplified) index and gate depend on."""
+    return {r.arg[0] for r in simplify(load.src[0]).toposort if r.op is Ops.RANGE}
+
+
+def _tile_axis(ast: UOp, contiguous: UOp | None) -> UOp | None:
+    """The output loop to upcast into a register tile next to the contiguous one: of size a multiple of 4, preferring
+    (innermost first) one that the loads reading the contiguous axis do not depend on, so those loads are reused
+    across the tile (matmul: the rows; conv: the output channels, not the image rows)."""
+    split = contiguous.arg[0] if contiguous is not None else -1
+    others = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP and r.arg[0] != split]
+    fits = [r for r in reversed(others) if (n := range_size(r)) is not None and n % 4 == 0 and n > 4]
+    along = [_axes_read(ld) for ld in packable_loads(ast) if split in _axes_read(ld)]
+    return next((r for r in fits if not any(r.arg[0] in axes for axes in along)), fits[0] if fits else None)
+
+
+def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> list[Opt]:
+    """The heuristic. Each opt's axis indexes the ranges of the kernel after the opts before it.
+
+    1. upcast the store-contiguous output axis by the vector width (in a reduction with a tile: by two vectors when
+       that divides; pad it when nothing divides);
+    2. in a reduction, also upcast another output axis (`_tile_axis`) into a register tile of 8 vector accumulators
+       (4 x 2 vectors, or 8 x 1), so each loaded vector and each broadcast value is used several times, with 8
+       independent FMA chains (matmul, conv);
+    3. with such a tile, the blocks of one of the two tiled axes become the parallel outer loop, the one whose panel
+       (the operand read through that axis and the reduction) is read with a stride: every inner tile reuses it, and
+       if the renderer allows `scratch` it is PACKed into a contiguous array (a matmul's right operand, a conv's
+       weights). The reduction stays a plain loop: the C compiler unrolls it without chaining the lanes;
+    4. without a tile, unroll the innermost reduction by 4."""
     if NOOPT:
         return []
     opts: list[Opt] = []
@@ -130,33 +251,46 @@ def heuristic_opts(ast: UOp, vector_width: int = 4) -> list[Opt]:
     outs = [r for r in rngs if r.arg[1] is AxisType.LOOP]
     has_reduce = any(r.arg[1] is AxisType.REDUCE for r in rngs)
     contiguous = next((r for r in reversed(outs) if _stores_contiguous_on(ast, r)), None)
+    tile = _tile_axis(ast, contiguous) if has_reduce else None
+    amount = 0
     if contiguous is not None and (size := range_size(contiguous)) is not None:
-        amount = next((w for w in (vector_width, 4) if w > 1 and size % w == 0 and (size > w or len(outs) > 1)), 0)
+        widths = (2 * vector_width, vector_width, 4) if tile is not None else (vector_width, 4)
+        amount = next((w for w in widths if w > 1 and size % w == 0 and (size > w or len(outs) > 1)), 0)
         if not amount and vector_width > 1 and size > 2 * vector_width:  # e.g. 1000: pad to 1008, then upcast
             add(Opt("PADTO", kernel_ranges(ast).index(contiguous), vector_width))
             contiguous = next(r for r in kernel_ranges(ast) if r.arg[0] == contiguous.arg[0])
             amount = vector_width
         if amount:
             add(Opt("UPCAST", kernel_ranges(ast).index(contiguous), amount))
-    if has_reduce:
-        split_axis = contiguous.arg[0] if contiguous is not None else -1  # its outer part keeps the axis id
-        others = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP and r.arg[0] != split_axis]
-        tile = next((r for r in reversed(others) if (n := range_size(r)) is not None and n % 4 == 0 and n > 4), None)
-        if tile is not None and opts:
-            add(Opt("UPCAST", kernel_ranges(ast).index(tile), 4))
+    if tile is not None and opts:
+        tile_size = range_size(tile) or 0
+        depth = 8 if amount <= vector_width and tile_size % 8 == 0 and tile_size > 8 else 4
+        add(Opt("UPCAST", kernel_ranges(ast).index(tile), depth))
+        for axis in (contiguous, tile):  # their outer parts keep the axis ids
+            blocks = next((r for r in kernel_ranges(ast) if axis is not None and r.arg[0] == axis.arg[0]), None)
+            if blocks is None or blocks.arg[1] is not AxisType.LOOP or (range_size(blocks) or 0) < 2:
+                continue
+            swapped = apply_opt(ast, Opt("GLOBAL", kernel_ranges(ast).index(blocks)))
+            if (which := _strided_panel(swapped)) is not None:
+                add(Opt("GLOBAL", kernel_ranges(ast).index(blocks)))
+                if scratch:
+                    add(Opt("PACK", which))
+                break
+        return opts
     reds = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.REDUCE]
     if reds and (size := range_size(reds[-1])) is not None and size % 4 == 0 and size >= 8:
         add(Opt("UNROLL", kernel_ranges(ast).index(reds[-1]), 4))
     return opts
 
 
-def optimize(ast: UOp, opts: list[Opt] | None = None, vector_width: int = 4) -> UOp:
-    """Apply `opts` (default: the heuristic), then make the outermost output loop GLOBAL."""
-    chosen = heuristic_opts(ast, vector_width) if opts is None else opts
+def optimize(ast: UOp, opts: list[Opt] | None = None, vector_width: int = 4, scratch: bool = False) -> UOp:
+    """Apply `opts` (default: the heuristic; `scratch`: the renderer can hold PACKed panels), then make the outermost
+    output loop GLOBAL unless an action chose one."""
+    chosen = heuristic_opts(ast, vector_width, scratch) if opts is None else opts
     for opt in chosen:
         ast = apply_opt(ast, opt)
     loops = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP]
-    if loops:
+    if loops and not any(r.arg[1] is AxisType.GLOBAL for r in kernel_ranges(ast)):
         ast = apply_opt(ast, Opt("GLOBAL", kernel_ranges(ast).index(loops[0])))
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     return ast.replace(arg=KernelInfo(info.name, tuple(chosen), True))

@@ -15,6 +15,7 @@ from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, graph_rewrite
 from xgrad.uop.spec import check_linear
 from xgrad.uop.symbolic import simplify
+from xgrad_codegen.fold import fold_indexes
 from xgrad_codegen.linearize import linearize
 from xgrad_codegen.opt import Opt, expand_lanes, optimize
 from xgrad_codegen.vectorize import vectorize
@@ -41,10 +42,12 @@ def _run(name: str, fn: Callable[[UOp], UOp], ast: UOp) -> UOp:
 def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list[UOp]:
     """Kernel AST -> linear program for `renderer`."""
     ast = _run("simplify indexes", simplify, ast)  # movement-op index math collapses before choosing opts
+    ast = _run("fold remainders", fold_indexes, ast)  # sliding-window remainders (conv, pool) become sums
     width = getattr(renderer, "max_vector_width", 1)
+    scratch = getattr(renderer, "supports_scratch", False)
     ast = _run(
-        "optimize", lambda a: optimize(a, opts, width), ast
-    )  # split and re-kind ranges (parallel, upcast, unroll)
+        "optimize", lambda a: optimize(a, opts, width, scratch), ast
+    )  # split and re-kind ranges (parallel, upcast, unroll, pack)
     ast = _run("expand lanes", expand_lanes, ast)  # UPCAST/UNROLL ranges become straight-line lanes
     ast = _run("simplify lanes", simplify, ast)  # each lane's constant index folds
     for name, pm in decompositions_for(renderer):  # ops and dtypes the target lacks

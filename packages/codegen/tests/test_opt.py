@@ -1,0 +1,168 @@
+"""Optimizer actions (`xgrad_codegen.opt`, `xgrad_codegen.pack`): results match numpy at sizes that are not multiples
+of the register tile, the heuristic builds the kernel structure it documents, and illegal actions raise OptError."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from xgrad import Tensor
+from xgrad.engine import realize
+from xgrad.uop.ops import AxisType, Ops, UOp
+from xgrad_codegen.opt import (
+    OPT_ACTIONS,
+    Opt,
+    OptError,
+    apply_opt,
+    candidate_opts,
+    heuristic_opts,
+    kernel_ranges,
+)
+from xgrad_codegen.pack import is_scratch, packable_loads
+from xgrad_codegen.pipeline import full_rewrite
+from xgrad_codegen.renderer import CStyleRenderer
+
+
+class ScratchRenderer(CStyleRenderer):
+    """A renderer like the CPU one as the optimizer sees it: 8-lane vectors and scratch arrays."""
+
+    max_vector_width = 8
+    supports_scratch = True
+
+
+class PlainRenderer(CStyleRenderer):
+    max_vector_width = 8
+
+
+def kernel_asts(fn: Callable[[], Tensor]) -> list[UOp]:
+    seen: list[UOp] = []
+    orig = realize.run_kernel
+
+    def spy(item: Any, vals: dict[str, int]) -> Any:
+        seen.append(item.ast)
+        return orig(item, vals)
+
+    realize.run_kernel = spy  # type: ignore[assignment]
+    try:
+        fn().realize()
+    finally:
+        realize.run_kernel = orig
+    return seen
+
+
+def data(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+def matmul_ast(m: int, k: int, n: int) -> UOp:
+    a, b = Tensor(data(m, k)).realize(), Tensor(data(k, n, seed=1)).realize()
+    (ast,) = kernel_asts(lambda: a @ b)
+    return ast
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 7, 7), (5, 33, 20), (12, 9, 40), (16, 16, 16), (33, 65, 17)])
+def test_matmul_matches_numpy_when_sizes_are_not_tile_multiples(xgrad_device: str, m: int, k: int, n: int) -> None:
+    a, b = data(m, k), data(k, n, seed=1)
+    out = (Tensor(a, device=xgrad_device) @ Tensor(b, device=xgrad_device)).numpy()
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "m,k,n", [(64, 64, 64), (7, 1000, 33), (1000, 7, 48), (36, 100, 1000), (128, 256, 80), (4, 3, 1024)]
+)
+def test_matmul_matches_numpy_on_cpu_with_packed_panels(m: int, k: int, n: int) -> None:
+    a, b = data(m, k), data(k, n, seed=1)
+    out = (Tensor(a, device="CPU") @ Tensor(b, device="CPU")).numpy()
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_batched_matmul_matches_numpy_on_cpu_with_packed_panels() -> None:
+    a, b = data(3, 20, 48), data(3, 48, 32, seed=1)
+    out = (Tensor(a, device="CPU") @ Tensor(b, device="CPU")).numpy()
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_heuristic_packs_the_right_operand_and_tiles_4x16() -> None:
+    opts = heuristic_opts(matmul_ast(64, 64, 64), 8, scratch=True)
+    assert [o.op for o in opts] == ["UPCAST", "UPCAST", "GLOBAL", "PACK"]
+    assert [o.amount for o in opts[:2]] == [16, 4]
+
+
+def test_matmul_heuristic_without_scratch_does_not_pack() -> None:
+    opts = heuristic_opts(matmul_ast(64, 64, 64), 8)
+    assert "PACK" not in [o.op for o in opts] and "UNROLL" not in [o.op for o in opts]
+
+
+def test_matmul_kernel_has_8_vector_accumulators_and_a_packed_panel() -> None:
+    uops = full_rewrite(matmul_ast(64, 64, 64), ScratchRenderer())
+    accs = [u for u in uops if u.op is Ops.DEFINE_ACC]
+    assert len(accs) == 8 and all(u.dtype.count == 8 for u in accs)
+    scratch = [u for u in uops if is_scratch(u)]
+    assert len(scratch) == 1 and int(scratch[0].src[0].arg) == 64 * 16
+    ranges = [u for u in uops if u.op is Ops.RANGE]
+    # the column blocks run outermost and in parallel; the packing loop runs before the row tiles
+    assert ranges[0].arg[1] is AxisType.GLOBAL and int(ranges[0].src[0].arg) == 64 // 16
+    fill, rows = ranges[1], ranges[2]
+    first_fill_store = next(i for i, u in enumerate(uops) if u.op is Ops.STORE and is_scratch(u.src[0].src[0]))
+    assert uops.index(fill) < first_fill_store < uops.index(rows)
+    assert not any(u.op is Ops.RANGE and u.arg[1] is AxisType.UNROLL for u in uops)
+
+
+def test_scratch_reads_come_after_the_loop_that_fills_them() -> None:
+    uops = full_rewrite(matmul_ast(32, 24, 32), ScratchRenderer())
+    fill_end = max(i for i, u in enumerate(uops) if u.op is Ops.STORE and is_scratch(u.src[0].src[0]))
+    reads = [i for i, u in enumerate(uops) if u.op is Ops.LOAD and is_scratch(u.src[0].src[0])]
+    assert reads and min(reads) > fill_end
+
+
+def test_every_candidate_applies_to_a_matmul() -> None:
+    ast = matmul_ast(16, 24, 32)
+    cands = candidate_opts(ast, ScratchRenderer())
+    assert {o.op for o in cands} >= {"UPCAST", "UNROLL", "GLOBAL"}
+    for opt in cands:
+        assert opt.op in OPT_ACTIONS
+        apply_opt(ast, opt)
+
+
+def test_pack_is_a_candidate_only_for_renderers_with_scratch() -> None:
+    ast = matmul_ast(16, 24, 32)
+    n = len(kernel_ranges(ast))
+    opts = [Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 4)]
+    for opt in opts:
+        ast = apply_opt(ast, opt)
+    ast = apply_opt(ast, Opt("GLOBAL", 1))
+    assert any(o.op == "PACK" for o in candidate_opts(ast, ScratchRenderer()))
+    assert not any(o.op == "PACK" for o in candidate_opts(ast, PlainRenderer()))
+    assert n == 3
+
+
+@pytest.mark.parametrize(
+    "opt,message",
+    [
+        (Opt("UPCAST", 2, 4), "applies to a LOOP range"),  # axis 2 is the reduction
+        (Opt("UNROLL", 0, 4), "applies to a REDUCE range"),
+        (Opt("UPCAST", 0, 5), "cannot split"),
+        (Opt("UPCAST", 7, 4), "out of range"),
+        (Opt("SPLAT", 0, 4), "unknown optimizer action"),
+        (Opt("PACK", 9), "out of range"),
+        (Opt("PACK", 0), "GLOBAL"),  # no parallel loop chosen yet
+    ],
+)
+def test_illegal_action_raises_opt_error(opt: Opt, message: str) -> None:
+    with pytest.raises(OptError, match=message):
+        apply_opt(matmul_ast(16, 24, 32), opt)
+
+
+def test_pack_needs_the_parallel_loop_among_the_loops_the_load_reads_in() -> None:
+    ast = apply_opt(matmul_ast(16, 24, 32), Opt("GLOBAL", 0))  # the rows are the parallel loop
+    errors, packed = [], []
+    for i in range(len(packable_loads(ast))):
+        try:
+            packed.append(apply_opt(ast, Opt("PACK", i)))
+        except OptError as e:
+            errors.append(str(e))
+    # the left operand's rows are reused by every column: packable; the right operand does not read the rows
+    assert len(packed) == 1 and len(errors) == 1 and "GLOBAL" in errors[0]
