@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from xgrad.buffer import Allocator, ProgramInfo
 from xgrad.dtype import dtypes
-from xgrad.helpers import DEBUG, prod
+from xgrad.helpers import BEAM, DEBUG, prod
 from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
 from xgrad_codegen.pipeline import full_rewrite
 
@@ -44,7 +44,8 @@ def program_info(name: str, uops: list[UOp], src: str) -> ProgramInfo:
         elif u.op in (Ops.LOAD, Ops.STORE):
             dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
             mem += mult * dt.itemsize
-    outs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE}))
+    # stores to scratch arrays (PARAMs with a negative arg, e.g. a packed panel) are not outputs
+    outs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].arg >= 0}))
     return ProgramInfo(name, src, ops, mem, global_size, tuple(var_names), outs)
 
 
@@ -71,19 +72,42 @@ class CompiledDevice:
         self.renderer = renderer
         self.compiler = compiler
         self.program_factory = program_factory
-        self._programs: dict[UOp, CompiledProgram] = {}
+        self._programs: dict[Any, CompiledProgram] = {}
+        self.compiled_count = 0  # programs built (cache misses): tests prove one kernel serves every variable value
 
     def compile(self, ast: UOp) -> CompiledProgram:
-        if (hit := self._programs.get(ast)) is not None:
+        key: Any = (ast, BEAM.value) if BEAM.value >= 1 else ast  # BEAM=0 keeps the plain per-AST cache
+        if (hit := self._programs.get(key)) is not None:
             return hit
         info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
-        uops = full_rewrite(ast, self.renderer)
+        opts = None
+        if BEAM.value >= 1:  # search the actions (or read them from the BEAM disk cache); None = not searched
+            from xgrad_codegen.search import beam_opts
+
+            opts = beam_opts(ast, self)
+        try:
+            uops = full_rewrite(ast, self.renderer, opts)
+        except Exception:
+            if opts is None:
+                raise
+            uops = full_rewrite(ast, self.renderer)  # a cached BEAM result that no longer lowers: the heuristic
         src = self.renderer.render(info.name, uops)
         if DEBUG >= 4:
             print(src)
         prg = CompiledProgram(self, self.build(info.name, uops, src), program_info(info.name, uops, src))
-        self._programs[ast] = prg
+        self._programs[key] = prg
+        self.compiled_count += 1
         return prg
+
+    def target(self) -> str:
+        """What generated code depends on besides the AST and the knobs: the renderer and, when the compiler has a
+        cache key, its key of empty source (compiler, version, flags, the machine `-march=native` targets).
+        Part of the BEAM cache key; a backend whose target depends on more overrides this."""
+        compiler_key = getattr(self.compiler, "cache_key", None)
+        parts = [type(self.renderer).__name__, type(self.compiler).__name__]
+        if callable(compiler_key):
+            parts.append(str(compiler_key("")))
+        return ":".join(parts)
 
     def build(self, name: str, uops: list[UOp], src: str) -> RawProgram:
         """Rendered source -> a program the device can launch (compile it, load it)."""

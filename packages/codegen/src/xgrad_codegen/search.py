@@ -1,0 +1,594 @@
+"""BEAM search: choose a kernel's optimizer actions by compiling candidates and timing them on the device.
+
+IR in: a kernel AST from the scheduler (what `full_rewrite` takes). Out: a list of `Opt` for
+`full_rewrite(ast, renderer, opts)`; the AST itself is not changed here.
+
+The search starts from no actions and from the heuristic's actions, extends every entry of the beam by each legal
+next action, renders all new candidates, compiles them on a thread pool (the C compiler runs as a subprocess, so
+threads compile in parallel; `PARALLEL` workers), times each on scratch buffers of the kernel's sizes (best of 3,
+slow ones dropped early) and keeps the `width` fastest. It stops when a step finds nothing faster or after
+`BEAM_MAX_STEPS` steps. Before the result is used it is verified: the chosen program and the heuristic's program
+run on the same random inputs and their outputs must agree, and timed again alternately the chosen one must still be
+faster; else the heuristic's actions are kept. Results are
+cached on disk, one JSON file per key (kernel AST, device type, target, code-changing knobs, search knobs and the
+codegen sources), unless `CACHELEVEL=0`; `IGNORE_BEAM_CACHE=1` searches again and overwrites the entry.
+
+Kernels whose addresses depend on loaded data (gathers) or that divide loaded integers are not searched: random
+inputs could read out of bounds or divide by zero. They keep the heuristic's actions.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import pathlib
+import sys
+import tempfile
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from xgrad.dtype import DType, dtypes, to_np_dtype
+from xgrad.helpers import (
+    BEAM,
+    CACHELEVEL,
+    DEBUG,
+    IGNORE_BEAM_CACHE,
+    NOOPT,
+    PARALLEL,
+    cache_dir,
+    codegen_knobs_key,
+    getenv,
+)
+from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
+from xgrad.uop.symbolic import simplify
+from xgrad_codegen import opt as opt_module
+from xgrad_codegen.opt import Opt, apply_opt, kernel_ranges, optimize, range_size
+from xgrad_codegen.pipeline import full_rewrite
+
+if TYPE_CHECKING:
+    from xgrad_codegen.device import CompiledDevice, CompiledProgram
+
+SEARCH_VERSION = 1  # bump when the search or the cache format changes meaning
+SPLIT_AMOUNTS = (2, 3, 4, 8, 16)
+PAD_MULTIPLES = (4, 8)
+MAX_SCRATCH_BYTES = 1 << 31  # kernels needing more scratch memory than this are not searched
+
+
+@dataclass
+class SearchStats:
+    """Counters over this process, for tests and DEBUG output."""
+
+    searches: int = 0  # searches run (cache misses)
+    cache_hits: int = 0  # results read from the disk cache
+    compiled: int = 0  # candidate programs compiled
+    timed: int = 0  # candidate programs timed
+    rejected: int = 0  # searched results that failed verification (heuristic kept)
+    skipped: int = 0  # kernels not searched (data-dependent addresses, too big, nothing to try)
+    render_s: float = 0.0  # seconds spent rendering candidates (Python, in the calling thread)
+    compile_wait_s: float = 0.0  # seconds spent waiting for the compile pool after rendering, and loading
+    run_s: float = 0.0  # seconds spent launching candidates
+
+    def reset(self) -> None:
+        for name, f in self.__dataclass_fields__.items():
+            setattr(self, name, f.default)
+
+
+stats = SearchStats()
+
+
+@dataclass(frozen=True)
+class SearchKnobs:
+    """The plain-getenv knobs of the search, read once per search (they are part of the cache key)."""
+
+    max_steps: int
+    lanes_max: int
+    timeout_s: float
+    runs: int
+
+    @staticmethod
+    def read() -> SearchKnobs:
+        return SearchKnobs(
+            max_steps=getenv("BEAM_MAX_STEPS", 8),
+            lanes_max=getenv("BEAM_UPCAST_MAX", 256),
+            timeout_s=getenv("BEAM_TIMEOUT_SEC", 10.0),
+            runs=max(1, getenv("BEAM_RUNS", 3)),
+        )
+
+
+def beam_opts(ast: UOp, device: CompiledDevice, width: int | None = None) -> list[Opt] | None:
+    """The actions BEAM search picks for `ast` on `device` (from the disk cache when it holds them), or None when
+    the kernel is not searched (then the caller uses the heuristic). `width` defaults to the BEAM knob."""
+    width = BEAM.value if width is None else width
+    if width <= 0 or NOOPT.value:
+        return None
+    base = simplify(ast)  # full_rewrite simplifies first; opts index the ranges of the simplified AST
+    knobs = SearchKnobs.read()
+    key = cache_key(base, device, width, knobs)
+    if CACHELEVEL.value > 0 and not IGNORE_BEAM_CACHE.value and (hit := _read_cache(key)) is not None:
+        if _applies(base, hit):  # opt.py may have changed what an action means since the entry was written
+            stats.cache_hits += 1
+            return hit
+    if (reason := _unsearchable(base)) is not None:
+        stats.skipped += 1
+        if DEBUG.value >= 3:
+            print(f"BEAM skips {_kernel_name(base)}: {reason}")
+        return None
+    try:
+        result = _search(base, device, width, knobs)
+    except Exception as e:  # BEAM may only make a kernel faster, never break it: fall back to the heuristic
+        if DEBUG.value >= 1:
+            print(f"BEAM {_kernel_name(base)}: search failed ({type(e).__name__}: {e}); using the heuristic")
+        result = None
+    if result is None:
+        stats.skipped += 1
+        return None
+    opts, record = result
+    if CACHELEVEL.value > 0:
+        _write_cache(key, opts, record)
+    return opts
+
+
+# ---- which kernels are searched, and which actions are legal ----
+def _kernel_name(ast: UOp) -> str:
+    return ast.arg.name if isinstance(ast.arg, KernelInfo) else "kernel"
+
+
+def _unsearchable(ast: UOp) -> str | None:
+    """Why timing `ast` on random data is unsafe or pointless, or None."""
+    for u in ast.toposort:
+        if u.op is Ops.INDEX and any(x.op is Ops.LOAD for x in u.src[1].toposort):
+            return "an address depends on loaded data"
+        if u.op in (Ops.IDIV, Ops.MOD) and u.dtype != dtypes.index and any(x.op is Ops.LOAD for x in u.src[1].toposort):
+            return "it divides by loaded integers"
+    if not kernel_ranges(ast):
+        return "no loops"
+    return None
+
+
+def _applies(ast: UOp, opts: list[Opt]) -> bool:
+    try:
+        for o in opts:
+            ast = apply_opt(ast, o)
+    except Exception:
+        return False
+    return True
+
+
+def _lanes(ast: UOp) -> int:
+    """Straight-line copies of the biggest loop body: per STORE, the UPCAST ranges its address depends on times the
+    UNROLL ranges the reductions in its value combine (separate loop nests, e.g. a PACK copy, do not multiply)."""
+    most = 1
+    for st in ast.toposort:
+        if st.op is not Ops.STORE:
+            continue
+        ups = {r for r in st.src[0].toposort if r.op is Ops.RANGE and r.arg[1] is AxisType.UPCAST}
+        unrolls = {
+            r
+            for red in st.src[1].toposort
+            if red.op is Ops.REDUCE
+            for r in red.src[1:]
+            if r.op is Ops.RANGE and r.arg[1] is AxisType.UNROLL
+        }
+        most = max(most, math.prod(range_size(r) or 1 for r in ups | unrolls))
+    return most
+
+
+def own_candidates(ast: UOp) -> list[Opt]:
+    """Next actions for an AST with some actions applied: split any loop (UPCAST) or reduction (UNROLL) of constant
+    size by an amount that divides it, or pad a loop to a multiple of 4 or 8 so it can be split."""
+    out: list[Opt] = []
+    for i, r in enumerate(kernel_ranges(ast)):
+        size = range_size(r)
+        kind = r.arg[1]
+        if size is None or size <= 1 or kind not in (AxisType.LOOP, AxisType.REDUCE):
+            continue
+        op = "UPCAST" if kind is AxisType.LOOP else "UNROLL"
+        out.extend(Opt(op, i, amount) for amount in SPLIT_AMOUNTS if amount <= size and size % amount == 0)
+        if kind is AxisType.LOOP:
+            out.extend(Opt("PADTO", i, m) for m in PAD_MULTIPLES if size % m != 0 and size > m)
+    return out
+
+
+def candidates(ast: UOp, renderer: Any) -> list[Opt]:
+    """The legal next actions: opt.py's `candidate_opts(ast, renderer)` when it offers one, else `own_candidates`.
+    An action that then fails to apply is skipped by the caller."""
+    if (fn := getattr(opt_module, "candidate_opts", None)) is not None:
+        return list(fn(ast, renderer))
+    return own_candidates(ast)
+
+
+def heuristic(ast: UOp, renderer: Any) -> list[Opt]:
+    """What the device uses without BEAM (a seed of the search and the reference of the verification): the actions
+    `optimize` records in the kernel's KernelInfo when it chooses them itself, exactly as `full_rewrite` calls it."""
+    width = getattr(renderer, "max_vector_width", 1)
+    out = optimize(ast, None, width, getattr(renderer, "supports_scratch", False))
+    return list(out.arg.opts) if isinstance(out.arg, KernelInfo) else []
+
+
+# ---- the disk cache ----
+@functools.cache
+def _codegen_sources_hash() -> str:
+    """A hash of this package's sources: a change to any pass may change what an action means or how fast it is."""
+    h = hashlib.sha256()
+    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@functools.cache
+def _module_hash(module: str) -> str:
+    path = getattr(sys.modules.get(module), "__file__", None)
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest() if path else module
+
+
+def cache_key(ast: UOp, device: CompiledDevice, width: int, knobs: SearchKnobs) -> str:
+    """The key of a search result: kernel AST, device type, target, code-changing knobs, search knobs, the sources
+    of codegen and of the device's renderer."""
+    parts = (
+        f"beam v{SEARCH_VERSION}",
+        repr(ast),
+        device.name.split(":")[0],
+        device.target(),
+        codegen_knobs_key(),
+        f"width={width} {knobs}",
+        _codegen_sources_hash(),
+        _module_hash(type(device.renderer).__module__),
+    )
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _cache_path(key: str) -> pathlib.Path:
+    return cache_dir() / "beam" / f"{key}.json"
+
+
+def _read_cache(key: str) -> list[Opt] | None:
+    try:
+        data = json.loads(_cache_path(key).read_text())
+        return [Opt(str(op), int(axis), int(amount)) for op, axis, amount in data["opts"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_cache(key: str, opts: list[Opt], record: dict[str, Any]) -> None:
+    path = _cache_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps({"opts": [[o.op, o.axis, o.amount] for o in opts], **record})
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+        os.replace(tmp, path)  # readers in other processes see the old file or the whole new one
+    except OSError:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+
+
+# ---- scratch buffers of the kernel's sizes ----
+@dataclass
+class Scratch:
+    """Buffers for timing: `handles[i]` stands for PARAM i, `initial[i]` is its starting content."""
+
+    device: CompiledDevice
+    dtypes: list[DType]
+    handles: list[Any]
+    initial: list[bytes]
+    vals: dict[str, int]
+
+    def reset(self) -> None:
+        for h, data in zip(self.handles, self.initial):
+            self.device.allocator.copyin(h, memoryview(data))
+
+    def read(self, i: int) -> np.ndarray[Any, Any]:
+        out = bytearray(len(self.initial[i]))
+        self.device.allocator.copyout(memoryview(out), self.handles[i])
+        npdt = to_np_dtype(self.dtypes[i])
+        return np.frombuffer(bytes(out), dtype=npdt if npdt is not None else np.uint8)
+
+
+def _random_bytes(dt: DType, n: int, rng: np.random.Generator) -> bytes:
+    npdt = to_np_dtype(dt)
+    if npdt is None:
+        return bytes(n * dt.itemsize)  # no numpy type (bfloat16, fp8): zeros
+    if dtypes.is_float(dt):
+        return rng.uniform(-1.0, 1.0, n).astype(npdt).tobytes()
+    if dt == dtypes.bool:
+        return rng.integers(0, 2, n).astype(npdt).tobytes()
+    return rng.integers(1, 5, n).astype(npdt).tobytes()  # never zero: kernels may divide by it
+
+
+def make_scratch(ast: UOp, device: CompiledDevice, seed: int = 0) -> Scratch | None:
+    """Buffers for every PARAM of `ast`, each as big as the largest index that reaches it (from the symbolic bounds
+    of the index), filled with random data; None when they would be too big. Variables take their maximum."""
+    params: dict[int, DType] = {}
+    sizes: dict[int, int] = {}
+    vals: dict[str, int] = {}
+    for u in ast.toposort:
+        if u.op is Ops.PARAM:
+            params[int(u.arg)] = u.dtype.scalar()
+        elif u.op is Ops.INDEX and u.src[0].op is Ops.PARAM:
+            n = int(u.src[1].vmax) + 1
+            sizes[int(u.src[0].arg)] = max(sizes.get(int(u.src[0].arg), 1), n)
+        elif u.op is Ops.DEFINE_VAR:
+            vals[str(u.arg[0])] = int(u.arg[2])
+    if not params or sum(sizes.get(i, 1) * dt.itemsize for i, dt in params.items()) > MAX_SCRATCH_BYTES:
+        return None
+    rng = np.random.default_rng(seed)
+    dts = [params.get(i, dtypes.uint8) for i in range(max(params) + 1)]
+    initial = [_random_bytes(dt, sizes.get(i, 1), rng) for i, dt in enumerate(dts)]
+    handles = [device.allocator.alloc(len(data)) for data in initial]
+    scratch = Scratch(device, dts, handles, initial, vals)
+    scratch.reset()
+    return scratch
+
+
+def free_scratch(scratch: Scratch) -> None:
+    for h, data in zip(scratch.handles, scratch.initial):
+        scratch.device.allocator.free(h, len(data))
+
+
+# ---- compiling and timing candidates ----
+@dataclass
+class Candidate:
+    opts: list[Opt]
+    applied: UOp  # the AST with `opts` applied (for the next step's actions and for dropping duplicates)
+    seconds: float = math.inf
+    program: CompiledProgram | None = None
+
+
+def _render(base: UOp, device: CompiledDevice, opts: list[Opt]) -> tuple[list[UOp], str]:
+    uops = full_rewrite(base, device.renderer, opts)
+    return uops, device.renderer.render(_kernel_name(base), uops)
+
+
+def _load(device: CompiledDevice, name: str, uops: list[UOp], src: str, lib: bytes) -> CompiledProgram:
+    from xgrad_codegen.device import CompiledDevice, CompiledProgram, program_info
+
+    if type(device).build is CompiledDevice.build:
+        raw = device.program_factory(name, lib)  # the bytes compiled on the pool; don't compile them again
+    else:
+        raw = device.build(name, uops, src)  # a device that builds its own way (PYTHON, WEBGPU)
+    return CompiledProgram(device, raw, program_info(name, uops, src))
+
+
+def compile_all(
+    base: UOp, device: CompiledDevice, cands: list[Candidate], pool: ThreadPoolExecutor
+) -> list[tuple[Candidate, CompiledProgram]]:
+    """Render each candidate here (Python) while the pool compiles the ones already rendered; a candidate that fails
+    to render, compile or load is dropped."""
+    pending: list[tuple[Candidate, list[UOp], str, Future[bytes]]] = []
+    start = time.perf_counter()
+    for c in cands:
+        try:
+            uops, src = _render(base, device, c.opts)
+        except Exception as e:  # an action the pipeline cannot lower: not a candidate
+            if DEBUG.value >= 5:
+                print(f"BEAM drops {c.opts}: {type(e).__name__}: {e}")
+            continue
+        pending.append((c, uops, src, pool.submit(device.compiler.compile, src)))
+    rendered = time.perf_counter()
+    stats.render_s += rendered - start
+    out = []
+    for c, uops, src, fut in pending:
+        try:
+            prg = _load(device, _kernel_name(base), uops, src, fut.result())
+        except Exception as e:
+            if DEBUG.value >= 5:
+                print(f"BEAM drops {c.opts}: {type(e).__name__}: {e}")
+            continue
+        stats.compiled += 1
+        c.program = prg
+        out.append((c, prg))
+    stats.compile_wait_s += time.perf_counter() - rendered
+    return out
+
+
+def time_program(prg: CompiledProgram, scratch: Scratch, runs: int, cutoff_s: float) -> float:
+    """Best of `runs` launches on the scratch buffers; stops repeating once a launch is slower than `cutoff_s`."""
+    best = math.inf
+    first = time.perf_counter()
+    for _ in range(runs):
+        start = time.perf_counter()
+        elapsed = prg(scratch.handles, scratch.vals, wait=True)
+        prg.device.synchronize()
+        seconds = elapsed if elapsed is not None else time.perf_counter() - start
+        best = min(best, seconds)
+        if seconds > cutoff_s:
+            break
+    stats.timed += 1
+    stats.run_s += time.perf_counter() - first
+    return best
+
+
+def _time_all(
+    base: UOp,
+    device: CompiledDevice,
+    cands: list[Candidate],
+    scratch: Scratch,
+    pool: ThreadPoolExecutor,
+    knobs: SearchKnobs,
+    best: float = math.inf,
+    seeds: bool = False,
+) -> list[Candidate]:
+    """Compile all (in parallel), then time one at a time (nothing else compiling meanwhile). `best` is the fastest
+    time known so far: a launch slower than 3x the fastest ends that candidate's timing early; one slower than
+    BEAM_TIMEOUT_SEC drops the candidate (not a seed: a slow kernel is still searched from the heuristic)."""
+    programs = compile_all(base, device, cands, pool)
+    timed = []
+    for c, prg in programs:
+        try:
+            c.seconds = time_program(prg, scratch, knobs.runs, min(knobs.timeout_s, 3 * best))
+        except Exception as e:  # a program that fails to run is not a candidate either
+            if DEBUG.value >= 5:
+                print(f"BEAM drops {c.opts}: {type(e).__name__}: {e}")
+            continue
+        if c.seconds > knobs.timeout_s and not seeds:
+            continue
+        best = min(best, c.seconds)
+        timed.append(c)
+    return timed
+
+
+def _apply_all(ast: UOp, opts: list[Opt]) -> UOp:
+    for o in opts:
+        ast = apply_opt(ast, o)
+    return ast
+
+
+def _search(
+    base: UOp, device: CompiledDevice, width: int, knobs: SearchKnobs
+) -> tuple[list[Opt], dict[str, Any]] | None:
+    start = time.perf_counter()
+    scratch = make_scratch(base, device)
+    if scratch is None:
+        return None
+    stats.searches += 1
+    workers = PARALLEL.value if PARALLEL.value > 0 else len(os.sched_getaffinity(0))
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="xgrad-beam") as pool:
+            return _search_with(base, device, width, knobs, scratch, pool, start)
+    finally:
+        free_scratch(scratch)
+
+
+def _search_with(
+    base: UOp,
+    device: CompiledDevice,
+    width: int,
+    knobs: SearchKnobs,
+    scratch: Scratch,
+    pool: ThreadPoolExecutor,
+    start: float,
+) -> tuple[list[Opt], dict[str, Any]] | None:
+    before = (stats.render_s, stats.compile_wait_s, stats.run_s)
+    heur = heuristic(base, device.renderer)
+    heur_c = Candidate(heur, _apply_all(base, heur))
+    seeds = [heur_c]  # timed first: its time cuts off a slow start from no actions after one launch
+    if heur:
+        seeds.append(Candidate([], base))
+    seen = {c.applied for c in seeds}
+    beam = _keep(_time_all(base, device, seeds, scratch, pool, knobs, seeds=True), width)
+    if not beam:
+        return None
+    tried = len(seeds)
+    for step in range(knobs.max_steps):
+        fresh: list[Candidate] = []
+        for entry in beam:
+            for action in candidates(entry.applied, device.renderer):
+                try:
+                    applied = apply_opt(entry.applied, action)
+                except Exception:
+                    continue  # not legal here
+                if applied in seen or _lanes(applied) > knobs.lanes_max:
+                    continue
+                seen.add(applied)
+                fresh.append(Candidate([*entry.opts, action], applied))
+        if not fresh:
+            break
+        tried += len(fresh)
+        timed = _time_all(base, device, fresh, scratch, pool, knobs, beam[0].seconds)
+        merged = _keep(beam + timed, width)
+        if DEBUG.value >= 3:
+            print(
+                f"BEAM step {step}: {len(fresh)} new, best {merged[0].seconds * 1e6:.1f} us "
+                f"{_opts_text(merged[0].opts)}"
+            )
+        if merged[0].seconds >= beam[0].seconds:
+            beam = merged
+            break  # nothing faster this step
+        beam = merged
+    chosen = beam[0]
+    if chosen is not heur_c and not _confirm(base, chosen, heur_c, scratch, knobs):
+        chosen = heur_c
+    heur_s = heur_c.seconds
+    record = {"heuristic_s": _finite(heur_s), "chosen_s": _finite(chosen.seconds), "tried": tried}
+    if DEBUG.value >= 2:
+        print(
+            f"BEAM {_kernel_name(base):32s} {heur_s * 1e6:9.1f} us -> {chosen.seconds * 1e6:9.1f} us "
+            f"({heur_s / chosen.seconds if chosen.seconds else 0:.2f}x) with {_opts_text(chosen.opts)}, "
+            f"{tried} tried in {time.perf_counter() - start:.1f} s (render {stats.render_s - before[0]:.1f}, "
+            f"compile wait {stats.compile_wait_s - before[1]:.1f}, runs {stats.run_s - before[2]:.1f})"
+        )
+    return chosen.opts, record
+
+
+def _keep(cands: list[Candidate], width: int) -> list[Candidate]:
+    """The `width` fastest, less any over 3x slower than the fastest (not worth expanding: their children cost
+    seconds to time and rarely catch up within the step limit)."""
+    ranked = sorted(cands, key=lambda c: c.seconds)[:width]
+    return [c for c in ranked if c is ranked[0] or c.seconds <= 3 * ranked[0].seconds]
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _opts_text(opts: list[Opt]) -> str:
+    return "[" + ", ".join(f"{o.op}({o.axis},{o.amount})" for o in opts) + "]"
+
+
+# ---- verification ----
+def verify(base: UOp, device: CompiledDevice, opts: list[Opt], reference: list[Opt], scratch: Scratch) -> bool:
+    """Run the program for `opts` and the one for `reference` from the same random buffer contents; every buffer
+    either writes must come out the same (floats within a tolerance that allows reordered sums)."""
+    a, b = (_build(base, device, o) for o in (opts, reference))
+    return same_outputs(a, b, scratch)
+
+
+def _build(base: UOp, device: CompiledDevice, opts: list[Opt]) -> CompiledProgram:
+    uops, src = _render(base, device, opts)
+    return _load(device, _kernel_name(base), uops, src, device.compiler.compile(src))
+
+
+def same_outputs(prg: CompiledProgram, reference: CompiledProgram, scratch: Scratch) -> bool:
+    results = []
+    for p in (prg, reference):
+        scratch.reset()
+        p(scratch.handles, scratch.vals, wait=True)
+        p.device.synchronize()
+        results.append({i: scratch.read(i) for i in p.info.outs})
+    scratch.reset()
+    got, want = results
+    return got.keys() == want.keys() and all(_close(got[i], want[i], scratch.dtypes[i]) for i in want)
+
+
+def _confirm(base: UOp, chosen: Candidate, heur: Candidate, scratch: Scratch, knobs: SearchKnobs) -> bool:
+    """The chosen program must agree with the heuristic's (see `verify`) and stay faster when both are timed again,
+    alternately (timing noise must not pick a slower kernel). Updates both candidates' times."""
+    device = scratch.device
+    try:
+        a = chosen.program or _build(base, device, chosen.opts)
+        b = heur.program or _build(base, device, heur.opts)
+        if not same_outputs(a, b, scratch):
+            stats.rejected += 1
+            if DEBUG.value >= 1:
+                print(f"BEAM {_kernel_name(base)}: {_opts_text(chosen.opts)} disagrees with the heuristic; kept it")
+            return False
+        ta = tb = math.inf
+        for _ in range(knobs.runs):
+            ta = min(ta, time_program(a, scratch, 1, math.inf))
+            tb = min(tb, time_program(b, scratch, 1, math.inf))
+    except Exception as e:  # the reference failing to build or run also means: keep what BEAM=0 would do
+        stats.rejected += 1
+        if DEBUG.value >= 1:
+            print(f"BEAM {_kernel_name(base)}: verification failed to run: {type(e).__name__}: {e}")
+        return False
+    chosen.seconds, heur.seconds = ta, tb
+    return ta < tb
+
+
+def _close(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any], dt: DType) -> bool:
+    if not dtypes.is_float(dt) or to_np_dtype(dt) is None:
+        return bool(np.array_equal(got, want))
+    g = got.astype(np.float64)
+    w = want.astype(np.float64)
+    finite = np.isfinite(w)
+    scale = float(np.abs(w[finite]).max()) if finite.any() else 1.0
+    tol = 2e-2 if dt.itemsize <= 2 else 1e-3
+    return bool(np.allclose(g, w, rtol=tol, atol=tol * max(scale, 1.0), equal_nan=True))

@@ -1,0 +1,292 @@
+"""BEAM search (`xgrad_codegen.search`): results match numpy, the disk cache is hit, keyed and bypassed as documented,
+chosen actions are always legal, and BEAM=0 changes nothing. Sizes and the beam are tiny: every candidate compiles."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from xgrad import Tensor
+from xgrad.device import Device
+from xgrad.engine import realize
+from xgrad.helpers import Context, getenv
+from xgrad.uop.ops import UOp
+from xgrad_codegen import search
+from xgrad_codegen.opt import apply_opt, kernel_ranges
+from xgrad_codegen.pipeline import full_rewrite
+
+
+@pytest.fixture
+def beam_env(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[pathlib.Path]:
+    """A private BEAM cache dir (the compile cache stays shared), one search step, one timing run, at most 16 lanes,
+    fresh counters."""
+    monkeypatch.setenv("BEAM_MAX_STEPS", "1")
+    monkeypatch.setenv("BEAM_RUNS", "1")
+    monkeypatch.setenv("BEAM_UPCAST_MAX", "16")
+    monkeypatch.setattr(search, "_cache_path", lambda key: tmp_path / "beam" / f"{key}.json")
+    getenv.cache_clear()
+    search.stats.reset()
+    with Context(PARALLEL=2):
+        yield tmp_path
+    monkeypatch.undo()
+    getenv.cache_clear()
+
+
+def kernel_asts(fn: Callable[[], Tensor]) -> list[UOp]:
+    """The kernel ASTs that realizing `fn()` runs."""
+    seen: list[UOp] = []
+    orig = realize.run_kernel
+
+    def spy(item: realize.ScheduleItem, vals: dict[str, int]) -> object:
+        seen.append(item.ast)
+        return orig(item, vals)
+
+    realize.run_kernel = spy  # type: ignore[assignment]
+    try:
+        fn().realize()
+    finally:
+        realize.run_kernel = orig
+    return seen
+
+
+def data(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    n, _, h, wd = x.shape
+    co, _, kh, kw = w.shape
+    out = np.zeros((n, co, h - kh + 1, wd - kw + 1), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            out += np.einsum("nchw,oc->nohw", x[:, :, i : i + out.shape[2], j : j + out.shape[3]], w[:, :, i, j])
+    return out
+
+
+A, B, X, W = data(6, 8), data(8, 4, seed=1), data(2, 3, 6, 6, seed=2), data(4, 3, 3, 3, seed=3)
+OPS: dict[str, tuple[Callable[[str], Tensor], np.ndarray]] = {
+    "elementwise": (lambda d: (Tensor(A, device=d) * 2 + 1).relu(), np.maximum(A * 2 + 1, 0)),
+    "reduce": (lambda d: Tensor(A, device=d).sum(axis=1), A.sum(axis=1)),
+    "matmul": (lambda d: Tensor(A, device=d) @ Tensor(B, device=d), A @ B),
+    "conv2d": (lambda d: Tensor(X, device=d).conv2d(Tensor(W, device=d)), conv2d(X, W)),
+    "softmax": (lambda d: Tensor(A, device=d).softmax(), softmax(A)),
+}
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_beam_results_match_numpy_on_sample_ops(xgrad_device: str, beam_env: pathlib.Path, op: str) -> None:
+    build, want = OPS[op]
+    with Context(BEAM=2):
+        got = build(xgrad_device).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert search.stats.searches >= 1 and search.stats.compiled >= 2
+
+
+def _matmul_ast() -> UOp:
+    with Context(BEAM=0):
+        return kernel_asts(lambda: Tensor(data(8, 12)) @ Tensor(data(12, 8, seed=1)))[-1]
+
+
+def test_beam_cache_hit_the_second_time_compiles_nothing(beam_env: pathlib.Path) -> None:
+    ast, dev = _matmul_ast(), Device["CPU"]
+    first = search.beam_opts(ast, dev, 2)
+    compiled, timed = search.stats.compiled, search.stats.timed
+    assert first is not None and search.stats.searches == 1 and compiled > 0
+    assert list((beam_env / "beam").glob("*.json"))
+    second = search.beam_opts(ast, dev, 2)
+    assert second == first
+    assert (search.stats.searches, search.stats.cache_hits) == (1, 1)
+    assert (search.stats.compiled, search.stats.timed) == (compiled, timed)
+
+
+def test_beam_cache_key_changes_with_code_changing_knob() -> None:
+    ast, dev = _matmul_ast(), Device["CPU"]
+    knobs = search.SearchKnobs.read()
+    plain = search.cache_key(ast, dev, 2, knobs)
+    assert search.cache_key(ast, dev, 2, knobs) == plain
+    with Context(TRANSCENDENTAL=2):
+        assert search.cache_key(ast, dev, 2, knobs) != plain
+    assert search.cache_key(ast, dev, 3, knobs) != plain
+    assert search.cache_key(ast, Device["PYTHON"], 2, knobs) != plain
+
+
+def test_ignore_beam_cache_searches_again(beam_env: pathlib.Path) -> None:
+    ast, dev = _matmul_ast(), Device["CPU"]
+    search.beam_opts(ast, dev, 2)
+    with Context(IGNORE_BEAM_CACHE=1):
+        search.beam_opts(ast, dev, 2)
+    assert (search.stats.searches, search.stats.cache_hits) == (2, 0)
+
+
+def test_cachelevel_zero_writes_and_reads_no_beam_cache(beam_env: pathlib.Path) -> None:
+    ast, dev = _matmul_ast(), Device["CPU"]
+    with Context(CACHELEVEL=0):
+        search.beam_opts(ast, dev, 2)
+        search.beam_opts(ast, dev, 2)
+    assert not (beam_env / "beam").exists()
+    assert (search.stats.searches, search.stats.cache_hits) == (2, 0)
+
+
+def test_beam_off_never_searches(beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("BEAM=0 must not search")
+
+    monkeypatch.setattr(search, "beam_opts", fail)
+    with Context(BEAM=0):
+        got = (Tensor(A) @ Tensor(B) + 1).numpy()
+    np.testing.assert_allclose(got, A @ B + 1, rtol=1e-5, atol=1e-6)
+    assert search.beam_opts is fail and search.stats.searches == 0
+
+
+def test_beam_off_renders_the_heuristic_program() -> None:
+    ast, dev = _matmul_ast(), Device["CPU"]
+    with Context(BEAM=0):
+        prg = dev.compile(ast)
+    assert prg.info.src == dev.renderer.render(prg.info.name, full_rewrite(ast, dev.renderer))
+
+
+FUZZ_SHAPES = [
+    (lambda: Tensor(data(7, 5)).sum(axis=0), lambda: data(7, 5).sum(axis=0)),
+    (lambda: Tensor(data(3, 13)).max(axis=1), lambda: data(3, 13).max(axis=1)),
+    (lambda: Tensor(data(12, 1)) + Tensor(data(1, 10, seed=1)), lambda: data(12, 1) + data(1, 10, seed=1)),
+    (lambda: Tensor(data(5, 6)).permute(1, 0) * 3, lambda: data(5, 6).T * 3),
+    (lambda: Tensor(data(4, 6)) @ Tensor(data(6, 9, seed=1)), lambda: data(4, 6) @ data(6, 9, seed=1)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(FUZZ_SHAPES)))
+def test_beam_never_chooses_an_illegal_action(beam_env: pathlib.Path, case: int) -> None:
+    build, want = FUZZ_SHAPES[case]
+    dev = Device["CPU"]
+    with Context(BEAM=0):
+        asts = kernel_asts(build)
+    for ast in asts:
+        base = search.simplify(ast)
+        opts = search.beam_opts(ast, dev, 2)
+        if opts is None:
+            continue
+        for opt in opts:  # every action applies, in order, to the ranges it names
+            assert opt.axis < len(kernel_ranges(base)), f"{opt} names a range the kernel lacks"
+            base = apply_opt(base, opt)
+        heur = search.heuristic(search.simplify(ast), dev.renderer)
+        assert search._lanes(base) <= search.SearchKnobs.read().lanes_max or opts == heur
+    with Context(BEAM=2):
+        np.testing.assert_allclose(build().numpy(), want(), rtol=1e-5, atol=1e-6)
+
+
+def test_own_candidates_all_apply() -> None:
+    base = search.simplify(_matmul_ast())
+    cands = search.own_candidates(base)
+    assert {o.op for o in cands} >= {"UPCAST", "UNROLL"}
+    for opt in cands:
+        apply_opt(base, opt)  # raises if illegal
+
+
+def _fake_times(monkeypatch: pytest.MonkeyPatch, ast: UOp, confirm_s: float) -> list[search.Opt]:
+    """Make every candidate but the heuristic look 2x faster during the search, and take `confirm_s` (heuristic:
+    1 s) when the final check times it again (the only timing without a cutoff)."""
+    dev = Device["CPU"]
+    heur = search.heuristic(search.simplify(ast), dev.renderer)
+    heur_src = search._render(search.simplify(ast), dev, heur)[1]
+
+    def fake(prg: search.CompiledProgram, scratch: search.Scratch, runs: int, cutoff: float) -> float:
+        if prg.info.src == heur_src:
+            return 1.0
+        return confirm_s if cutoff == math.inf else 0.5
+
+    monkeypatch.setattr(search, "time_program", fake)
+    return heur
+
+
+def test_beam_picks_a_faster_kernel_after_checking_its_outputs(
+    beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ast = _matmul_ast()
+    heur = _fake_times(monkeypatch, ast, 0.5)
+    opts = search.beam_opts(ast, Device["CPU"], 2)
+    assert opts is not None and opts != heur and search.stats.rejected == 0
+
+
+def test_verification_failure_keeps_the_heuristic(beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ast = _matmul_ast()
+    heur = _fake_times(monkeypatch, ast, 0.5)
+    monkeypatch.setattr(search, "same_outputs", lambda *args: False)
+    assert search.beam_opts(ast, Device["CPU"], 2) == heur
+    assert search.stats.rejected == 1
+
+
+def test_slower_on_the_second_timing_keeps_the_heuristic(
+    beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ast = _matmul_ast()
+    heur = _fake_times(monkeypatch, ast, 2.0)
+    assert search.beam_opts(ast, Device["CPU"], 2) == heur
+    assert search.stats.rejected == 0
+
+
+def test_verify_accepts_a_legal_choice_and_rejects_a_different_kernel(beam_env: pathlib.Path) -> None:
+    dev = Device["CPU"]
+    base = search.simplify(_matmul_ast())
+    scratch = search.make_scratch(base, dev)
+    assert scratch is not None
+    try:
+        ranges = kernel_ranges(base)
+        assert search.verify(base, dev, [search.Opt("UPCAST", 0, 2)], [], scratch)
+        assert search.verify(base, dev, [search.Opt("UNROLL", len(ranges) - 1, 4)], [], scratch)
+    finally:
+        search.free_scratch(scratch)
+    assert not search._close(np.array([1.0, 2.0]), np.array([1.0, 2.5]), Tensor([1.0]).dtype)
+    assert search._close(np.array([1.0, np.nan]), np.array([1.0 + 1e-6, np.nan]), Tensor([1.0]).dtype)
+
+
+def test_gather_kernels_are_not_searched(beam_env: pathlib.Path) -> None:
+    idx = Tensor(np.array([2, 0, 1], np.int32))
+    table = Tensor(data(4, 3))
+    with Context(BEAM=0):
+        asts = kernel_asts(lambda: table[idx])
+    reasons = [search._unsearchable(search.simplify(a)) for a in asts]
+    with Context(BEAM=2):
+        got = table[idx].numpy()
+    np.testing.assert_allclose(got, data(4, 3)[[2, 0, 1]])
+    assert all(r is None or "loaded" in r for r in reasons)
+
+
+def test_debug_2_prints_one_line_per_searched_kernel(
+    beam_env: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Context(DEBUG=2):
+        search.beam_opts(_matmul_ast(), Device["CPU"], 2)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("BEAM ")]
+    assert len(lines) == 1 and " us -> " in lines[0] and "tried" in lines[0]
+
+
+def test_tinyjit_replays_beam_programs(beam_env: pathlib.Path) -> None:
+    from xgrad import TinyJit
+
+    f = TinyJit(lambda x, y: (x @ y).relu())
+    with Context(BEAM=2):
+        for i in range(3):
+            a, b = data(4, 6, seed=i), data(6, 5, seed=i + 10)
+            got = f(Tensor(a).realize(), Tensor(b).realize()).numpy()
+            np.testing.assert_allclose(got, np.maximum(a @ b, 0), rtol=1e-5, atol=1e-6)
+    assert search.stats.searches >= 1
+
+
+def test_search_failure_falls_back_to_the_heuristic(beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(search, "make_scratch", boom)
+    assert search.beam_opts(_matmul_ast(), Device["CPU"], 2) is None
+    with Context(BEAM=2):
+        got = (Tensor(A) @ Tensor(B) * 3).numpy()
+    np.testing.assert_allclose(got, A @ B * 3, rtol=1e-5, atol=1e-6)
