@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -120,6 +122,10 @@ def test_dispatches_wait_in_one_encoder_until_a_read(webgpu: str) -> None:
     dev = Device[webgpu]
     x = np.array([0.5, -1.0, 2.0], np.float32)
     t = Tensor(x, device=webgpu).realize()
+    # start with nothing pending and no garbage of earlier tests: freeing a buffer flushes, and so does the 64th
+    # pending dispatch; either one mid-test would submit a before b is recorded
+    gc.collect()
+    dev.synchronize()
     a = (t * 3 + 1).contiguous()
     b = (a.exp() - a).contiguous()
     Tensor.realize(a, b)

@@ -12,5 +12,5 @@ def test_plugin_offers_python_reference_device() -> None:
 
 
 def test_python_device_unavailable_says_not_built_when_module_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plugin, "module_exists", lambda name: False)
+    monkeypatch.setattr("xgrad.plugin.module_exists", lambda name: False)
     assert plugin.python_available() == (False, "PYTHON device not built yet (module xgrad_codegen.pydevice missing)")

@@ -14,9 +14,11 @@ import pytest
 from xgrad.dtype import DType, dtypes
 from xgrad.uop.ops import AxisType, Ops, UOp
 from xgrad_codegen.renderer import (
+    C_INFIX_OPS,
     CStyleRenderer,
     Renderer,
     RenderState,
+    infix_code_for_op,
     legalize_linear,
     pm_split_vector_ops,
     round_float,
@@ -202,3 +204,13 @@ class TinyWGSLish(CStyleRenderer):
 def test_hooks_change_the_printed_language() -> None:
     src = TinyWGSLish().render("k", axpy_program())
     assert "let val0: f32 = data1[ridx0];" in src and "for (i32 ridx0 = 0;" in src
+
+
+def test_infix_table_prints_every_binary_c_operator_with_the_given_spacing() -> None:
+    tight, spaced = infix_code_for_op(), infix_code_for_op(" ")
+    for op, symbol in C_INFIX_OPS.items():
+        assert tight[op]("a", "b", dtype=F) == f"(a{symbol}b)"
+        assert spaced[op]("a", "b", dtype=F) == f"(a {symbol} b)"
+        assert CStyleRenderer.code_for_op[op]("a", "b", dtype=F) == f"(a{symbol}b)"
+    assert tight[Ops.MULACC]("a", "b", "c", dtype=F) == "((a*b)+c)"
+    assert spaced[Ops.MULACC]("a", "b", "c", dtype=F) == "((a * b) + c)"

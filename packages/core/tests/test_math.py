@@ -1,9 +1,8 @@
-"""Elementwise math and activations (`xgrad/mixin/elementwise.py`, `xgrad/mixin/unary.py`): forward and backward
+"""Elementwise math and activations (`xgrad/mixin/elementwise.py`, `bitwise.py`, `unary.py`): forward and backward
 against torch on every available device, special values, dtypes and numerical stability."""
 
 from __future__ import annotations
 
-import doctest
 import math
 from collections.abc import Callable
 
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-from torch_compare import Fn, check, rand, rand_away, rng, seed_per_test  # noqa: F401  (seed_per_test: autouse)
+from torch_compare import Fn, check, rand, rand_away, rng, run_docstring, seed_per_test  # noqa: F401  (autouse fixture)
 
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError, XgradError
@@ -32,17 +31,6 @@ def stacked_values(outs: list[Tensor], group: int = 6) -> np.ndarray:
             total = total + o.reshape(1, -1).pad(((i, k - 1 - i), (0, 0)))
         rows.append(total.numpy())
     return np.concatenate(rows)
-
-
-def run_docstring(name: str) -> None:
-    """Run the `>>>` examples in the docstring of Tensor.<name>; fail if there are none or one fails."""
-    finder = doctest.DocTestFinder()
-    runner = doctest.DocTestRunner()
-    tests = finder.find(getattr(Tensor, name), name, globs={"Tensor": Tensor})
-    for test in tests:
-        runner.run(test)
-    assert runner.tries > 0, f"Tensor.{name} has no docstring example"
-    assert runner.failures == 0, f"the docstring example of Tensor.{name} fails"
 
 
 SHAPES = [(0,), (2, 3)]  # 0-d inputs: test_unary_of_0d_inputs_matches_torch, all ops in one kernel

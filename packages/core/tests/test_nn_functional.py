@@ -3,32 +3,19 @@ and the losses, forward and backward against torch.nn.functional on every availa
 
 from __future__ import annotations
 
-import doctest
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-from torch_compare import Fn, check, rand, rand_away, rng, seed_per_test  # noqa: F401  (seed_per_test: autouse)
+from torch_compare import Fn, check, rand, rand_away, rng, run_docstring, seed_per_test  # noqa: F401  (autouse fixture)
 
 from xgrad.dtype import dtypes
 from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.helpers import Context
 from xgrad.tensor import Tensor
 from xgrad.testing import skip_unsupported
-
-
-def run_docstring(name: str) -> None:
-    """Run the `>>>` examples in the docstring of Tensor.<name>; fail if there are none or one fails."""
-    finder = doctest.DocTestFinder()
-    runner = doctest.DocTestRunner()
-    tests = finder.find(getattr(Tensor, name), name, globs={"Tensor": Tensor})
-    for test in tests:
-        runner.run(test)
-    assert runner.tries > 0, f"Tensor.{name} has no docstring example"
-    assert runner.failures == 0, f"the docstring example of Tensor.{name} fails"
-
 
 REDUCTIONS = ["mean", "sum", "none"]
 

@@ -10,10 +10,14 @@ from xgrad import Context
 from xgrad.plugin import (
     PLUGIN_API_VERSION,
     DeviceSpec,
+    LazyFactory,
+    NeedsModule,
+    Unavailable,
     XgradHookSpecs,
     get_registry,
     module_exists,
     reset_registry,
+    xgrad_api_version,
 )
 
 
@@ -64,3 +68,31 @@ def test_device_spec_is_frozen() -> None:
 def test_module_exists_false_for_missing_parent() -> None:
     assert module_exists("xgrad.plugin")
     assert not module_exists("xgrad_no_such_package.device")
+
+
+def test_lazy_factory_imports_its_module_only_when_called() -> None:
+    factory = LazyFactory("xgrad_no_such_package.device", "Device")  # building it imports nothing
+    with pytest.raises(ModuleNotFoundError):
+        factory("X")
+    assert LazyFactory("fractions", "Fraction")("3/4") == __import__("fractions").Fraction(3, 4)
+
+
+def test_needs_module_is_available_only_when_the_module_is_found() -> None:
+    assert NeedsModule("xgrad.plugin", "unused")() == (True, "")
+    assert NeedsModule("xgrad_no_such_package.device", "not built yet")() == (False, "not built yet")
+
+
+def test_unavailable_gives_its_reason_and_refuses_to_open() -> None:
+    stub = Unavailable("X backend not built yet")
+    assert stub() == (False, "X backend not built yet")
+    with pytest.raises(NotImplementedError, match="X backend not built yet"):
+        stub.open("X")
+
+
+def test_shared_api_version_hook_serves_a_plugin_module_that_imports_it() -> None:
+    import xgrad.builtin_plugin
+
+    assert xgrad_api_version() == PLUGIN_API_VERSION
+    assert xgrad.builtin_plugin.xgrad_api_version is xgrad_api_version
+    record = next(r for r in get_registry().plugins if r.name == "builtin")
+    assert (record.status, record.api_version) == ("loaded", PLUGIN_API_VERSION)

@@ -3,13 +3,12 @@ backward against torch on every available device, over axes, keepdim, 0-d and 0-
 
 from __future__ import annotations
 
-import doctest
 import math
 
 import numpy as np
 import pytest
 import torch
-from torch_compare import Fn, check, rand, rand_away, rng, seed_per_test  # noqa: F401  (seed_per_test: autouse)
+from torch_compare import Fn, check, rand, rand_away, rng, run_docstring, seed_per_test  # noqa: F401  (autouse fixture)
 
 import xgrad.mixin.reduce as reduce_module
 from xgrad.dtype import DType, dtypes
@@ -27,17 +26,6 @@ def stack_rows(outs: list[Tensor]) -> Tensor:
     for r in rows[1:]:
         total = total + r
     return total
-
-
-def run_docstring(name: str) -> None:
-    """Run the `>>>` examples in the docstring of Tensor.<name>; fail if there are none or one fails."""
-    finder = doctest.DocTestFinder()
-    runner = doctest.DocTestRunner()
-    tests = finder.find(getattr(Tensor, name), name, globs={"Tensor": Tensor})
-    for test in tests:
-        runner.run(test)
-    assert runner.tries > 0, f"Tensor.{name} has no docstring example"
-    assert runner.failures == 0, f"the docstring example of Tensor.{name} fails"
 
 
 AXES: list[tuple[int | tuple[int, ...] | None, bool]] = [(None, False), (1, False), (-1, True), ((0, 2), False)]

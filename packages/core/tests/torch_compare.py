@@ -3,11 +3,13 @@
 `rng` is reseeded from the test's name before each test by the autouse fixture `seed_per_test` (import it into the
 test module to activate it), so every test draws the same data on every run, in any order: 0-d inputs are baked into
 kernels as constants, so this also lets the compile cache hit. `check` compares an xgrad function with torch, forward
-and backward. (conftest.py puts this directory on sys.path, so test modules `from torch_compare import ...`.)
+and backward; `run_docstring` runs the `>>>` examples of one Tensor method. (conftest.py puts this directory on
+sys.path, so test modules `from torch_compare import ...`.)
 """
 
 from __future__ import annotations
 
+import doctest
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -87,3 +89,14 @@ def check(
         np.testing.assert_allclose(
             g.numpy(), expected, atol=grad_atol or atol, rtol=rtol, err_msg=f"gradient of input {i}", equal_nan=True
         )
+
+
+def run_docstring(name: str) -> None:
+    """Run the `>>>` examples in the docstring of Tensor.<name>; fail if there are none or one fails."""
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner()
+    tests = finder.find(getattr(Tensor, name), name, globs={"Tensor": Tensor})
+    for test in tests:
+        runner.run(test)
+    assert runner.tries > 0, f"Tensor.{name} has no docstring example"
+    assert runner.failures == 0, f"the docstring example of Tensor.{name} fails"

@@ -2,33 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, RendererSpec, hookimpl
+from xgrad.plugin import DeviceSpec, RendererSpec, Unavailable, hookimpl
+from xgrad.plugin import xgrad_api_version as xgrad_api_version
 
 REASON = "AMD backend not built yet"
-
-
-def not_built() -> tuple[bool, str]:
-    return False, REASON
-
-
-def _not_built(name: str | None) -> Any:
-    raise NotImplementedError(REASON)
-
-
-@hookimpl
-def xgrad_api_version() -> int:
-    return PLUGIN_API_VERSION
+not_built = Unavailable(REASON)
 
 
 @hookimpl
 def xgrad_devices() -> list[DeviceSpec]:
-    return [DeviceSpec("AMD", _not_built, priority=40, available=not_built, description="AMD GPUs through HIP/KFD")]
+    return [DeviceSpec("AMD", not_built.open, priority=40, available=not_built, description="AMD GPUs through HIP/KFD")]
 
 
 @hookimpl
 def xgrad_renderers() -> list[RendererSpec]:
     return [
-        RendererSpec("HIP", _not_built, available=not_built),
+        RendererSpec("HIP", not_built.open, available=not_built),
     ]

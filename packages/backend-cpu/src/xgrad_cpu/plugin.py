@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import shlex
 import shutil
-from typing import Any
 
 from xgrad.helpers import CC
-from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, RendererSpec, hookimpl, module_exists
+from xgrad.plugin import DeviceSpec, LazyFactory, NeedsModule, RendererSpec, hookimpl, module_exists
+from xgrad.plugin import xgrad_api_version as xgrad_api_version
 
 DEVICE_MODULE = "xgrad_cpu.device"
 RENDERER_MODULE = "xgrad_cpu.renderer"
@@ -36,23 +35,9 @@ def cpu_available() -> tuple[bool, str]:
     return True, ""
 
 
-def renderer_available() -> tuple[bool, str]:
-    if not module_exists(RENDERER_MODULE):
-        return False, f"C renderer not built yet (module {RENDERER_MODULE} missing)"
-    return True, ""
-
-
-def _open_cpu(name: str) -> Any:
-    return importlib.import_module(DEVICE_MODULE).CPUDevice(name)
-
-
-def _make_renderer(arch: str | None) -> Any:
-    return importlib.import_module(RENDERER_MODULE).CRenderer(arch)
-
-
-@hookimpl
-def xgrad_api_version() -> int:
-    return PLUGIN_API_VERSION
+renderer_available = NeedsModule(RENDERER_MODULE, f"C renderer not built yet (module {RENDERER_MODULE} missing)")
+_open_cpu = LazyFactory(DEVICE_MODULE, "CPUDevice")
+_make_renderer = LazyFactory(RENDERER_MODULE, "CRenderer")
 
 
 @hookimpl

@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, RendererSpec, hookimpl
+from xgrad.plugin import DeviceSpec, RendererSpec, Unavailable, hookimpl
+from xgrad.plugin import xgrad_api_version as xgrad_api_version
 
 REASON = "NV backend not built yet"
-
-
-def not_built() -> tuple[bool, str]:
-    return False, REASON
-
-
-def _not_built(name: str | None) -> Any:
-    raise NotImplementedError(REASON)
-
-
-@hookimpl
-def xgrad_api_version() -> int:
-    return PLUGIN_API_VERSION
+not_built = Unavailable(REASON)
 
 
 @hookimpl
 def xgrad_devices() -> list[DeviceSpec]:
     return [
         DeviceSpec(
-            "NV", _not_built, priority=40, available=not_built, description="NVIDIA GPUs through the CUDA driver"
+            "NV", not_built.open, priority=40, available=not_built, description="NVIDIA GPUs through the CUDA driver"
         )
     ]
 
@@ -34,6 +21,6 @@ def xgrad_devices() -> list[DeviceSpec]:
 @hookimpl
 def xgrad_renderers() -> list[RendererSpec]:
     return [
-        RendererSpec("CUDA", _not_built, available=not_built),
-        RendererSpec("PTX", _not_built, available=not_built),
+        RendererSpec("CUDA", not_built.open, available=not_built),
+        RendererSpec("PTX", not_built.open, available=not_built),
     ]

@@ -7,12 +7,11 @@ is much slower than the C backend. Where the CPU backend is unavailable WebGPU b
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
-from typing import Any
 
-from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, RendererSpec, hookimpl, module_exists
+from xgrad.plugin import DeviceSpec, LazyFactory, NeedsModule, RendererSpec, hookimpl, module_exists
+from xgrad.plugin import xgrad_api_version as xgrad_api_version
 
 DEVICE_MODULE = "xgrad_webgpu.device"
 RENDERER_MODULE = "xgrad_webgpu.renderer"
@@ -55,23 +54,9 @@ def webgpu_available() -> tuple[bool, str]:
     return True, ""
 
 
-def renderer_available() -> tuple[bool, str]:
-    if not module_exists(RENDERER_MODULE):
-        return False, f"WGSL renderer missing (module {RENDERER_MODULE})"
-    return True, ""
-
-
-def _open_webgpu(name: str) -> Any:
-    return importlib.import_module(DEVICE_MODULE).WebGPUDevice(name)
-
-
-def _make_renderer(arch: str | None) -> Any:
-    return importlib.import_module(RENDERER_MODULE).WGSLRenderer(arch)
-
-
-@hookimpl
-def xgrad_api_version() -> int:
-    return PLUGIN_API_VERSION
+renderer_available = NeedsModule(RENDERER_MODULE, f"WGSL renderer missing (module {RENDERER_MODULE})")
+_open_webgpu = LazyFactory(DEVICE_MODULE, "WebGPUDevice")
+_make_renderer = LazyFactory(RENDERER_MODULE, "WGSLRenderer")
 
 
 @hookimpl

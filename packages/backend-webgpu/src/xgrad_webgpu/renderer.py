@@ -36,7 +36,7 @@ from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat
-from xgrad_codegen.renderer import CStyleRenderer, RenderState, base_uop_rules, round_float
+from xgrad_codegen.renderer import CStyleRenderer, RenderState, base_uop_rules, infix_code_for_op, round_float
 
 WORKGROUP_SIZE = 64
 F16_FEATURE = "shader-f16"
@@ -108,28 +108,17 @@ def wgsl_trunc(x: str, dtype: DType) -> str:
     return f"trunc({x})" if dtypes.is_float(dtype) else x
 
 
+# the C family's infix operators with spaces, and what WGSL prints otherwise
 code_for_op_wgsl: dict[Ops, Callable[..., str]] = {
+    **infix_code_for_op(" "),
     Ops.NEG: wgsl_neg,
     Ops.RECIPROCAL: lambda x, dtype: f"(1.0 / {x})",
     Ops.SQRT: lambda x, dtype: f"sqrt({x})",
     Ops.TRUNC: wgsl_trunc,
-    Ops.ADD: lambda a, b, dtype: f"({a} + {b})",
-    Ops.SUB: lambda a, b, dtype: f"({a} - {b})",
-    Ops.MUL: lambda a, b, dtype: f"({a} * {b})",
-    Ops.FDIV: lambda a, b, dtype: f"({a} / {b})",
-    Ops.IDIV: lambda a, b, dtype: f"({a} / {b})",
-    Ops.MOD: lambda a, b, dtype: f"({a} % {b})",
     Ops.MAX: wgsl_max,
-    Ops.CMPLT: lambda a, b, dtype: f"({a} < {b})",
-    Ops.CMPNE: lambda a, b, dtype: f"({a} != {b})",
-    Ops.CMPEQ: lambda a, b, dtype: f"({a} == {b})",
-    Ops.AND: lambda a, b, dtype: f"({a} & {b})",
-    Ops.OR: lambda a, b, dtype: f"({a} | {b})",
-    Ops.XOR: lambda a, b, dtype: f"({a} ^ {b})",
-    Ops.SHL: lambda a, b, dtype: f"({a} << u32({b}))",
+    Ops.SHL: lambda a, b, dtype: f"({a} << u32({b}))",  # shift counts must be u32
     Ops.SHR: lambda a, b, dtype: f"({a} >> u32({b}))",
     Ops.WHERE: lambda c, a, b, dtype: f"select({b}, {a}, {c})",
-    Ops.MULACC: lambda a, b, c, dtype: f"(({a} * {b}) + {c})",
 }
 
 FLOAT_COMPARES = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, hookimpl, module_exists
+from xgrad.plugin import DeviceSpec, LazyFactory, NeedsModule, hookimpl
+from xgrad.plugin import xgrad_api_version as xgrad_api_version
 
 DEVICE_MODULE = "xgrad_codegen.pydevice"
 
 
-def python_available() -> tuple[bool, str]:
-    if not module_exists(DEVICE_MODULE):
-        return False, f"PYTHON device not built yet (module {DEVICE_MODULE} missing)"
-    return True, ""
-
-
-def _open_python(name: str) -> Any:
-    return importlib.import_module(DEVICE_MODULE).PythonDevice(name)
-
-
-@hookimpl
-def xgrad_api_version() -> int:
-    return PLUGIN_API_VERSION
+python_available = NeedsModule(DEVICE_MODULE, f"PYTHON device not built yet (module {DEVICE_MODULE} missing)")
+_open_python = LazyFactory(DEVICE_MODULE, "PythonDevice")
 
 
 @hookimpl

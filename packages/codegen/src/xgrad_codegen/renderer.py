@@ -18,7 +18,9 @@ from typing import Any, ClassVar
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError
 from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
-from xgrad.uop.pattern import PatternMatcher, UPat
+from xgrad.uop.pattern import PatternMatcher
+from xgrad_codegen.legalize import PURE_OPS as _PURE
+from xgrad_codegen.legalize import legalize_linear, pm_split_vector_ops, split_vector_alu
 
 
 class Renderer:
@@ -51,81 +53,6 @@ class Renderer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device!r}, arch={self.arch!r})"
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# legalisation of linear programs
-
-
-def split_vector_alu(x: UOp) -> UOp | None:
-    """A vector ALU op the language has no vector form of -> one scalar op per lane, gathered by VECTORIZE."""
-    if x.dtype.count == 1:
-        return None
-    lanes = []
-    for i in range(x.dtype.count):
-        srcs = tuple(UOp(Ops.GEP, s.dtype.scalar(), (s,), i) if s.dtype.count > 1 else s for s in x.src)
-        lanes.append(UOp(x.op, x.dtype.scalar(), srcs, x.arg))
-    return UOp(Ops.VECTORIZE, x.dtype, tuple(lanes))
-
-
-def split_bool_vector_cast(x: UOp) -> UOp | None:
-    """A vector CAST to or from bool -> per-lane casts (bool vectors are not real vector types in C)."""
-    if x.dtype.count == 1 or not (dtypes.is_bool(x.dtype) or dtypes.is_bool(x.src[0].dtype)):
-        return None
-    return split_vector_alu(x)
-
-
-def pm_split_vector_ops(ops: frozenset[Ops]) -> PatternMatcher:
-    """The rules that split vector `ops` into lanes (ops a language only has on scalars)."""
-    return PatternMatcher(
-        [
-            (UPat(ops, name="x"), split_vector_alu),
-            (UPat(Ops.CAST, name="x"), split_bool_vector_cast),
-        ]
-    )
-
-
-_PURE = GroupOp.ALU | {Ops.CONST, Ops.GEP, Ops.VECTORIZE, Ops.CAST, Ops.BITCAST, Ops.INDEX}
-
-
-def legalize_linear(uops: list[UOp], pm: PatternMatcher | None) -> list[UOp]:
-    """Apply rewrite table `pm` to a linear program, keeping it linear: a rewritten node is replaced by the nodes of
-    its replacement, placed where it stood (sources first); users see the replacement. New pure nodes already visible
-    in the current loop scope are reused, not placed twice."""
-    if pm is None:
-        return uops
-    out: list[UOp] = []
-    new_of: dict[UOp, UOp] = {}
-    scopes: list[set[UOp]] = [set()]
-
-    def visible(u: UOp) -> bool:
-        return any(u in s for s in scopes)
-
-    def place(u: UOp, depth: int = 0) -> UOp:
-        assert depth < 64, f"legalize rules do not terminate at {u.op}"
-        if (new := pm.rewrite(u)) is not None:
-            return ensure(new, depth + 1)
-        if u.op is Ops.END and len(scopes) > 1:
-            scopes.pop()
-        out.append(u)
-        scopes[-1].add(u)
-        if u.op is Ops.RANGE:
-            scopes.append({u})
-        return u
-
-    def ensure(u: UOp, depth: int) -> UOp:
-        if visible(u):
-            return u
-        srcs = tuple(ensure(s, depth) for s in u.src)
-        return place(u.replace(src=srcs), depth)
-
-    for u in uops:
-        rebuilt = u.replace(src=tuple(new_of.get(s, s) for s in u.src))
-        if rebuilt.op in _PURE and visible(rebuilt):
-            new_of[u] = rebuilt
-            continue
-        new_of[u] = place(rebuilt)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -304,27 +231,59 @@ def c_max(a: str, b: str, dtype: DType) -> str:
     return f"({a}>{b}?{a}:{b})"
 
 
+# the infix operators C and its relatives (CUDA, HIP, WGSL) share: op -> symbol, printed `(a<symbol>b)`
+C_INFIX_OPS: dict[Ops, str] = {
+    Ops.ADD: "+",
+    Ops.SUB: "-",
+    Ops.MUL: "*",
+    Ops.FDIV: "/",
+    Ops.IDIV: "/",
+    Ops.MOD: "%",
+    Ops.CMPLT: "<",
+    Ops.CMPNE: "!=",
+    Ops.CMPEQ: "==",
+    Ops.AND: "&",
+    Ops.OR: "|",
+    Ops.XOR: "^",
+    Ops.SHL: "<<",
+    Ops.SHR: ">>",
+}
+
+
+@dataclass(frozen=True)
+class Infix:
+    """Prints a binary op as `(a<symbol>b)`, with `space` on both sides of the symbol."""
+
+    symbol: str
+    space: str = ""
+
+    def __call__(self, a: str, b: str, dtype: DType) -> str:
+        return f"({a}{self.space}{self.symbol}{self.space}{b})"
+
+
+@dataclass(frozen=True)
+class MulAcc:
+    """Prints MULACC as `((a*b)+c)`, with `space` on both sides of each symbol."""
+
+    space: str = ""
+
+    def __call__(self, a: str, b: str, c: str, dtype: DType) -> str:
+        return Infix("+", self.space)(Infix("*", self.space)(a, b, dtype), c, dtype)
+
+
+def infix_code_for_op(space: str = "") -> dict[Ops, Callable[..., str]]:
+    """`code_for_op` entries for every op of C_INFIX_OPS and MULACC; a renderer adds its unary ops, MAX, WHERE and
+    math functions, and overrides the entries its language prints otherwise."""
+    return {**{op: Infix(symbol, space) for op, symbol in C_INFIX_OPS.items()}, Ops.MULACC: MulAcc(space)}
+
+
 # the C-family operators; math functions differ per language and are added by each renderer
 base_code_for_op: dict[Ops, Callable[..., str]] = {
     Ops.NEG: lambda x, dtype: f"(-{x})",
     Ops.RECIPROCAL: lambda x, dtype: f"(1/{x})",
-    Ops.ADD: lambda a, b, dtype: f"({a}+{b})",
-    Ops.SUB: lambda a, b, dtype: f"({a}-{b})",
-    Ops.MUL: lambda a, b, dtype: f"({a}*{b})",
-    Ops.FDIV: lambda a, b, dtype: f"({a}/{b})",
-    Ops.IDIV: lambda a, b, dtype: f"({a}/{b})",
-    Ops.MOD: lambda a, b, dtype: f"({a}%{b})",
+    **infix_code_for_op(),
     Ops.MAX: c_max,
-    Ops.CMPLT: lambda a, b, dtype: f"({a}<{b})",
-    Ops.CMPNE: lambda a, b, dtype: f"({a}!={b})",
-    Ops.CMPEQ: lambda a, b, dtype: f"({a}=={b})",
-    Ops.AND: lambda a, b, dtype: f"({a}&{b})",
-    Ops.OR: lambda a, b, dtype: f"({a}|{b})",
-    Ops.XOR: lambda a, b, dtype: f"({a}^{b})",
-    Ops.SHL: lambda a, b, dtype: f"({a}<<{b})",
-    Ops.SHR: lambda a, b, dtype: f"({a}>>{b})",
     Ops.WHERE: lambda c, a, b, dtype: f"({c}?{a}:{b})",
-    Ops.MULACC: lambda a, b, c, dtype: f"(({a}*{b})+{c})",
 }
 
 # ops whose result may not fit an integer type narrower than int after C's integer promotion
@@ -591,6 +550,10 @@ __all__ = [
     "pm_split_vector_ops",
     "split_vector_alu",
     "base_code_for_op",
+    "C_INFIX_OPS",
+    "Infix",
+    "MulAcc",
+    "infix_code_for_op",
     "base_uop_rules",
     "round_float",
 ]

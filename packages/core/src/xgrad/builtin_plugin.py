@@ -6,9 +6,9 @@ Registered by the registry before any other plugin, whatever the plugin knobs sa
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
-from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, hookimpl
+from xgrad.plugin import DeviceSpec, LazyFactory, hookimpl
+from xgrad.plugin import xgrad_api_version as xgrad_api_version
 
 NULL_MODULE = "xgrad.runtime.null"
 DISK_MODULE = "xgrad.runtime.disk"
@@ -22,17 +22,8 @@ def _module_imports(modname: str) -> tuple[bool, str]:
     return True, ""
 
 
-def _open_null(name: str) -> Any:
-    return importlib.import_module(NULL_MODULE).NullDevice(name)
-
-
-def _open_disk(name: str) -> Any:
-    return importlib.import_module(DISK_MODULE).DiskDevice(name)
-
-
-@hookimpl
-def xgrad_api_version() -> int:
-    return PLUGIN_API_VERSION
+_open_null = LazyFactory(NULL_MODULE, "NullDevice")
+_open_disk = LazyFactory(DISK_MODULE, "DiskDevice")
 
 
 @hookimpl

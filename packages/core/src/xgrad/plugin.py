@@ -284,6 +284,52 @@ def module_exists(modname: str) -> bool:
         return False
 
 
+# ---- building blocks for plugin modules (the bundled backends use them; so may a third-party one) ----
+@hookimpl
+def xgrad_api_version() -> int:
+    """The version hook every plugin needs, answering this core's PLUGIN_API_VERSION. A plugin module picks it up with
+    `from xgrad.plugin import xgrad_api_version as xgrad_api_version` (or writes its own returning the version it
+    was written for)."""
+    return PLUGIN_API_VERSION
+
+
+@dataclass(frozen=True)
+class LazyFactory:
+    """A `DeviceSpec`/`RendererSpec` factory that imports `module` on the first call and calls its `attr` with the
+    argument (device name or arch), so that listing a plugin's hooks imports nothing heavy."""
+
+    module: str
+    attr: str
+
+    def __call__(self, arg: str | None) -> Any:
+        return getattr(importlib.import_module(self.module), self.attr)(arg)
+
+
+@dataclass(frozen=True)
+class NeedsModule:
+    """An availability check: (True, "") when `module` can be imported (found, not imported), else (False, reason)."""
+
+    module: str
+    reason: str
+
+    def __call__(self) -> tuple[bool, str]:
+        return (True, "") if module_exists(self.module) else (False, self.reason)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A stub backend's device or renderer: as `available` it answers (False, reason); `open` is its factory and
+    raises NotImplementedError(reason)."""
+
+    reason: str
+
+    def __call__(self) -> tuple[bool, str]:
+        return False, self.reason
+
+    def open(self, name: str | None) -> Any:
+        raise NotImplementedError(self.reason)
+
+
 # ---- the process-wide registry ----
 _registry: Registry | None = None
 _lock = threading.RLock()

@@ -83,6 +83,22 @@ def _tuple(x: IntOrTuple, n: int, what: str) -> tuple[int, ...]:
     return t
 
 
+def _spatial_dims(x: Tensor, weight: Tensor, op: str, weight_layout: str) -> int:
+    """The number of spatial dims of a convolution; input and weight must agree on it."""
+    n = weight.ndim - 2
+    if x.ndim != weight.ndim or n < 1:
+        raise ShapeError(
+            f"{op} input {x.shape} and weight {weight.shape} must be (N, C_in, *spatial) and {weight_layout}"
+        )
+    return n
+
+
+def _kernel_stride_dilation(
+    weight: Tensor, stride: IntOrTuple, dilation: IntOrTuple, n: int
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    return weight.shape[2:], _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+
+
 def _ceil_extra(i: int, k: int, s: int, d: int, pads: tuple[int, int], ceil_mode: bool) -> int:
     """Extra right padding so ceil_mode gets torch's output size (the last window starts inside input or left pad)."""
     span = i + pads[0] + pads[1] - d * (k - 1) - 1
@@ -125,12 +141,9 @@ class ConvMixin(LinalgMixin):
         >>> Tensor([[[1.0, 2.0, 3.0, 4.0]]]).conv2d(Tensor([[[1.0, -1.0]]])).tolist()
         [[[-1.0, -1.0, -1.0]]]
         """
-        n = weight.ndim - 2
-        if self.ndim != weight.ndim or n < 1:
-            raise ShapeError(
-                f"conv2d input {self.shape} and weight {weight.shape} must be (N, C_in, *spatial) and "
-                f"(C_out, C_in / groups, *kernel) with the same number of spatial dims"
-            )
+        n = _spatial_dims(
+            self._t(), weight, "conv2d", "(C_out, C_in / groups, *kernel) with the same number of spatial dims"
+        )
         batch, cin = self.shape[:2]
         cout, cin_g = weight.shape[:2]
         if groups < 1 or cin != cin_g * groups or cout % groups:
@@ -138,8 +151,7 @@ class ConvMixin(LinalgMixin):
                 f"conv2d input {self.shape} with weight {weight.shape} and groups={groups}: need C_in = "
                 f"{cin} = weight.shape[1] * groups and C_out = {cout} divisible by groups"
             )
-        k = weight.shape[2:]
-        s, d = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+        k, s, d = _kernel_stride_dilation(weight, stride, dilation, n)
         pads = _resolve_padding(padding, n)
         x = self.pad(((0, 0), (0, 0), *pads)) if any(p != (0, 0) for p in pads) else self._t()
         windows = _pool(x, k, s, d)  # (N, C_in, *o, *k)
@@ -166,20 +178,14 @@ class ConvMixin(LinalgMixin):
         >>> Tensor([[[1.0, 2.0]]]).conv_transpose2d(Tensor([[[1.0, 10.0]]])).tolist()
         [[[1.0, 12.0, 20.0]]]
         """
-        n = weight.ndim - 2
-        if self.ndim != weight.ndim or n < 1:
-            raise ShapeError(
-                f"conv_transpose2d input {self.shape} and weight {weight.shape} must be (N, C_in, *spatial) and "
-                f"(C_in, C_out / groups, *kernel)"
-            )
+        n = _spatial_dims(self._t(), weight, "conv_transpose2d", "(C_in, C_out / groups, *kernel)")
         cin, cout_g = weight.shape[:2]
         if groups < 1 or cin % groups or self.shape[1] != cin:
             raise ShapeError(
                 f"conv_transpose2d input {self.shape} with weight {weight.shape} and groups={groups}: need "
                 f"C_in = weight.shape[0] = {cin}, divisible by groups"
             )
-        k = weight.shape[2:]
-        s, d = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+        k, s, d = _kernel_stride_dilation(weight, stride, dilation, n)
         p, op = _tuple(padding, n, "padding"), _tuple(output_padding, n, "output_padding")
         w = weight.reshape((groups, cin // groups, cout_g) + k).transpose(1, 2)
         w = w.reshape((groups * cout_g, cin // groups) + k).flip(tuple(range(2, 2 + n)))

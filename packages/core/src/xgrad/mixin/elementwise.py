@@ -1,4 +1,4 @@
-"""Elementwise math, comparisons, bitwise ops and the Python operators."""
+"""Elementwise math, casts, `where` and the arithmetic Python operators (comparisons and bitwise ops: bitwise.py)."""
 
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ class ElementwiseMixin(MovementMixin):
         >>> Tensor([-1.5, 1.5]).floor().tolist()
         [-2.0, 1.0]"""
         t = self.trunc()
-        return (self < t).where(t - 1, t) if dtypes.is_float(self.dtype) else self._t()
+        return (self._t() < t).where(t - 1, t) if dtypes.is_float(self.dtype) else self._t()
 
     def ceil(self) -> Tensor:
         """Round up; ints are unchanged.
@@ -188,7 +188,7 @@ class ElementwiseMixin(MovementMixin):
         >>> Tensor([-1.5, 1.5]).ceil().tolist()
         [-1.0, 2.0]"""
         t = self.trunc()
-        return (self > t).where(t + 1, t) if dtypes.is_float(self.dtype) else self._t()
+        return (self._t() > t).where(t + 1, t) if dtypes.is_float(self.dtype) else self._t()
 
     def round(self) -> Tensor:
         """Round to the nearest integer, halves to even (as torch and numpy); ints are unchanged.
@@ -223,7 +223,7 @@ class ElementwiseMixin(MovementMixin):
         out = bits == inf_bits
         if detect_positive and detect_negative:
             return out
-        return out & ((self > 0) if detect_positive else (self < 0))
+        return out & ((self._t() > 0) if detect_positive else (self._t() < 0))
 
     def isnan(self) -> Tensor:
         """Where the value is nan.
@@ -277,21 +277,23 @@ class ElementwiseMixin(MovementMixin):
         [2, 0, 3]"""
         if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool:
             return self._t()
-        return (self < 0).where(-self, (self == 0).where(0, self._t()))
+        x = self._t()
+        return (x < 0).where(-x, (x == 0).where(0, x))
 
     def sign(self) -> Tensor:
         """-1, 0 or 1 by the sign of x, in x's dtype.
 
         >>> Tensor([-2.0, 0.0, 3.0]).sign().tolist()
         [-1.0, 0.0, 1.0]"""
-        return (self > 0).where(1, 0).cast(self.dtype) - (self < 0).where(1, 0).cast(self.dtype)
+        x = self._t()
+        return (x > 0).where(1, 0).cast(x.dtype) - (x < 0).where(1, 0).cast(x.dtype)
 
     def relu(self) -> Tensor:
         """max(x, 0).
 
         >>> Tensor([-1.0, 0.0, 2.0]).relu().tolist()
         [0.0, 0.0, 2.0]"""
-        return (self > 0).where(self._t(), 0)
+        return (self._t() > 0).where(self._t(), 0)
 
     def logical_not(self) -> Tensor:
         """True where x is zero/false (the result is bool).
@@ -423,7 +425,8 @@ class ElementwiseMixin(MovementMixin):
         if dtypes.is_unsigned(e.dtype):
             return result
         minus_one = ((e & 1) != 0).where(-1, 1).cast(self.dtype)
-        neg = (self == 1).where(1, (self == -1).where(minus_one, 0))
+        x = self._t()
+        neg = (x == 1).where(1, (x == -1).where(minus_one, 0))
         return (e < 0).where(neg, result)
 
     def _pow_float(self, b: Tensor) -> Tensor:
@@ -523,88 +526,9 @@ class ElementwiseMixin(MovementMixin):
         cond, xt, yt = cond._broadcast_to(shape), xt._broadcast_to(shape), yt._broadcast_to(shape)
         return self._new(UOp(Ops.WHERE, xt.dtype, (cond.uop, xt.uop, yt.uop)))
 
-    def _cmp(self, op: Ops, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        a, b = self._broadcasted(x, reverse)
-        return self._new(a.uop.alu(op, b.uop))
-
-    def __lt__(self, x: Tensor | Scalar) -> Tensor:
-        return self._cmp(Ops.CMPLT, x)
-
-    def __gt__(self, x: Tensor | Scalar) -> Tensor:
-        return self._cmp(Ops.CMPLT, x, True)
-
-    def __le__(self, x: Tensor | Scalar) -> Tensor:
-        a, b = self._broadcasted(x)
-        return (a < b) | (a == b) if dtypes.is_float(a.dtype) else (a > b).logical_not()  # nan <= x is False
-
-    def __ge__(self, x: Tensor | Scalar) -> Tensor:
-        a, b = self._broadcasted(x)
-        return (a > b) | (a == b) if dtypes.is_float(a.dtype) else (a < b).logical_not()
-
-    def __eq__(self, x: Tensor | Scalar) -> Tensor:  # type: ignore[override]
-        return self._cmp(Ops.CMPEQ, x)
-
-    __hash__ = object.__hash__  # defining __eq__ would otherwise make tensors unhashable
-
-    def __ne__(self, x: Tensor | Scalar) -> Tensor:  # type: ignore[override]
-        return self._cmp(Ops.CMPNE, x)
-
-    def _bitop(self, op: Ops, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        a, b = self._broadcasted(x, reverse)
-        if dtypes.is_float(a.dtype):
-            raise DTypeError(f"{op.name.lower()} is only for integer or bool tensors, not {a.dtype.name}")
-        return a._binop(op, b)
-
-    def bitwise_and(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        """Bitwise and of ints or bools (floats raise DTypeError).
-
-        >>> Tensor([12]).bitwise_and(10).tolist()
-        [8]"""
-        return self._bitop(Ops.AND, x, reverse)
-
-    def bitwise_or(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        """Bitwise or of ints or bools.
-
-        >>> Tensor([12]).bitwise_or(10).tolist()
-        [14]"""
-        return self._bitop(Ops.OR, x, reverse)
-
-    def bitwise_xor(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        """Bitwise xor of ints or bools.
-
-        >>> Tensor([12]).bitwise_xor(10).tolist()
-        [6]"""
-        return self._bitop(Ops.XOR, x, reverse)
-
-    def lshift(self, x: Tensor | int, reverse: bool = False) -> Tensor:
-        """Shift the bits left by x (ints only).
-
-        >>> Tensor([1, 3]).lshift(2).tolist()
-        [4, 12]"""
-        return self._bitop(Ops.SHL, x, reverse)
-
-    def rshift(self, x: Tensor | int, reverse: bool = False) -> Tensor:
-        """Shift the bits right by x (ints only).
-
-        >>> Tensor([8, 12]).rshift(2).tolist()
-        [2, 3]"""
-        return self._bitop(Ops.SHR, x, reverse)
-
-    def bitwise_not(self) -> Tensor:
-        """Flip every bit (logical not for bool).
-
-        >>> Tensor([0, 5]).bitwise_not().tolist()
-        [-1, -6]"""
-        if self.dtype == dtypes.bool:
-            return self.logical_not()
-        return self._bitop(Ops.XOR, -1 if not dtypes.is_unsigned(self.dtype) else int(dtypes.max(self.dtype)))
-
     # ---- operators ----
     def __neg__(self) -> Tensor:
         return self.neg()
-
-    def __invert__(self) -> Tensor:
-        return self.bitwise_not()
 
     def __add__(self, x: Tensor | Scalar) -> Tensor:
         return self.add(x)
@@ -647,27 +571,3 @@ class ElementwiseMixin(MovementMixin):
 
     def __rpow__(self, x: Scalar) -> Tensor:
         return self.pow(x, True)
-
-    def __and__(self, x: Tensor | Scalar) -> Tensor:
-        return self.bitwise_and(x)
-
-    def __rand__(self, x: Scalar) -> Tensor:
-        return self.bitwise_and(x, True)
-
-    def __or__(self, x: Tensor | Scalar) -> Tensor:
-        return self.bitwise_or(x)
-
-    def __ror__(self, x: Scalar) -> Tensor:
-        return self.bitwise_or(x, True)
-
-    def __xor__(self, x: Tensor | Scalar) -> Tensor:
-        return self.bitwise_xor(x)
-
-    def __rxor__(self, x: Scalar) -> Tensor:
-        return self.bitwise_xor(x, True)
-
-    def __lshift__(self, x: int) -> Tensor:
-        return self.lshift(x)
-
-    def __rshift__(self, x: int) -> Tensor:
-        return self.rshift(x)

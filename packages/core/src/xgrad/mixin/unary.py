@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from xgrad.dtype import dtypes
 from xgrad.errors import XgradError
+from xgrad.mixin.bitwise import BitwiseMixin
 from xgrad.mixin.common import Scalar
-from xgrad.mixin.elementwise import ElementwiseMixin
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -153,7 +153,7 @@ def _erf(x: Tensor) -> Tensor:
     return small.where(series, neg.where(-big, big))
 
 
-class UnaryMixin(ElementwiseMixin):
+class UnaryMixin(BitwiseMixin):
     __slots__ = ()
 
     # ---- inverse trig and hyperbolic ----
