@@ -8,6 +8,7 @@ the order is fixed.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass, field
 
@@ -39,13 +40,14 @@ class AccCtx:
     counter: itertools.count[int] = field(default_factory=itertools.count)
     context: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # REDUCE -> the loops around its use
     loops: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # DEFINE_ACC / ASSIGN_ACC -> their exact loops
+    free: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # free_ranges of the nodes seen so far
 
 
 def lower_reduce(ctx: AccCtx, red: UOp) -> UOp:
     """REDUCE -> an accumulator defined in the loops around the reduction's use, updated inside its own loops."""
     value, ranges = red.src[0], sorted(red.src[1:], key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0]))
     acc = UOp(Ops.DEFINE_ACC, red.dtype, (identity_element(red.arg, red.dtype),), next(ctx.counter))
-    outer = ctx.context.get(red, frozenset()) | (free_ranges(value) - set(ranges))
+    outer = ctx.context.get(red, frozenset()) | (free_ranges(value, ctx.free) - set(ranges))
     combined = UOp(red.arg, red.dtype, (acc, value))
     step: UOp = UOp(Ops.ASSIGN_ACC, red.dtype, (acc, combined))
     ctx.loops[acc] = outer
@@ -56,10 +58,13 @@ def lower_reduce(ctx: AccCtx, red: UOp) -> UOp:
     return UOp(Ops.NOOP, red.dtype, (acc, step))
 
 
-def free_ranges(u: UOp) -> frozenset[UOp]:
-    """The RANGEs `u` depends on that no REDUCE inside it binds."""
-    free: dict[UOp, frozenset[UOp]] = {}
+def free_ranges(u: UOp, free: dict[UOp, frozenset[UOp]] | None = None) -> frozenset[UOp]:
+    """The RANGEs `u` depends on that no REDUCE inside it binds. `free` (node -> its answer) is read and filled: share
+    it between calls on one graph."""
+    free = {} if free is None else free
     for x in u.toposort:
+        if x in free:
+            continue
         inner = frozenset().union(*(free[s] for s in x.src)) if x.src else frozenset()
         free[x] = inner | {x} if x.op is Ops.RANGE else inner - set(x.src[1:]) if x.op is Ops.REDUCE else inner
     return free[u]
@@ -69,8 +74,9 @@ def reduce_contexts(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     """For every REDUCE, the loops its result is used in: the store's output loops, plus the loops of every
     reduction it sits inside (its accumulator must be reset in each of their iterations)."""
     context: dict[UOp, frozenset[UOp]] = {}
+    free: dict[UOp, frozenset[UOp]] = {}
     for st in sink.src:
-        context[st] = free_ranges(st)
+        context[st] = free_ranges(st, free)
     for x in reversed(list(sink.toposort)):
         here = context.get(x, frozenset())
         inner = here | set(x.src[1:]) if x.op is Ops.REDUCE else here
@@ -90,8 +96,9 @@ def close_output_loops(sink: UOp) -> UOp:
     """Wrap the STOREs in ENDs of the output loops they run in (innermost first); stores in the same loops share
     one END per loop."""
     groups: dict[tuple[UOp, ...], list[UOp]] = {}
+    rs: dict[UOp, frozenset[UOp]] = {}
     for st in sink.src:
-        rngs = tuple(sorted(_open_ranges_of(st), key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0])))
+        rngs = tuple(sorted(_open_ranges_of(st, rs), key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0])))
         groups.setdefault(rngs, []).append(st)
     ends: list[UOp] = []
     for rngs, stores in groups.items():
@@ -138,10 +145,10 @@ def order_scratch_reads(sink: UOp) -> UOp:
     return substitute(sink, mapping)
 
 
-def _open_ranges_of(u: UOp) -> set[UOp]:
-    rs: dict[UOp, frozenset[UOp]] = {}
+def _open_ranges_of(u: UOp, rs: dict[UOp, frozenset[UOp]]) -> set[UOp]:
     for x in u.toposort:
-        rs[x] = _range_set(x, rs, {})
+        if x not in rs:
+            rs[x] = _range_set(x, rs, {})
     return set(rs[u])
 
 
@@ -154,6 +161,67 @@ def _range_set(x: UOp, rs: dict[UOp, frozenset[UOp]], fixed: dict[UOp, frozenset
     if x.op is Ops.END:
         return out - {x.src[0]}
     return out
+
+
+_EXACT_LOOPS = (Ops.DEFINE_ACC, Ops.ASSIGN_ACC, Ops.STORE)
+
+
+class _Ready:
+    """The nodes whose sources are all placed, grouped so that choosing the next one does not scan them all: loop
+    bodies by their range set (a heap each, ordered like the program should read), RANGEs, ENDs by their RANGE."""
+
+    def __init__(self, rs: dict[UOp, frozenset[UOp]], position: dict[UOp, int]):
+        self.rs, self.position = rs, position
+        self.inside: dict[frozenset[UOp], list[tuple[bool, int, UOp]]] = {}  # runs where its ranges are all open
+        self.exact: dict[frozenset[UOp], list[tuple[bool, int, UOp]]] = {}  # runs in exactly its ranges
+        self.ranges: set[UOp] = set()
+        self.ends: dict[UOp, UOp] = {}
+        self.sink: UOp | None = None
+        self.count = 0
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def add(self, u: UOp) -> None:
+        self.count += 1
+        if u.op is Ops.RANGE:
+            self.ranges.add(u)
+        elif u.op is Ops.END:
+            self.ends[u.src[0]] = u
+        elif u.op is Ops.SINK:
+            self.sink = u
+        else:
+            groups = self.exact if u.op in _EXACT_LOOPS else self.inside
+            heapq.heappush(groups.setdefault(self.rs[u], []), (u.op is not Ops.DEFINE_ACC, self.position[u], u))
+
+    def take(self, u: UOp) -> None:
+        """Remove a ready RANGE, END or SINK."""
+        self.count -= 1
+        if u.op is Ops.RANGE:
+            self.ranges.remove(u)
+        elif u.op is Ops.END:
+            del self.ends[u.src[0]]
+        else:
+            self.sink = None
+
+    def pop_body(self, open_set: frozenset[UOp]) -> UOp | None:
+        """Remove and return the first loop-body node that can run with `open_set` open (accumulators first, then
+        graph order), or None."""
+        best: list[tuple[bool, int, UOp]] | None = None
+        for loops, heap in self.inside.items():
+            if heap and loops <= open_set and (best is None or heap[0][:2] < best[0][:2]):
+                best = heap
+        exact = self.exact.get(open_set)
+        if exact and (best is None or exact[0][:2] < best[0][:2]):
+            best = exact
+        if best is None:
+            return None
+        self.count -= 1
+        return heapq.heappop(best)[2]
+
+    def all(self) -> list[UOp]:
+        body = [u for groups in (self.inside, self.exact) for heap in groups.values() for _, _, u in heap]
+        return body + list(self.ranges) + list(self.ends.values()) + ([self.sink] if self.sink is not None else [])
 
 
 def linearize(sink: UOp) -> list[UOp]:
@@ -173,15 +241,21 @@ def linearize(sink: UOp) -> list[UOp]:
         for s in u.src:
             users[s].append(u)
     waiting = {u: len(set(u.src)) for u in nodes}
-    ready = {u for u in nodes if waiting[u] == 0}
     # how many not-yet-emitted nodes still need each range open
-    need = {r: sum(1 for u in nodes if r in rs[u] and u is not r) for r in nodes if r.op is Ops.RANGE}
+    need = {r: 0 for r in nodes if r.op is Ops.RANGE}
+    for u in nodes:
+        for r in rs[u]:
+            if u is not r:
+                need[r] += 1
+    ready = _Ready(rs, position)
+    for u in nodes:
+        if waiting[u] == 0:
+            ready.add(u)
     stack: list[UOp] = []
     out: list[UOp] = []
 
     def emit(u: UOp) -> None:
         out.append(u)
-        ready.discard(u)
         for r in rs[u]:
             if u is not r:
                 need[r] -= 1
@@ -192,32 +266,29 @@ def linearize(sink: UOp) -> list[UOp]:
 
     while ready:
         open_set = frozenset(stack)
-        body = [
-            u
-            for u in ready
-            if u.op not in (Ops.RANGE, Ops.END, Ops.SINK)
-            and (rs[u] == open_set if u.op in (Ops.DEFINE_ACC, Ops.ASSIGN_ACC, Ops.STORE) else rs[u] <= open_set)
-        ]
-        if body:
-            emit(min(body, key=lambda u: (u.op is not Ops.DEFINE_ACC, position[u])))
+        if (first := ready.pop_body(open_set)) is not None:
+            emit(first)
             continue
         if stack:
-            end = next((u for u in ready if u.op is Ops.END and u.src[0] is stack[-1]), None)
+            end = ready.ends.get(stack[-1])
             if end is not None and need[stack[-1]] == 0:
                 stack.pop()
+                ready.take(end)
                 emit(end)
                 continue
-        opens = [u for u in ready if u.op is Ops.RANGE and rs[u] - {u} <= open_set and need[u] > 0]
+        opens = [u for u in ready.ranges if rs[u] - {u} <= open_set and need[u] > 0]
         if opens:
             rng = min(opens, key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0]))
             stack.append(rng)
+            ready.take(rng)
             emit(rng)
             continue
-        if not stack and sink in ready:
+        if not stack and ready.sink is sink:
+            ready.take(sink)
             emit(sink)
             break
         raise AssertionError(
-            f"linearize is stuck with loops {[r.arg for r in stack]} and ready {[u.op for u in ready]}"
+            f"linearize is stuck with loops {[r.arg for r in stack]} and ready {[u.op for u in ready.all()]}"
         )
     assert out[-1] is sink and len(out) == len(nodes), "linearize did not place every node"
     return drop_ordering_sources(out)

@@ -11,6 +11,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device
+from xgrad.dtype import dtypes
 from xgrad.engine.memory import plan_memory
 from xgrad.engine.multi import schedule_multi
 from xgrad.engine.schedule import ScheduleItem
@@ -49,21 +50,29 @@ def realize_tensors(tensors: list[Tensor]) -> None:
         return
     pending += _readers_of_assigned(pending)
     roots = list(dict.fromkeys(t.uop for t in pending))
+    # held for the whole call: the passes below each build this (hash-consed) SINK and reuse its cached toposort
+    whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
     # bound variables leave the graph (their values go to the kernels at launch): one schedule, one compiled kernel
     unbound, var_vals = unbind_graph(roots)
+    whole_unbound = UOp(Ops.SINK, dtypes.void, tuple(unbound))
     items, becomes, outputs = schedule_multi(unbound, cached_schedule)  # lowers multi-device graphs first
     run_schedule(plan_memory(items, outputs), var_vals)
+    del whole, whole_unbound
     if var_vals:  # the realized views show the bound values again
         becomes = {r: rebind(becomes[u], var_vals) for r, u in zip(roots, unbound) if u in becomes}
     chosen = {id(t) for t in pending}
     for t in list(all_tensors):
-        if (new := becomes.get(t.uop)) is not None:
+        u = t.uop
+        if u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER):
+            continue  # realized (most live tensors: parameters, data): nothing to update
+        if (new := becomes.get(u)) is not None:
             # another tensor with an identical (hash-consed) graph stays lazy: sharing the buffer would let a later
             # assign to one tensor change the other
             if id(t) in chosen:
                 t.uop = new
-        elif any(k in t.uop.toposort for k in becomes):
-            t.uop = substitute(t.uop, becomes)
+        # a view of a buffer (most live tensors: parameters, data) holds no computed node: no walk needed
+        elif u.base.op is not Ops.BUFFER and any(k in u.toposort for k in becomes):
+            t.uop = substitute(u, becomes)
 
 
 def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:

@@ -2,13 +2,15 @@
 the schedule made for the first one, with their own buffers bound in. `SCACHE=0` turns it off.
 
 In: the roots of a tensor graph. Out: what `create_schedule` returns, built from a template when the structure was
-seen before. The key is the graph with every BUFFER replaced by a numbered placeholder. Graphs come here with their
-bound variables stripped (see `xgrad.uop.symshape`), so different values of one variable hit the same entry.
+seen before. The key is the graph's structure with every BUFFER replaced by a numbered placeholder. Graphs come here
+with their bound variables stripped (see `xgrad.uop.symshape`), so different values of one variable hit the same entry.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from xgrad.buffer import Buffer
 from xgrad.dtype import DType, dtypes
@@ -22,7 +24,6 @@ from xgrad.engine.schedule import (
 )
 from xgrad.helpers import MAX_KERNEL_BUFFERS, SCACHE
 from xgrad.uop.ops import Ops, UOp, sint
-from xgrad.uop.pattern import substitute
 
 INPUT, NEW, VIEW = 0, 1, 2
 Slot = tuple[int, int]  # (INPUT | NEW | VIEW, index among inputs / new buffers / views)
@@ -36,7 +37,7 @@ class ScheduleTemplate:
     becomes: tuple[tuple[int, Slot, tuple[sint, ...]] | tuple[int, None, None], ...]  # root index -> buffer view
 
 
-_cache: dict[tuple[UOp, int], ScheduleTemplate] = {}  # (graph with placeholder inputs, knobs)
+_cache: dict[tuple[tuple[Any, ...], int], ScheduleTemplate] = {}  # (graph structure, knobs); see _structure
 
 
 def _make_template(
@@ -65,9 +66,7 @@ def _make_template(
         else:
             view = becomes[r]
             becomes_tpl.append((i, slots[id(buffer_of(view))], tuple(view.shape or ())))
-    return ScheduleTemplate(
-        item_tpl, tuple((b.device, b.size, b.dtype) for b in new), tuple(views), tuple(becomes_tpl)
-    )
+    return ScheduleTemplate(item_tpl, tuple((b.device, b.size, b.dtype) for b in new), tuple(views), tuple(becomes_tpl))
 
 
 def _instantiate(
@@ -93,13 +92,30 @@ def _instantiate(
     return items, becomes
 
 
+def _structure(sink: UOp) -> tuple[tuple[Any, ...], list[UOp]]:
+    """The cache key of the graph under `sink` and its input BUFFERs in order. The key lists every node as
+    (op, dtype, arg, positions of its sources), with the k-th BUFFER as a placeholder (k, size): equal keys are graphs
+    that differ only in which buffers they read. Args are told apart like the UOp cache does (1, 1.0, True, -0.0)."""
+    index: dict[UOp, int] = {}
+    rows: list[tuple[Any, ...]] = []
+    inputs: list[UOp] = []
+    for u in sink.toposort:
+        src = tuple(index[s] for s in u.src)
+        if u.op is Ops.BUFFER:
+            rows.append((Ops.BUFFER, u.dtype, src, len(inputs), u.arg[1]))
+            inputs.append(u)
+        else:
+            arg = u.arg
+            rows.append((u.op, u.dtype, src, arg, type(arg), math.copysign(1.0, arg) if type(arg) is float else 0.0))
+        index[u] = len(rows) - 1
+    return tuple(rows), inputs
+
+
 def cached_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     if not SCACHE:
         return create_schedule(roots)
-    sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
-    inputs = [u for u in sink.toposort if u.op is Ops.BUFFER]
-    placeholders = {b: UOp(Ops.BUFFER, b.dtype, b.src, (-1 - i, b.arg[1])) for i, b in enumerate(inputs)}
-    key = (substitute(sink, placeholders), MAX_KERNEL_BUFFERS.value)  # the knob changes the kernel boundaries
+    rows, inputs = _structure(UOp(Ops.SINK, dtypes.void, tuple(roots)))
+    key = (rows, MAX_KERNEL_BUFFERS.value)  # the knob changes the kernel boundaries
     if (tpl := _cache.get(key)) is not None:
         ScheduleStats.calls += 1
         return _instantiate(tpl, roots, inputs)

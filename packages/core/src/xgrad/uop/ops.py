@@ -26,6 +26,10 @@ from xgrad.helpers import prod
 
 
 class Ops(enum.Enum):
+    # members are singletons, so hashing by identity is exact; Enum's own hash (of the name, in Python) is a hot spot
+    # of every rewrite (rule tables and matches look ops up in dicts and sets)
+    __hash__ = object.__hash__
+
     # graph leaves
     DEVICE = enum.auto()  # arg: device name
     BUFFER = enum.auto()  # src: (DEVICE,), arg: (unique id, size in elements)
@@ -160,25 +164,32 @@ class KernelInfo:
     applied: bool = False
 
 
+def _forget(ref: weakref.KeyedRef) -> None:  # type: ignore[type-arg]
+    """A node died: drop its cache entry, unless an equal node has taken the key since."""
+    if _UOpMeta._cache.get(ref.key) is ref:
+        del _UOpMeta._cache[ref.key]
+
+
 class _UOpMeta(type):
     """Hash-consing: building a UOp equal to a live one returns that same object."""
 
-    _cache: weakref.WeakValueDictionary[tuple[Any, ...], UOp] = weakref.WeakValueDictionary()
+    # key -> a weak reference to the live node (a plain dict: WeakValueDictionary's Python-level lookup is a hot spot)
+    _cache: dict[tuple[Any, ...], weakref.KeyedRef] = {}  # type: ignore[type-arg]
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 in Python, but they are different constants
         # 1, 1.0 and True are equal in Python but are different constants, and so are -0.0 and 0.0
         key = (op, dtype, src, arg, type(arg), math.copysign(1.0, arg) if type(arg) is float else 0.0)
         try:
-            return _UOpMeta._cache[key]
-        except KeyError:
-            pass
+            ref = _UOpMeta._cache.get(key)
         except TypeError:
             raise TypeError(
                 f"UOp src must be a tuple of UOps and arg hashable, got {src!r}, {arg!r} for {op}"
             ) from None
+        if ref is not None and (live := ref()) is not None:
+            return live  # type: ignore[no-any-return]
         created: UOp = super().__call__(op, dtype, src, arg)
-        _UOpMeta._cache[key] = created
+        _UOpMeta._cache[key] = weakref.KeyedRef(created, _forget, key)
         return created
 
 

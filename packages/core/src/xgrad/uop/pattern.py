@@ -189,20 +189,29 @@ REWRITE_STACK_LIMIT = getenv("REWRITE_STACK_LIMIT", 250000)
 
 
 def graph_rewrite(
-    root: UOp, pm: PatternMatcher, ctx: Any = None, name: str = "rewrite", bottom_up: bool = False
+    root: UOp,
+    pm: PatternMatcher,
+    ctx: Any = None,
+    name: str = "rewrite",
+    bottom_up: bool = False,
+    memo: dict[UOp, UOp] | None = None,
 ) -> UOp:
     """Rewrite the graph under `root` until no rule of `pm` matches any node.
 
     Default order: a node is matched after its sources are rewritten. `bottom_up=True` matches a node first, before
-    its sources (useful when a rule must see the original subgraph)."""
+    its sources (useful when a rule must see the original subgraph). `memo` (node -> its final rewrite) is read and
+    filled in place; share one across calls only for a table whose rules depend on nothing but the node (no ctx)."""
     start = time.perf_counter()
-    replace: dict[UOp, UOp] = {}
+    replace: dict[UOp, UOp] = {} if memo is None else memo
     # stack entries: (node, stage, target); stage 0 = visit, 1 = sources done, 2 = node becomes target's result
     stack: list[tuple[UOp, int, UOp]] = [(root, 0, root)]
+    push = stack.append
+    rewrite = pm.rewrite
+    max_steps = REWRITE_STACK_LIMIT * 8
     steps = 0
     while stack:
         steps += 1
-        if steps > REWRITE_STACK_LIMIT * 8 or len(stack) > REWRITE_STACK_LIMIT:
+        if steps > max_steps or len(stack) > REWRITE_STACK_LIMIT:
             raise RuntimeError(f"graph_rewrite {name!r} does not terminate: a rule probably undoes another")
         node, stage, target = stack.pop()
         if stage == 2:
@@ -211,25 +220,25 @@ def graph_rewrite(
         if node in replace:
             continue
         if stage == 0:
-            if bottom_up and (new := pm.rewrite(node, ctx)) is not None:
-                stack.append((node, 2, new))
-                stack.append((new, 0, new))
+            if bottom_up and (new := rewrite(node, ctx)) is not None:
+                push((node, 2, new))
+                push((new, 0, new))
                 continue
-            stack.append((node, 1, node))
-            stack.extend((s, 0, s) for s in reversed(node.src) if s not in replace)
+            push((node, 1, node))
+            stack.extend([(s, 0, s) for s in reversed(node.src) if s not in replace])
             continue
-        new_src = tuple(replace[s] for s in node.src)
-        rebuilt = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
-        if rebuilt is not node and rebuilt not in replace:
-            stack.append((node, 2, rebuilt))
-            stack.append((rebuilt, 1, rebuilt))
+        new_src = tuple([replace[s] for s in node.src])
+        if new_src != node.src:  # UOps compare by identity (hash-consed), so this is "some source changed"
+            rebuilt = node.replace(src=new_src)
+            if rebuilt not in replace:
+                push((node, 2, rebuilt))
+                push((rebuilt, 1, rebuilt))
+            else:
+                replace[node] = replace[rebuilt]
             continue
-        if rebuilt is not node:
-            replace[node] = replace[rebuilt]
-            continue
-        if (new := pm.rewrite(node, ctx)) is not None:
-            stack.append((node, 2, new))
-            stack.append((new, 0, new))
+        if (new := rewrite(node, ctx)) is not None:
+            push((node, 2, new))
+            push((new, 0, new))
             continue
         replace[node] = node
     RewriteStats.calls[name] += steps

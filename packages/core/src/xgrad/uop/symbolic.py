@@ -676,7 +676,16 @@ def simplify(u: UOp) -> UOp:
     >>> simplify((r * 4 + 3) // 4).render(), simplify((r * 4 + 3) % 4).render(), simplify(r.lt(16)).render()
     ('r0', '3', 'True')
     """
-    return graph_rewrite(u, pm_simplify, name="symbolic")
+    global _simplified
+    if len(_simplified) > _SIMPLIFIED_LIMIT:
+        _simplified = {}  # a new dict, not clear(): a simplify running further up the stack keeps its own
+    return graph_rewrite(u, pm_simplify, name="symbolic", memo=_simplified)
+
+
+# every node simplify has seen -> its canonical form. The rules read nothing but the node, so the answer never
+# changes; codegen simplifies the same index expressions many times (each pass, each lane, each vector offset).
+_simplified: dict[UOp, UOp] = {}
+_SIMPLIFIED_LIMIT = 50_000
 
 
 # ---- evaluation and substitution ----

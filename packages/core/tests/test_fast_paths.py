@@ -1,0 +1,100 @@
+"""The engine's fast paths give the same answers as the general ones: TinyJit's plain-buffer replay, the schedule cache
+key, the shared simplify memo and the hash-consing cache of UOps."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from xgrad import TinyJit
+from xgrad.dtype import dtypes
+from xgrad.engine.schedule_cache import _structure
+from xgrad.errors import JitError
+from xgrad.tensor import Tensor
+from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.pattern import graph_rewrite
+from xgrad.uop.symbolic import pm_simplify, simplify
+
+rng = np.random.default_rng(11)
+
+
+def data(*shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def test_jit_replay_reads_reshaped_inputs_fast_path(xgrad_device):
+    @TinyJit
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return (a * b + 1).realize()
+
+    for _ in range(4):
+        x, y = data(2, 6), data(2, 6)
+        a = Tensor(x.reshape(12), device=xgrad_device).realize().reshape(2, 6)
+        out = f(a, Tensor(y, device=xgrad_device).realize())
+        np.testing.assert_allclose(out.numpy(), x * y + 1, rtol=1e-5, atol=1e-6)
+
+
+def test_jit_replay_falls_back_to_checks_when_input_is_a_view(xgrad_device):
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return (a + 1).realize()
+
+    for _ in range(3):
+        f(Tensor(data(4), device=xgrad_device).realize())
+    view = Tensor(data(8), device=xgrad_device).realize().shrink(((0, 4),))
+    with pytest.raises(JitError, match="input 0 changed view"):
+        f(view)
+    with pytest.raises(JitError, match="input 0 changed shape"):
+        f(Tensor(data(5), device=xgrad_device).realize())
+
+
+def test_schedule_cache_key_keeps_negative_zero_and_int_constants_apart():
+    x = Tensor(np.ones(4, np.float32)).realize()
+    keys = [_structure(UOp(Ops.SINK, dtypes.void, (t.uop,)))[0] for t in (x * 0.0, x * -0.0, x * 1.0, x * 2.0)]
+    assert len(set(keys)) == 4
+    k = Tensor(np.ones(4, np.int32)).realize()
+    assert (
+        _structure(UOp(Ops.SINK, dtypes.void, ((k + 1).uop,)))[0]
+        != _structure(UOp(Ops.SINK, dtypes.void, ((k + True).uop,)))[0]
+        or (k + 1).uop is (k + True).uop
+    )
+
+
+def test_schedule_cache_key_ignores_which_buffers_are_read():
+    a, b = Tensor(data(3, 5)).realize(), Tensor(data(3, 5)).realize()
+    key_a, inputs_a = _structure(UOp(Ops.SINK, dtypes.void, ((a * 2).uop,)))
+    key_b, inputs_b = _structure(UOp(Ops.SINK, dtypes.void, ((b * 2).uop,)))
+    assert key_a == key_b and inputs_a != inputs_b
+
+
+def test_schedule_cache_hit_binds_the_new_buffers(xgrad_device):
+    for _ in range(3):  # same structure each time: the later calls reuse the first schedule
+        x, y = data(3, 5), data(5, 2)
+        out = Tensor(x, device=xgrad_device) @ Tensor(y, device=xgrad_device)
+        np.testing.assert_allclose(out.numpy(), x @ y, rtol=1e-5, atol=1e-6)
+
+
+def test_simplify_with_shared_memo_matches_a_fresh_rewrite():
+    r = UOp.range(16, 0)
+    v = UOp.range(8, 1)
+    exprs = [(r * 4 + 3) // 4, (r * 4 + 3) % 4, (r + v * 16) // 16, ((r + 1) * 2 - r * 2), (v * 3 + r).lt(200)]
+    for e in exprs:
+        once = simplify(e)
+        assert simplify(e) is once
+        assert graph_rewrite(e, pm_simplify, name="fresh symbolic") is once
+
+
+def test_uop_cache_returns_the_live_node_and_forgets_dead_ones():
+    a = UOp(Ops.CONST, dtypes.int32, (), 123457)
+    assert UOp(Ops.CONST, dtypes.int32, (), 123457) is a
+    assert UOp(Ops.CONST, dtypes.float32, (), 123457.0) is not a
+    neg, pos = UOp(Ops.CONST, dtypes.float32, (), -0.0), UOp(Ops.CONST, dtypes.float32, (), 0.0)
+    assert neg is not pos
+    key_count = len(type(a).__class__._cache) if hasattr(type(a).__class__, "_cache") else None
+    del a
+    gc.collect()
+    b = UOp(Ops.CONST, dtypes.int32, (), 123457)
+    assert b.arg == 123457 and b.dtype == dtypes.int32
+    assert key_count is None or len(type(b).__class__._cache) <= key_count
