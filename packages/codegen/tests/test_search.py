@@ -281,6 +281,25 @@ def test_tinyjit_replays_beam_programs(beam_env: pathlib.Path) -> None:
     assert search.stats.searches >= 1
 
 
+def test_jitbeam_searches_only_the_kernels_a_jit_replays(
+    beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xgrad import TinyJit
+
+    monkeypatch.setenv("JITBEAM", "2")
+    getenv.cache_clear()
+    before = search.stats.searches
+    f = TinyJit(lambda x, y: (x @ y).relu() * 2)
+    a, b = data(5, 7, seed=3), data(7, 3, seed=4)
+    (Tensor(a) @ Tensor(b)).relu().realize()  # BEAM=0 outside a JIT: no search
+    assert search.stats.searches == before
+    for i in range(3):
+        a, b = data(5, 7, seed=i), data(7, 3, seed=i + 10)
+        got = f(Tensor(a).realize(), Tensor(b).realize()).numpy()
+        np.testing.assert_allclose(got, np.maximum(a @ b, 0) * 2, rtol=1e-5, atol=1e-6)
+    assert search.stats.searches > before  # the capture compiled its kernels with BEAM=JITBEAM
+
+
 def test_search_failure_falls_back_to_the_heuristic(beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")

@@ -17,7 +17,7 @@ from xgrad.device import Device
 from xgrad.engine.multi import input_buffers
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.errors import JitError, ShapeError
-from xgrad.helpers import JIT
+from xgrad.helpers import BEAM, JIT, Context, getenv
 from xgrad.uop.ops import Ops, UOp, sint
 from xgrad.uop.symshape import bound_values, graph_binds, rebind, unbind_graph
 
@@ -210,15 +210,16 @@ class TinyJit(Generic[R]):
                 "could not change them; pass each bound Variable as an argument (or in an input's shape)"
             )
         steps = []
-        for items, var_vals in recorded:
-            for it in items:
-                program = None if it.is_copy else Device[it.device].compile(it.ast)
-                slots = tuple(input_bufs.get(id(b)) for b in it.bufs)
-                step = _Step(it, program, slots, var_vals)
-                if program is not None:  # buffers keep their handle for life: look the captured ones up once
-                    step.handles = [b.handle if s is None else None for b, s in zip(it.bufs, slots)]
-                    step.from_inputs = tuple((k, s) for k, s in enumerate(slots) if s is not None)
-                steps.append(step)
+        with Context(BEAM=getenv("JITBEAM", BEAM.value)):  # JITBEAM: the BEAM width for kernels a JIT replays
+            for items, var_vals in recorded:
+                for it in items:
+                    program = None if it.is_copy else Device[it.device].compile(it.ast)
+                    slots = tuple(input_bufs.get(id(b)) for b in it.bufs)
+                    step = _Step(it, program, slots, var_vals)
+                    if program is not None:  # buffers keep their handle for life: look the captured ones up once
+                        step.handles = [b.handle if s is None else None for b, s in zip(it.bufs, slots)]
+                        step.from_inputs = tuple((k, s) for k, s in enumerate(slots) if s is not None)
+                    steps.append(step)
         self.steps, self.result, self.calls, self.var_vals = steps, ret, 2, passed
         # the common replay (whole single-device buffers of concrete shapes, no variables) skips the generic checks
         self._fast = not passed and all(
