@@ -15,6 +15,7 @@ from typing import ClassVar
 from xgrad.dtype import DType, dtypes
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat
+from xgrad.uop.symbolic import simplify
 from xgrad_codegen.renderer import (
     CStyleRenderer,
     RenderState,
@@ -80,11 +81,78 @@ def split_exp2_unless_float32(x: UOp) -> UOp | None:
     return None if x.dtype.scalar() == dtypes.float32 else split_vector_alu(x)
 
 
+MASKED_LOAD_LANES = (4, 8)  # float32 vectors that AVX's masked loads fill (vmaskmovps, 128 and 256 bit)
+
+
+def merge_gated_loads(x: UOp) -> UOp | None:
+    """VECTORIZE of float32 LOADs from one buffer at consecutive positions, some gated, each lane its own gate (a conv
+    window at the padding: vectorize keeps such lanes scalar) -> one vector LOAD whose gate is a bool vector, printed
+    as a masked load (`masked_load_helper`): the masked-off lanes read nothing, so their addresses may lie outside
+    the buffer, as the scalar gated loads' could."""
+    if x.dtype.scalar() != dtypes.float32 or x.dtype.count not in MASKED_LOAD_LANES:
+        return None
+    if not all(s.op is Ops.LOAD and s.dtype.count == 1 and s.src[0].op is Ops.INDEX for s in x.src):
+        return None
+    idxs = [s.src[0] for s in x.src]
+    if not any(len(i.src) > 2 for i in idxs) or any(i.src[0] is not idxs[0].src[0] for i in idxs):
+        return None
+    for k, i in enumerate(idxs[1:], 1):
+        if (d := simplify(i.src[1] - idxs[0].src[1])).op is not Ops.CONST or d.arg != k:
+            return None
+    true = UOp.const(dtypes.bool, True)
+    gates = UOp(
+        Ops.VECTORIZE, dtypes.bool.vec(x.dtype.count), tuple(i.src[2] if len(i.src) > 2 else true for i in idxs)
+    )
+    index = UOp(Ops.INDEX, idxs[0].dtype.vec(x.dtype.count), (idxs[0].src[0], idxs[0].src[1], gates))
+    return UOp(Ops.LOAD, x.dtype, (index,))
+
+
 pm_legalize_c = pm_split_vector_ops(C_SCALAR_ONLY_OPS) + PatternMatcher(
     [
         (UPat(Ops.EXP2, name="x"), split_exp2_unless_float32),
+        (UPat(Ops.VECTORIZE, name="x"), merge_gated_loads),
     ]
 )
+
+
+def masked_load_helper(name: str, vf: str, vi: str, vb: str, lanes: int) -> str:
+    """`name(p, g)`: lanes of `vf` read from `p` where the bool vector `g` is set, 0 elsewhere; masked-off lanes are
+    not read (AVX's vmaskmovps suppresses their faults; without AVX, a loop reads only the set lanes)."""
+    builtin = "__builtin_ia32_maskloadps256" if lanes == 8 else "__builtin_ia32_maskloadps"
+    return "\n".join(
+        [
+            f"static inline {vf} {name}(const float* p, {vb} g) {{",
+            "#ifdef __AVX__",
+            f"  return {builtin}((const {vf}*)p, -__builtin_convertvector(g, {vi}));",
+            "#else",
+            f"  {vf} v = {{0}};",
+            f"  for (int i = 0; i < {lanes}; i++) if (g[i]) v[i] = p[i];",
+            "  return v;",
+            "#endif",
+            "}",
+        ]
+    )
+
+
+def rule_c_load(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    """A vector LOAD gated by a bool vector (see `merge_gated_loads`) is a masked load; the rest as usual."""
+    idx = u.src[0]
+    if len(idx.src) < 3 or idx.src[2].dtype.count == 1:
+        return base_uop_rules[Ops.LOAD](r, ctx, u)  # type: ignore[return-value]
+    assert isinstance(r, CRenderer)
+    n = u.dtype.count
+    vf, vi = r.render_dtype(ctx, u.dtype), r.render_dtype(ctx, dtypes.int32.vec(n))
+    vb = r.render_dtype(ctx, idx.src[2].dtype)
+    name = f"mload_{vf}"
+    ctx.helpers.setdefault(name, masked_load_helper(name, vf, vi, vb, n))
+    ptr = f"{ctx.exprs[idx.src[0]]}+{ctx.exprs[idx.src[1]]}"
+    masked = f"{name}({ptr}, {ctx.exprs[idx.src[2]]})"
+    # in a conv most windows lie inside the image: when every lane's gate holds, a plain vector load
+    gates = idx.src[2].src if idx.src[2].op is Ops.VECTORIZE else ()
+    every = list(dict.fromkeys(ctx.exprs[g] for g in gates if g.op is not Ops.CONST))
+    if not every or any(g.op is Ops.CONST and not g.arg for g in gates):  # a lane always off: always masked
+        return masked
+    return f"(({'&'.join(every)})?{r.vector_access(ctx, u.dtype, load=True)}({ptr}):{masked})"
 
 
 def exp2_vector_helper(vf: str, vi: str) -> str:
@@ -162,7 +230,12 @@ class CRenderer(CStyleRenderer):
         Ops.SQRT: c_sqrt,
         Ops.TRUNC: c_trunc,
     }
-    uop_rules: ClassVar[dict[Ops, UopRule]] = {**base_uop_rules, Ops.PARAM: rule_c_param, Ops.EXP2: rule_c_exp2}
+    uop_rules: ClassVar[dict[Ops, UopRule]] = {
+        **base_uop_rules,
+        Ops.PARAM: rule_c_param,
+        Ops.EXP2: rule_c_exp2,
+        Ops.LOAD: rule_c_load,
+    }
     supported_dtypes = frozenset(
         {dtypes.bool, *dtypes.ints, dtypes.index, dtypes.float16, dtypes.float32, dtypes.float64}
     )

@@ -18,7 +18,7 @@ from xgrad.helpers import NOOPT, prod
 from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite, substitute
 from xgrad.uop.symbolic import simplify
-from xgrad_codegen.pack import PackError, apply_pack, check_pack, packable_loads
+from xgrad_codegen.pack import MAX_SCRATCH_BYTES, PackError, apply_pack, check_pack, is_scratch, packable_loads
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,9 @@ OPT_ACTIONS: dict[str, tuple[str, tuple[int, ...]]] = {
     "GLOBAL": ("an output LOOP", (0,)),
     # copy a strided panel read in a reduction into a contiguous scratch array (renderers with supports_scratch)
     "PACK": ("a load of pack.packable_loads(ast)", (0,)),
+    # split an output (or the parallel) loop; the inner part becomes a plain loop that runs inside every other output
+    # loop: with PACK, a panel several register tiles wide whose row tile (matmul: rows of A) stays in cache across them
+    "SPLIT": ("an output LOOP or the GLOBAL loop of constant size", (2, 4)),
 }
 
 
@@ -85,6 +88,18 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
         if size is None or kind is not AxisType.LOOP or opt.amount < 2:
             raise OptError("PADTO applies to an output LOOP of constant size, with a multiple of at least 2")
         return pad_range(ast, rng, opt.amount)
+    if opt.op == "SPLIT":
+        if any(is_scratch(u) for u in ast.toposort):
+            raise OptError("SPLIT after PACK would change the loops a packed panel was built for; SPLIT first")
+        if size is None or kind not in (AxisType.LOOP, AxisType.GLOBAL):
+            raise OptError(f"SPLIT applies to an output or GLOBAL loop of constant size, not to a {kind.name} range")
+        if opt.amount < 2 or size % opt.amount != 0:
+            raise OptError(f"SPLIT needs an amount of at least 2 that divides {size}, not {opt.amount}")
+        if opt.amount == size:
+            raise OptError("SPLIT by the whole range would leave nothing outside; use the range itself")
+        inner = UOp.range(opt.amount, max(r.arg[0] for r in rngs) + 1, AxisType.LOOP)
+        outer = UOp.range(size // opt.amount, axis_id, kind)
+        return substitute(ast, {rng: outer * opt.amount + inner})
     want = AxisType.LOOP if opt.op == "UPCAST" else AxisType.REDUCE
     if kind is not want:
         raise OptError(f"{opt.op} applies to a {want.name} range, not to a {kind.name} range")
@@ -105,6 +120,7 @@ def candidate_opts(ast: UOp, renderer: Any) -> list[Opt]:
     out: list[Opt] = []
     rngs = kernel_ranges(ast)
     has_global = any(r.arg[1] is AxisType.GLOBAL for r in rngs)
+    has_reduce = any(r.arg[1] is AxisType.REDUCE for r in rngs)
     for i, r in enumerate(rngs):
         size = range_size(r)
         kind = r.arg[1]
@@ -115,6 +131,8 @@ def candidate_opts(ast: UOp, renderer: Any) -> list[Opt]:
         if kind is AxisType.LOOP:
             out.extend(Opt("UPCAST", i, a) for a in OPT_ACTIONS["UPCAST"][1] if a and a < size and size % a == 0)
             out.extend(Opt("PADTO", i, m) for m in OPT_ACTIONS["PADTO"][1] if size % m != 0 and size > m)
+        if kind is AxisType.GLOBAL and has_reduce:  # only useful with a panel to share (see SPLIT, PACK)
+            out.extend(Opt("SPLIT", i, a) for a in OPT_ACTIONS["SPLIT"][1] if a < size and size % a == 0)
         elif kind is AxisType.REDUCE:
             out.extend(Opt("UNROLL", i, a) for a in OPT_ACTIONS["UNROLL"][1] if a and a < size and size % a == 0)
     if getattr(renderer, "supports_scratch", False):
@@ -209,6 +227,26 @@ def _strided_panel(ast: UOp) -> int | None:
     return None
 
 
+SMALL_REDUCE = 4  # with a register tile, reductions this short (a conv's 3x3 window) are unrolled completely
+PANEL_SPLITS = (4, 2)  # how many register tiles wide a packed panel may grow (SPLIT amounts the heuristic tries)
+MIN_PARALLEL_BLOCKS = 8  # SPLIT leaves at least this many iterations of the parallel loop (load balance over cores)
+
+
+def _panel_split(ast: UOp, which: int) -> int:
+    """How many blocks of the GLOBAL loop one packed panel should cover (1: no SPLIT). Each row tile of the other
+    operand is then read once per wide panel instead of once per block: for a matmul, A is streamed from memory N/64
+    instead of N/16 times. The panel must stay within MAX_SCRATCH_BYTES (about half of L2) and enough parallel
+    iterations must remain."""
+    reds, ups, outer, _ = check_pack(ast, packable_loads(ast)[which])
+    panel = int(prod(range_size(r) or 1 for r in reds + ups)) * packable_loads(ast)[which].dtype.itemsize
+    glob = next((r for r in outer if r.arg[1] is AxisType.GLOBAL), None)
+    blocks = range_size(glob) if glob is not None else None
+    if blocks is None or any(r.arg[1] is AxisType.LOOP for r in reds):
+        return 1
+    fits = (a for a in PANEL_SPLITS if panel * a <= MAX_SCRATCH_BYTES and blocks % a == 0)
+    return next((a for a in fits if blocks // a >= MIN_PARALLEL_BLOCKS), 1)
+
+
 def _axes_read(load: UOp) -> set[int]:
     """The axis ids of the ranges a load's (simplified) index and gate depend on."""
     return {r.arg[0] for r in simplify(load.src[0]).toposort if r.op is Ops.RANGE}
@@ -232,11 +270,13 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
        that divides; pad it when nothing divides);
     2. in a reduction, also upcast another output axis (`_tile_axis`) into a register tile of 8 vector accumulators
        (4 x 2 vectors, or 8 x 1), so each loaded vector and each broadcast value is used several times, with 8
-       independent FMA chains (matmul, conv);
+       independent FMA chains (matmul, conv); reductions of at most SMALL_REDUCE steps (a conv's window rows and
+       columns) are unrolled completely, so their short loops and per-step gates disappear;
     3. with such a tile, the blocks of one of the two tiled axes become the parallel outer loop, the one whose panel
        (the operand read through that axis and the reduction) is read with a stride: every inner tile reuses it, and
        if the renderer allows `scratch` it is PACKed into a contiguous array (a matmul's right operand, a conv's
-       weights). The reduction stays a plain loop: the C compiler unrolls it without chaining the lanes;
+       weights). When that leaves enough parallel blocks, the blocks are SPLIT first so one panel covers several
+       tiles (`_panel_split`). A long reduction stays a plain loop: the C compiler unrolls it without chaining lanes;
     4. without a tile, unroll the innermost reduction by 4."""
     if NOOPT:
         return []
@@ -266,6 +306,9 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
         tile_size = range_size(tile) or 0
         depth = 8 if amount <= vector_width and tile_size % 8 == 0 and tile_size > 8 else 4
         add(Opt("UPCAST", kernel_ranges(ast).index(tile), depth))
+        for red in [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.REDUCE]:
+            if (range_size(red) or SMALL_REDUCE + 1) <= SMALL_REDUCE:  # a conv's window: straight-line code
+                add(Opt("UNROLL", kernel_ranges(ast).index(red), 0))
         for axis in (contiguous, tile):  # their outer parts keep the axis ids
             blocks = next((r for r in kernel_ranges(ast) if axis is not None and r.arg[0] == axis.arg[0]), None)
             if blocks is None or blocks.arg[1] is not AxisType.LOOP or (range_size(blocks) or 0) < 2:
@@ -274,7 +317,12 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
             if (which := _strided_panel(swapped)) is not None:
                 add(Opt("GLOBAL", kernel_ranges(ast).index(blocks)))
                 if scratch:
-                    add(Opt("PACK", which))
+                    if (split := _panel_split(ast, which)) > 1:
+                        glob = next(r for r in kernel_ranges(ast) if r.arg[1] is AxisType.GLOBAL)
+                        add(Opt("SPLIT", kernel_ranges(ast).index(glob), split))
+                        which = _strided_panel(ast)
+                    if which is not None:
+                        add(Opt("PACK", which))
                 break
         return opts
     reds = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.REDUCE]

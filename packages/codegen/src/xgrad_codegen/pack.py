@@ -73,7 +73,9 @@ def _loop_key(r: UOp) -> tuple[int, int]:
 
 
 def check_pack(ast: UOp, load: UOp) -> tuple[list[UOp], list[UOp], list[UOp], list[UOp]]:
-    """(reduce ranges, upcast ranges, outer loops, inner loops) of `load`, or PackError when PACK does not apply."""
+    """(panel ranges, upcast ranges, outer loops, inner loops) of `load`, or PackError when PACK does not apply. The
+    panel ranges are the reductions, led by the output loops the load reads that run inside all the loops it does not
+    read (the inner part of a SPLIT: the panel then holds several register tiles, one after the other)."""
     rngs = _ranges(simplify(load.src[0]))  # unsimplified index math may name ranges it does not depend on
     reds = [r for r in rngs if r.arg[1] in _REDUCE_KINDS]
     ups = [r for r in rngs if r.arg[1] is AxisType.UPCAST]
@@ -88,8 +90,15 @@ def check_pack(ast: UOp, load: UOp) -> tuple[list[UOp], list[UOp], list[UOp], li
         raise PackError("PACK needs the parallel (GLOBAL) loop among the loops the load depends on")
     if not inner:
         raise PackError("the load depends on every output loop: the packed panel would never be reused")
-    if max(_loop_key(r) for r in outer) > min(_loop_key(r) for r in inner):
+    first_inner = min(_loop_key(r) for r in inner)
+    # loops the load depends on that run inside every loop it does not (the inner part of a SPLIT) join the panel
+    wide = [r for r in outer if _loop_key(r) > first_inner]
+    outer = [r for r in outer if r not in wide]
+    if any(
+        r.arg[1] is not AxisType.LOOP or _size(r) is None or _loop_key(r) < max(map(_loop_key, inner)) for r in wide
+    ):
         raise PackError("a loop the load does not depend on runs outside one it does: the panel would be repacked")
+    reds = wide + reds  # the panel is laid out one block (of the wide loops) after the other
     if prod(_size(r) or 1 for r in reds + ups) * load.dtype.itemsize > MAX_SCRATCH_BYTES:
         raise PackError(f"the packed panel would exceed {MAX_SCRATCH_BYTES} bytes")
     return reds, ups, outer, inner
@@ -110,8 +119,10 @@ def apply_pack(ast: UOp, which: int) -> UOp:
     # the fill loops: fresh copies of the reduce ranges (plain loops) and of the upcast ranges (lanes)
     fill_reds = [UOp.range(r.src[0], next_id + i, AxisType.LOOP) for i, r in enumerate(reds)]
     next_id += len(fill_reds)
-    # the loops the load does not depend on get later ids, so the fill loops open before them
-    renumber = {r: UOp.range(r.src[0], next_id + i, r.arg[1]) for i, r in enumerate(sorted(inner, key=_loop_key))}
+    # the loops the load does not depend on get later ids, so the fill loops open before them; the wide loops (the
+    # reduce-like ones that are output loops) stay inside them
+    later = sorted(inner, key=_loop_key) + [r for r in reds if r.arg[1] is AxisType.LOOP]
+    renumber = {r: UOp.range(r.src[0], next_id + i, r.arg[1]) for i, r in enumerate(later)}
     next_id += len(renumber)
     fill_ups = [UOp.range(r.src[0], next_id + i, AxisType.UPCAST) for i, r in enumerate(ups)]
     lanes = int(prod(_size(r) or 1 for r in ups))

@@ -1,0 +1,112 @@
+"""Gated loads of consecutive lanes (`xgrad_cpu.renderer.merge_gated_loads`): a VECTORIZE of float32 loads, each lane
+with its own gate, is printed as one masked vector load (a plain one when every gate holds); the result matches
+numpy with AVX and with the portable fallback, and convolutions with padding match torch."""
+
+from __future__ import annotations
+
+import ctypes
+import pathlib
+import shutil
+import subprocess
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from xgrad import Tensor
+from xgrad.dtype import dtypes
+from xgrad.uop.ops import AxisType, Ops, UOp
+from xgrad_cpu.renderer import CRenderer, merge_gated_loads
+
+COMPILERS = [cc for cc in ("gcc", "clang") if shutil.which(cc)]
+IDX = dtypes.index
+
+
+def idx(n: int) -> UOp:
+    return UOp.const(IDX, n)
+
+
+def shifted_window_program(n_in: int, blocks: int, lanes: int) -> list[UOp]:
+    """out[8b + k] = in[8b + k - 1] where that is inside `in`, else 0; lane 3 is always off, lane 5 never gated."""
+    out, src = UOp(Ops.PARAM, dtypes.float32, (), 0), UOp(Ops.PARAM, dtypes.float32, (), 1)
+    r = UOp.range(idx(blocks), 0, AxisType.GLOBAL)
+    loads = []
+    for k in range(lanes):
+        pos = r * idx(lanes) + idx(k - 1)
+        gate = idx(-1).lt(pos).logical_and(pos.lt(n_in))
+        if k == 3:
+            gate = UOp.const(dtypes.bool, False)
+        index = UOp(Ops.INDEX, dtypes.float32, (src, pos) if k == 5 else (src, pos, gate))
+        loads.append(UOp(Ops.LOAD, dtypes.float32, (index,)))
+    value = UOp(Ops.VECTORIZE, dtypes.float32.vec(lanes), tuple(loads))
+    dest = UOp(Ops.INDEX, dtypes.float32.vec(lanes), (out, r * idx(lanes)))
+    store = UOp(Ops.STORE, dtypes.void, (dest, value))
+    items: dict[UOp, None] = {}
+    for item in (store, UOp(Ops.END, dtypes.void, (r,))):
+        for u in item.toposort:
+            items.setdefault(u, None)
+    return [*items, UOp(Ops.SINK, dtypes.void, ())]
+
+
+def compile_and_run(
+    src: str, flags: list[str], cc: str, tmp_path: pathlib.Path, bufs: list[np.ndarray], n: int
+) -> None:
+    c_file, so_file = tmp_path / "k.c", tmp_path / f"k_{cc}_{flags[0]}.so"
+    c_file.write_text(src)
+    cmd = [cc, "-O2", *flags, "-fPIC", "-shared", "-Wall", "-Werror", str(c_file), "-o", str(so_file)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    assert result.returncode == 0, f"{result.stderr}\n{src}"
+    fn: Any = ctypes.CDLL(str(so_file)).k
+    fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
+    ptrs = (ctypes.c_void_p * len(bufs))(*[b.ctypes.data for b in bufs])
+    fn(ptrs, (ctypes.c_int * 1)(0), 0, n)
+
+
+@pytest.mark.skipif(not COMPILERS, reason="no C compiler (gcc or clang) on PATH")
+@pytest.mark.parametrize("lanes", [4, 8])
+@pytest.mark.parametrize("flags", [["-march=native"], ["-Wno-psabi"]], ids=["native", "portable"])
+def test_gated_lanes_load_as_one_masked_vector_matching_numpy(
+    lanes: int, flags: list[str], tmp_path: pathlib.Path
+) -> None:
+    n_in, blocks = 4 * lanes - 3, 4  # the last block reads past the end of `in`; the first reads before its start
+    src_text = CRenderer().render("k", shifted_window_program(n_in, blocks, lanes))
+    assert f"mload_float{lanes}(" in src_text
+    data = np.random.default_rng(0).uniform(-1, 1, n_in).astype(np.float32)
+    padded = np.concatenate([[0.0], data, np.zeros(lanes * blocks, np.float32)]).astype(np.float32)
+    want = padded[: lanes * blocks].copy()
+    want[3::lanes] = 0.0
+    for cc in COMPILERS:
+        out = np.full(lanes * blocks, np.nan, np.float32)
+        compile_and_run(src_text, flags, cc, tmp_path, [out, data], blocks)
+        np.testing.assert_array_equal(out, want)
+
+
+def test_lanes_that_are_not_consecutive_stay_scalar() -> None:
+    src = UOp(Ops.PARAM, dtypes.float32, (), 1)
+    r = UOp.range(idx(4), 0, AxisType.GLOBAL)
+    gate = r.lt(3)
+    loads = [
+        UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, dtypes.float32, (src, r * idx(8) + idx(2 * k), gate)),))
+        for k in range(8)
+    ]
+    assert merge_gated_loads(UOp(Ops.VECTORIZE, dtypes.float32.vec(8), tuple(loads))) is None
+
+
+@pytest.mark.parametrize("shape,kernel", [((2, 3, 6, 16), (4, 3, 3, 3)), ((1, 2, 5, 12), (3, 2, 3, 3))])
+def test_conv2d_with_padding_matches_torch_on_cpu(shape: tuple[int, ...], kernel: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(1)
+    x, w = rng.uniform(-1, 1, shape).astype(np.float32), rng.uniform(-1, 1, kernel).astype(np.float32)
+    got = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=1).numpy()
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_reading_a_large_buffer_from_its_first_element_matches_torch_on_cpu() -> None:
+    # 256 KiB of input: the CPU allocator maps it on its own pages, so the padding lanes of the first window point
+    # before the mapping (a masked-off lane must not be read)
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 1, 256, 256)).astype(np.float32)
+    w = np.random.default_rng(3).uniform(-1, 1, (2, 1, 3, 3)).astype(np.float32)
+    got = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=1).numpy()
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
