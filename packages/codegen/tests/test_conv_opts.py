@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from kernel_helpers import data, kernel_asts
 
 from xgrad import Tensor
 from xgrad.engine import realize
@@ -18,24 +19,8 @@ from xgrad_codegen.opt import SMALL_REDUCE, apply_opt, heuristic_opts, kernel_ra
 
 def conv_ast(x: np.ndarray, w: np.ndarray) -> UOp:
     """The kernel AST of conv2d(x, w, padding=1), as the pipeline hands it to the optimizer."""
-    seen: list[UOp] = []
-    orig = realize.run_kernel
-
-    def spy(item: Any, vals: dict[str, int]) -> Any:
-        seen.append(item.ast)
-        return orig(item, vals)
-
     xt, wt = Tensor(x).realize(), Tensor(w).realize()
-    realize.run_kernel = spy  # type: ignore[assignment]
-    try:
-        xt.conv2d(wt, padding=1).realize()
-    finally:
-        realize.run_kernel = orig
-    return fold_indexes(simplify(seen[-1]))
-
-
-def data(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+    return fold_indexes(simplify(kernel_asts(lambda: xt.conv2d(wt, padding=1))[-1]))
 
 
 def test_conv_heuristic_unrolls_the_window_and_keeps_the_channel_loop() -> None:

@@ -3,15 +3,12 @@ of the register tile, the heuristic builds the kernel structure it documents, an
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 import pytest
+from kernel_helpers import ScratchRenderer, data, matmul_ast
 
 from xgrad import Tensor
-from xgrad.engine import realize
-from xgrad.uop.ops import AxisType, Ops, UOp
+from xgrad.uop.ops import AxisType, Ops
 from xgrad_codegen.opt import (
     OPT_ACTIONS,
     Opt,
@@ -26,41 +23,8 @@ from xgrad_codegen.pipeline import full_rewrite
 from xgrad_codegen.renderer import CStyleRenderer
 
 
-class ScratchRenderer(CStyleRenderer):
-    """A renderer like the CPU one as the optimizer sees it: 8-lane vectors and scratch arrays."""
-
-    max_vector_width = 8
-    supports_scratch = True
-
-
 class PlainRenderer(CStyleRenderer):
     max_vector_width = 8
-
-
-def kernel_asts(fn: Callable[[], Tensor]) -> list[UOp]:
-    seen: list[UOp] = []
-    orig = realize.run_kernel
-
-    def spy(item: Any, vals: dict[str, int]) -> Any:
-        seen.append(item.ast)
-        return orig(item, vals)
-
-    realize.run_kernel = spy  # type: ignore[assignment]
-    try:
-        fn().realize()
-    finally:
-        realize.run_kernel = orig
-    return seen
-
-
-def data(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
-
-
-def matmul_ast(m: int, k: int, n: int) -> UOp:
-    a, b = Tensor(data(m, k)).realize(), Tensor(data(k, n, seed=1)).realize()
-    (ast,) = kernel_asts(lambda: a @ b)
-    return ast
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 7, 7), (5, 33, 20), (12, 9, 40), (16, 16, 16), (33, 65, 17)])

@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
+from kernel_helpers import data, kernel_asts
 
 from xgrad import Tensor
 from xgrad.device import Device
-from xgrad.engine import realize
 from xgrad.helpers import Context, getenv
 from xgrad.uop.ops import UOp
 from xgrad_codegen import search
@@ -34,27 +34,6 @@ def beam_env(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
         yield tmp_path
     monkeypatch.undo()
     getenv.cache_clear()
-
-
-def kernel_asts(fn: Callable[[], Tensor]) -> list[UOp]:
-    """The kernel ASTs that realizing `fn()` runs."""
-    seen: list[UOp] = []
-    orig = realize.run_kernel
-
-    def spy(item: realize.ScheduleItem, vals: dict[str, int]) -> object:
-        seen.append(item.ast)
-        return orig(item, vals)
-
-    realize.run_kernel = spy  # type: ignore[assignment]
-    try:
-        fn().realize()
-    finally:
-        realize.run_kernel = orig
-    return seen
-
-
-def data(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -4,48 +4,15 @@ action refuses what it cannot do."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
+from kernel_helpers import ScratchRenderer, data, matmul_ast
 
 from xgrad import Tensor
-from xgrad.engine import realize
 from xgrad.uop.ops import AxisType, Ops, UOp
 from xgrad_codegen.opt import Opt, OptError, apply_opt, candidate_opts, heuristic_opts, kernel_ranges
 from xgrad_codegen.pack import MAX_SCRATCH_BYTES, is_scratch
 from xgrad_codegen.pipeline import full_rewrite
-from xgrad_codegen.renderer import CStyleRenderer
-
-
-class ScratchRenderer(CStyleRenderer):
-    """The CPU renderer as the optimizer sees it: 8-lane vectors and scratch arrays."""
-
-    max_vector_width = 8
-    supports_scratch = True
-
-
-def data(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
-
-
-def matmul_ast(m: int, k: int, n: int) -> UOp:
-    """The kernel AST of a (m, k) @ (k, n) matmul, caught on its way to the device."""
-    a, b = Tensor(data(m, k)).realize(), Tensor(data(k, n, seed=1)).realize()
-    seen: list[UOp] = []
-    orig = realize.run_kernel
-
-    def spy(item: Any, vals: dict[str, int]) -> Any:
-        seen.append(item.ast)
-        return orig(item, vals)
-
-    realize.run_kernel = spy  # type: ignore[assignment]
-    try:
-        (a @ b).realize()
-    finally:
-        realize.run_kernel = orig
-    (ast,) = seen
-    return ast
 
 
 def test_matmul_heuristic_splits_the_parallel_loop_before_packing_when_blocks_are_plenty() -> None:
