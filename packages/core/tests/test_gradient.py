@@ -3,13 +3,13 @@ against torch (CPU) as the oracle, on every available device (fixture `xgrad_dev
 
 from __future__ import annotations
 
-import doctest
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from torch_compare import run_docstring
 
 from xgrad.device import Device
 from xgrad.dtype import DType, dtypes
@@ -475,11 +475,7 @@ def test_gradient_raises_for_int_tensors(xgrad_device: str) -> None:
 # ---- docstrings ----
 @pytest.mark.parametrize("name", ["gradient", "backward", "contiguous_backward", "is_param_"])
 def test_docstring_example_runs_for_method(name: str) -> None:
-    finder = doctest.DocTestFinder()
-    runner = doctest.DocTestRunner()
-    for test in finder.find(getattr(Tensor, name), name, globs={"Tensor": Tensor}):
-        runner.run(test)
-    assert runner.failures == 0 and runner.tries > 0
+    run_docstring(name)
 
 
 def test_reading_values_keeps_the_graph_for_gradients() -> None:

@@ -3,7 +3,6 @@ torch on every available device (fixture `xgrad_device`), every dtype for the dt
 
 from __future__ import annotations
 
-import doctest
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
+from torch_compare import run_docstring
 
 from xgrad.dtype import dtypes, to_np_dtype
 from xgrad.errors import IndexingError, ShapeError, XgradError
@@ -309,14 +309,8 @@ METHODS = [
 
 @pytest.mark.parametrize("name", METHODS)
 def test_docstring_example_runs_for_method(name: str) -> None:
-    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner()
-    for test in finder.find(getattr(Tensor, name), name, globs={"Tensor": Tensor}):
-        runner.run(test)
-    assert runner.failures == 0 and runner.tries > 0
+    run_docstring(name)
 
 
 def test_docstring_example_runs_for_T() -> None:  # noqa: N802
-    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner()
-    for test in finder.find(Tensor.T.fget, "T", globs={"Tensor": Tensor}):  # type: ignore[attr-defined]
-        runner.run(test)
-    assert runner.failures == 0 and runner.tries > 0
+    run_docstring("T")

@@ -10,6 +10,7 @@ sys.path, so test modules `from torch_compare import ...`.)
 from __future__ import annotations
 
 import doctest
+import inspect
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -95,7 +96,9 @@ def run_docstring(name: str) -> None:
     """Run the `>>>` examples in the docstring of Tensor.<name>; fail if there are none or one fails."""
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner()
-    tests = finder.find(getattr(Tensor, name), name, globs={"Tensor": Tensor})
+    obj = inspect.getattr_static(Tensor, name)
+    obj = obj.fget if isinstance(obj, property) else getattr(Tensor, name)
+    tests = finder.find(obj, name, globs={"Tensor": Tensor})
     for test in tests:
         runner.run(test)
     assert runner.tries > 0, f"Tensor.{name} has no docstring example"
