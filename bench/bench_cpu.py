@@ -109,14 +109,19 @@ class Workload:
     arrays: list[np.ndarray] = field(default_factory=list)
 
 
-def best_interleaved(fns: list[Callable[[], object]], reps: int) -> list[float]:
+def best_interleaved(fns: list[Callable[[], object]], reps: int, settle: float) -> list[float]:
     """The fastest of `reps` timed calls of each function, calling them in turn (a, b, c, a, b, c, ...) so that load
-    from other processes on a shared machine hits all of them alike. One untimed warm-up call each first."""
+    from other processes on a shared machine hits all of them alike. One untimed warm-up call each first.
+
+    Before each timed call the process sleeps `settle` seconds: OpenBLAS's and torch's worker threads busy-wait for a
+    while after a call (OpenBLAS ~0.1 s), and on a 2-core machine the next library's call would share its cores with
+    them. Each library is timed on idle cores."""
     for fn in fns:
         fn()
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(reps):
         for fn, ts in zip(fns, times):
+            time.sleep(settle)
             start = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - start)
@@ -211,6 +216,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     parser.add_argument("--only", default="", help="run only the workloads whose name contains this text")
     parser.add_argument("--beam", type=int, default=0, help="also time xgrad under BEAM=N (a column per setting)")
+    parser.add_argument(
+        "--settle", type=float, default=0.25, help="seconds of idle before each timed call (other libraries' spinning)"
+    )
     args = parser.parse_args()
     reps = 3 if args.quick else 7
     cores = len(os.sched_getaffinity(0))
@@ -245,7 +253,7 @@ def main() -> None:
             fns.append(functools.partial(w.numpy, *arrays))
         if w.torch is not None and torch is not None:
             fns.append(functools.partial(w.torch, *[torch.from_numpy(a) for a in arrays]))
-        measured = best_interleaved(fns, reps)
+        measured = best_interleaved(fns, reps, args.settle)
         times = measured[: len(columns)]
         rest = iter(measured[len(columns) :])
         tn = next(rest) if w.numpy is not None else float("nan")

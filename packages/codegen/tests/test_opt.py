@@ -35,7 +35,8 @@ def test_matmul_matches_numpy_when_sizes_are_not_tile_multiples(xgrad_device: st
 
 
 @pytest.mark.parametrize(
-    "m,k,n", [(64, 64, 64), (7, 1000, 33), (1000, 7, 48), (36, 100, 1000), (128, 256, 80), (4, 3, 1024)]
+    "m,k,n",
+    [(64, 64, 64), (7, 1000, 33), (1000, 7, 48), (36, 100, 1000), (128, 256, 80), (4, 3, 1024), (50, 40, 1000)],
 )
 def test_matmul_matches_numpy_on_cpu_with_packed_panels(m: int, k: int, n: int) -> None:
     a, b = data(m, k), data(k, n, seed=1)
@@ -49,10 +50,31 @@ def test_batched_matmul_matches_numpy_on_cpu_with_packed_panels() -> None:
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
 
 
-def test_matmul_heuristic_packs_the_right_operand_and_tiles_4x16() -> None:
+def test_matmul_heuristic_packs_the_right_operand_and_tiles_6x16() -> None:
     opts = heuristic_opts(matmul_ast(64, 64, 64), 8, scratch=True)
+    # 64 rows are padded to 66 so that tiles of 6 rows fit
+    assert [o.op for o in opts] == ["UPCAST", "PADTO", "UPCAST", "GLOBAL", "PACK"]
+    assert [o.amount for o in opts[:3]] == [16, 6, 6]
+
+
+def test_matmul_heuristic_tiles_short_row_ranges_4x16() -> None:
+    opts = heuristic_opts(matmul_ast(32, 64, 64), 8, scratch=True)
     assert [o.op for o in opts] == ["UPCAST", "UPCAST", "GLOBAL", "PACK"]
     assert [o.amount for o in opts[:2]] == [16, 4]
+
+
+def test_padded_rows_clamp_their_loads_and_gate_only_their_stores() -> None:
+    """A 6-row tile over 64 rows: the inner loop's loads carry no gate (the extra rows read row 63), the stores of
+    the extra rows are gated, and the result matches numpy."""
+    uops = full_rewrite(matmul_ast(64, 32, 64), ScratchRenderer())
+    accs = [u for u in uops if u.op is Ops.DEFINE_ACC]
+    assert len(accs) == 12 and all(u.dtype.count == 8 for u in accs)
+    loads = [u for u in uops if u.op is Ops.LOAD]
+    assert loads and all(len(u.src[0].src) == 2 for u in loads)
+    gated = [u for u in uops if u.op is Ops.STORE and not is_scratch(u.src[0].src[0]) and len(u.src[0].src) == 3]
+    assert len(gated) == 4  # rows 4 and 5 of a tile may be past row 63 (66 = 64 + 2), 2 vectors each
+    a, b = data(64, 32), data(32, 64, seed=1)
+    np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_matmul_heuristic_without_scratch_does_not_pack() -> None:
@@ -60,10 +82,10 @@ def test_matmul_heuristic_without_scratch_does_not_pack() -> None:
     assert "PACK" not in [o.op for o in opts] and "UNROLL" not in [o.op for o in opts]
 
 
-def test_matmul_kernel_has_8_vector_accumulators_and_a_packed_panel() -> None:
-    uops = full_rewrite(matmul_ast(64, 64, 64), ScratchRenderer())
+def test_matmul_kernel_has_12_vector_accumulators_and_a_packed_panel() -> None:
+    uops = full_rewrite(matmul_ast(66, 64, 64), ScratchRenderer())
     accs = [u for u in uops if u.op is Ops.DEFINE_ACC]
-    assert len(accs) == 8 and all(u.dtype.count == 8 for u in accs)
+    assert len(accs) == 12 and all(u.dtype.count == 8 for u in accs)
     scratch = [u for u in uops if is_scratch(u)]
     assert len(scratch) == 1 and int(scratch[0].src[0].arg) == 64 * 16
     ranges = [u for u in uops if u.op is Ops.RANGE]

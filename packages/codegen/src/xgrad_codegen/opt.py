@@ -146,28 +146,52 @@ def candidate_opts(ast: UOp, renderer: Any) -> list[Opt]:
 
 
 def pad_range(ast: UOp, rng: UOp, multiple: int) -> UOp:
-    """Grow an output range to a multiple of `multiple` (so it can be upcast); every memory access that depends on
-    it is gated by `rng < original size`, so the extra iterations load nothing and store nothing."""
+    """Grow an output range to a multiple of `multiple` (so it can be upcast). Every STORE is gated by
+    `rng < original size`, so the extra iterations write nothing. Loads that depend on the range are gated the same
+    way when the stores are contiguous along it (its lanes become one vector: a masked vector load), else their index
+    is clamped to the last real iteration instead: the extra lanes compute on real data and are never stored, and the
+    inner loop has no per-load test (a matmul's row tile of 6 over 1024 rows)."""
     size = range_size(rng)
     if size is None or rng.arg[1] is not AxisType.LOOP:
         raise OptError("PADTO applies to output loops of constant size")
     padded = UOp.range(-(-size // multiple) * multiple, rng.arg[0], rng.arg[1])
+    clamp = None if _stores_contiguous_on(ast, rng) else padded.minimum(size - 1)
     return graph_rewrite(
-        substitute(ast, {rng: padded}), pm_gate_padded, ctx=(padded, padded.lt(size)), name="gate padded range"
+        substitute(ast, {rng: padded}), pm_gate_padded, ctx=(padded, padded.lt(size), clamp), name="gate padded range"
     )
 
 
-def gate_index(ctx: tuple[UOp, UOp], idx: UOp) -> UOp | None:
-    padded, valid = ctx
-    if padded not in idx.src[1].toposort or (len(idx.src) == 3 and valid in idx.src[2].toposort):
+def _gated(ctx: tuple[UOp, UOp, UOp | None], idx: UOp) -> UOp | None:
+    _, valid, _ = ctx
+    if len(idx.src) == 3 and valid in idx.src[2].toposort:
         return None
     gate = valid if len(idx.src) == 2 else idx.src[2].logical_and(valid)
     return idx.replace(src=(idx.src[0], idx.src[1], gate))
 
 
+def gate_store(ctx: tuple[UOp, UOp, UOp | None], st: UOp) -> UOp | None:
+    idx = _gated(ctx, st.src[0])
+    return None if idx is None else st.replace(src=(idx, *st.src[1:]))
+
+
+def gate_load(ctx: tuple[UOp, UOp, UOp | None], ld: UOp) -> UOp | None:
+    padded, _, clamp = ctx
+    idx = ld.src[0]
+    if padded not in idx.toposort:
+        return None
+    if clamp is None:
+        new = _gated(ctx, idx)
+    elif clamp in idx.toposort:
+        return None
+    else:
+        new = idx.replace(src=(idx.src[0], *(substitute(x, {padded: clamp}) for x in idx.src[1:])))
+    return None if new is None else ld.replace(src=(new, *ld.src[1:]))
+
+
 pm_gate_padded = PatternMatcher(
     [
-        (UPat(Ops.INDEX, name="idx"), gate_index),
+        (UPat(Ops.STORE, name="st"), gate_store),
+        (UPat(Ops.LOAD, name="ld"), gate_load),
     ]
 )
 
@@ -187,15 +211,17 @@ pm_reduce_ranges = PatternMatcher(
 )
 
 
+def _index_step(idx: UOp, rng: UOp) -> int | None:
+    """How far apart `idx` points for consecutive values of `rng` (None: not a constant)."""
+    zero = simplify(substitute(idx, {rng: UOp.const(dtypes.index, 0)}))
+    one = simplify(substitute(idx, {rng: UOp.const(dtypes.index, 1)}))
+    diff = simplify(one - zero)
+    return int(diff.arg) if diff.op is Ops.CONST else None
+
+
 def _stores_contiguous_on(ast: UOp, rng: UOp) -> bool:
     """True when consecutive values of `rng` write consecutive elements (a vectorizable store)."""
-    for store in ast.src:
-        idx = store.src[0].src[1]
-        zero = simplify(substitute(idx, {rng: UOp.const(dtypes.index, 0)}))
-        one = simplify(substitute(idx, {rng: UOp.const(dtypes.index, 1)}))
-        if simplify(one - zero).arg != 1:
-            return False
-    return True
+    return all(_index_step(store.src[0].src[1], rng) == 1 for store in ast.src)
 
 
 def _reduce_stride(load: UOp) -> int | None:
@@ -203,13 +229,7 @@ def _reduce_stride(load: UOp) -> int | None:
     reds = sorted(
         (r for r in load.src[0].toposort if r.op is Ops.RANGE and r.arg[1] is AxisType.REDUCE), key=lambda r: r.arg[0]
     )
-    if not reds:
-        return None
-    idx = load.src[0].src[1]
-    zero = simplify(substitute(idx, {reds[-1]: UOp.const(dtypes.index, 0)}))
-    one = simplify(substitute(idx, {reds[-1]: UOp.const(dtypes.index, 1)}))
-    diff = simplify(one - zero)
-    return int(diff.arg) if diff.op is Ops.CONST else None
+    return _index_step(load.src[0].src[1], reds[-1]) if reds else None
 
 
 def _strided_panel(ast: UOp) -> int | None:
@@ -227,6 +247,7 @@ def _strided_panel(ast: UOp) -> int | None:
     return None
 
 
+TALL = 48  # a tile axis at least this long gets 6 rows (padded when 6 does not divide it): 12 accumulators
 SMALL_REDUCE = 4  # with a register tile, reductions this short (a conv's 3x3 window) are unrolled completely
 PANEL_SPLITS = (4, 2)  # how many register tiles wide a packed panel may grow (SPLIT amounts the heuristic tries)
 MIN_PARALLEL_BLOCKS = 8  # SPLIT leaves at least this many iterations of the parallel loop (load balance over cores)
@@ -258,7 +279,7 @@ def _tile_axis(ast: UOp, contiguous: UOp | None) -> UOp | None:
     across the tile (matmul: the rows; conv: the output channels, not the image rows)."""
     split = contiguous.arg[0] if contiguous is not None else -1
     others = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP and r.arg[0] != split]
-    fits = [r for r in reversed(others) if (n := range_size(r)) is not None and n % 4 == 0 and n > 4]
+    fits = [r for r in reversed(others) if (n := range_size(r)) is not None and (n % 4 == 0 and n > 4 or n >= TALL)]
     along = [_axes_read(ld) for ld in packable_loads(ast) if split in _axes_read(ld)]
     return next((r for r in fits if not any(r.arg[0] in axes for axes in along)), fits[0] if fits else None)
 
@@ -304,7 +325,15 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
             add(Opt("UPCAST", kernel_ranges(ast).index(contiguous), amount))
     if tile is not None and opts:
         tile_size = range_size(tile) or 0
-        depth = 8 if amount <= vector_width and tile_size % 8 == 0 and tile_size > 8 else 4
+        if amount <= vector_width and tile_size % 8 == 0 and tile_size > 8:
+            depth = 8
+        elif amount == 2 * vector_width and (tile_size >= TALL or tile_size % 6 == 0):
+            depth = 6
+        else:
+            depth = 4
+        if tile_size % depth:  # the padded rows' loads are clamped (see pad_range): no test in the inner loop
+            add(Opt("PADTO", kernel_ranges(ast).index(tile), depth))
+            tile = next(r for r in kernel_ranges(ast) if r.arg[0] == tile.arg[0])
         add(Opt("UPCAST", kernel_ranges(ast).index(tile), depth))
         for red in [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.REDUCE]:
             if (range_size(red) or SMALL_REDUCE + 1) <= SMALL_REDUCE:  # a conv's window: straight-line code
@@ -379,7 +408,9 @@ def expand_upcast(sink: UOp) -> UOp | None:
     stores: list[UOp] = []
     changed = False
     for st in sink.src:
-        ups = _lane_ranges(st, (AxisType.UPCAST,))
+        # lanes in the output's memory order (the range with the largest stride outermost), so a register tile's
+        # values are computed row by row: each broadcast operand is used by the row's vectors and then dies
+        ups = sorted(_lane_ranges(st, (AxisType.UPCAST,)), key=lambda r: -abs(_index_step(st.src[0].src[1], r) or 0))
         if ups:
             changed = True
             stores.extend(_lanes(st, ups))
