@@ -98,3 +98,46 @@ def test_uop_cache_returns_the_live_node_and_forgets_dead_ones():
     b = UOp(Ops.CONST, dtypes.int32, (), 123457)
     assert b.arg == 123457 and b.dtype == dtypes.int32
     assert key_count is None or len(type(b).__class__._cache) <= key_count
+
+
+def test_dtype_hash_cache_is_not_pickled():
+    """DType caches its hash; a pickle made in one process must hash like the same dtype in another process (str
+    hashes differ between processes: a pickled cache would put the dtype in the wrong dict bucket)."""
+    import pickle
+    import subprocess
+    import sys
+
+    hash(dtypes.float32)  # fill the cache before pickling
+    blob = pickle.dumps([dtypes.float32, dtypes.int8.vec(4)])
+    code = (
+        "import pickle, sys\n"
+        "from xgrad.dtype import dtypes\n"
+        "f32, v = pickle.loads(sys.stdin.buffer.read())\n"
+        "print({dtypes.float32: 'ok'}.get(f32), {dtypes.int8.vec(4): 'ok'}.get(v), f32 == dtypes.float32)\n"
+    )
+    env_seed = {"PYTHONHASHSEED": "12345"}
+    import os
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=blob, capture_output=True, env={**os.environ, **env_seed}, check=True
+    )
+    assert out.stdout.decode().split() == ["ok", "ok", "True"]
+
+
+def test_dtype_equality_and_promotion_fast_paths_agree_with_the_lattice():
+    from xgrad.dtype import least_upper_dtype
+    from xgrad.helpers import Context
+
+    assert least_upper_dtype(dtypes.float16, dtypes.float16) is dtypes.float16
+    assert least_upper_dtype(dtypes.weakint, dtypes.weakint) == dtypes.weakint
+    assert least_upper_dtype(dtypes.int8, dtypes.uint8) == dtypes.int16
+    # the cached lattice join must not cache the knob-dependent default dtypes
+    with Context(DEFAULT_FLOAT="float16"):
+        assert least_upper_dtype(dtypes.int32, dtypes.weakfloat) == dtypes.float16
+    assert least_upper_dtype(dtypes.int32, dtypes.weakfloat) == dtypes.float32
+    assert dtypes.float32.vec(4) == dtypes.float32.vec(4) and dtypes.float32 != dtypes.int32
+
+
+def test_shapes_are_plain_ints_whatever_the_caller_passed():
+    t = Tensor.zeros(6).reshape(np.int64(2), np.int32(3)).pad(((np.int64(1), 0), (0, 0)))
+    assert t.shape == (3, 3) and all(type(s) is int for s in t.shape)

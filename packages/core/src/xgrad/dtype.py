@@ -6,6 +6,7 @@ Vectors (`DType.vec`) exist for codegen only; user-facing tensors always have sc
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import struct
 from collections.abc import Callable
@@ -33,6 +34,33 @@ class DType:
     fmt: str | None
     count: int = 1
     _scalar: DType | None = field(default=None, repr=False)
+
+    # hashed and compared in every UOp lookup: the hash is computed once per object (it is left out of pickles, as
+    # str hashes differ between processes), and equal objects are usually the same object
+    def __hash__(self) -> int:
+        try:
+            return self.__dict__["_hash"]  # type: ignore[no-any-return]
+        except KeyError:
+            h = hash((self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar))
+            object.__setattr__(self, "_hash", h)
+            return h
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, DType):
+            return NotImplemented
+        return (self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar) == (
+            other.priority,
+            other.itemsize,
+            other.name,
+            other.fmt,
+            other.count,
+            other._scalar,
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     def vec(self, n: int) -> DType:
         """The vector of `n` lanes of this scalar dtype; `vec(1)` is the dtype itself."""
@@ -343,10 +371,20 @@ def least_upper_dtype(*ds: DType) -> DType:
     """
     if not ds:
         raise DTypeError("least_upper_dtype needs at least one dtype")
+    if all(d is ds[0] for d in ds) and ds[0].scalar() in _UPPER:  # the common case: one dtype
+        return ds[0]
     counts = {d.count for d in ds}
     if len(counts) != 1:
         raise DTypeError(f"cannot promote vectors of different widths: {ds}")
-    scalars = [d.scalar() for d in ds]
+    scalars = tuple(d.scalar() for d in ds)
+    result = _lattice_join(scalars)
+    if not all(d in dtypes.weaks for d in scalars):
+        result = _concrete(result)  # reads the DEFAULT_INT/DEFAULT_FLOAT knobs: not cached
+    return result.vec(counts.pop())
+
+
+@functools.cache
+def _lattice_join(scalars: tuple[DType, ...]) -> DType:
     for d in scalars:
         if d not in _UPPER:
             raise DTypeError(f"{d!r} takes no part in type promotion")
@@ -354,11 +392,8 @@ def least_upper_dtype(*ds: DType) -> DType:
     for d in scalars[1:]:
         common = common & _UPPER[d]
     least = [c for c in common if _UPPER[c] == common]
-    assert len(least) == 1, f"promotion lattice has no unique least upper bound for {ds}"
-    result = least[0]
-    if not all(d in dtypes.weaks for d in scalars):
-        result = _concrete(result)
-    return result.vec(counts.pop())
+    assert len(least) == 1, f"promotion lattice has no unique least upper bound for {scalars}"
+    return least[0]
 
 
 def least_upper_float(d: DType) -> DType:

@@ -42,8 +42,9 @@ class TensorBase:
 
         >>> Tensor.zeros(2, 3).shape
         (2, 3)"""
-        assert self.uop.shape is not None
-        return cast("tuple[int, ...]", tuple(s if isinstance(s, UOp) else int(s) for s in self.uop.shape))
+        shape = self.uop.shape
+        assert shape is not None
+        return cast("tuple[int, ...]", shape)
 
     @property
     def dtype(self) -> DType:

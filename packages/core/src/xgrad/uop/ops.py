@@ -507,14 +507,19 @@ def _cast_const(dtype: DType, value: Any) -> Any:
 
 
 # ---- shapes ----
+def _sizes(arg: Any) -> tuple[sint, ...]:
+    """Sizes as plain ints (a caller's numpy ints become int) or UOps (symbolic sizes)."""
+    return tuple(s if type(s) is int or isinstance(s, UOp) else int(s) for s in arg)
+
+
 def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
     op = u.op
     if op is Ops.BUFFER or op is Ops.IOTA:
-        return (u.arg[1],) if op is Ops.BUFFER else (u.arg,)
+        return _sizes((u.arg[1],) if op is Ops.BUFFER else (u.arg,))
     if op is Ops.CONST:
         return () if u.src else None
     if op in (Ops.RESHAPE, Ops.EXPAND):
-        return tuple(u.arg)
+        return _sizes(u.arg)
     if op in GroupOp.Movement:
         ins = u.src[0].shape
         assert ins is not None, f"{op} of a shapeless node"
@@ -541,7 +546,7 @@ def _size(x: sint) -> sint:
     """A computed size: symbolic sizes are simplified, so equal sizes are the same (hash-consed) node, and a size
     that folds to a constant is an int again."""
     if not isinstance(x, UOp):
-        return x
+        return int(x)
     s = ssimplify(x)
     return int(s.arg) if s.op is Ops.CONST else s
 
