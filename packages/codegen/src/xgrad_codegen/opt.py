@@ -43,7 +43,7 @@ OPT_ACTIONS: dict[str, tuple[str, tuple[int, ...]]] = {
     # split a reduction; the inner part becomes lanes, each added into the accumulator in turn
     "UNROLL": ("a REDUCE range of constant size", (0, 2, 4, 8)),
     # pad an output loop to a multiple (the extra iterations are gated off) so it can be upcast
-    "PADTO": ("an output LOOP of constant size", (4, 8, 16)),
+    "PADTO": ("an output LOOP of constant size", (4, 6, 8, 16)),
     # make an output loop the outermost, parallel one (the pool splits it over the cores); default: the first LOOP
     "GLOBAL": ("an output LOOP", (0,)),
     # copy a strided panel read in a reduction into a contiguous scratch array (renderers with supports_scratch)

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 SEARCH_VERSION = 1  # bump when the search or the cache format changes meaning
 SPLIT_AMOUNTS = (2, 3, 4, 8, 16)
-PAD_MULTIPLES = (4, 8)
+PAD_MULTIPLES = (4, 6, 8)
 MAX_SCRATCH_BYTES = 1 << 31  # kernels needing more scratch memory than this are not searched
 
 
@@ -182,7 +182,7 @@ def _lanes(ast: UOp) -> int:
 
 def own_candidates(ast: UOp) -> list[Opt]:
     """Next actions for an AST with some actions applied: split any loop (UPCAST) or reduction (UNROLL) of constant
-    size by an amount that divides it, or pad a loop to a multiple of 4 or 8 so it can be split."""
+    size by an amount that divides it, or pad a loop to a multiple of 4, 6 or 8 so it can be split."""
     out: list[Opt] = []
     for i, r in enumerate(kernel_ranges(ast)):
         size = range_size(r)
