@@ -86,6 +86,16 @@ def test_getitem_opens_lazily_once_per_canonical_name(test_devices: ModuleType) 
     assert test_devices.OPENED == ["TESTLOW", "TESTLOW:1"]
 
 
+def test_getitem_name_cache_is_dropped_when_the_registry_is_rebuilt(test_devices: ModuleType) -> None:
+    """Device[name] remembers each name as given (the launch hot path); a rebuilt registry opens devices anew."""
+    first = Device["testlow"]
+    assert Device["testlow"] is first  # the remembered name
+    reset_registry()
+    second = Device["testlow"]
+    assert second is not first and Device["testlow"] is second
+    assert test_devices.OPENED == ["TESTLOW", "TESTLOW"]
+
+
 def test_getitem_unknown_device_lists_availability(test_devices: ModuleType) -> None:
     with pytest.raises(DeviceError) as e:
         Device["NOPE"]

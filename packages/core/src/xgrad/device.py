@@ -107,6 +107,7 @@ class _Device:
     def __init__(self) -> None:
         self._opened: dict[str, Any] = {}
         self._opened_from: Registry | None = None
+        self._by_name: dict[str, tuple[Registry | None, Any]] = {}  # the name as given -> (registry, device)
         self._lock = threading.RLock()
 
     @staticmethod
@@ -125,6 +126,16 @@ class _Device:
         return parse_device(name)
 
     def __getitem__(self, name: str) -> Any:
+        # hot path (every kernel launch): a name seen before, while the registry it was opened from is current
+        hit = self._by_name.get(name) if type(name) is str else None
+        if hit is not None and hit[0] is _registry():
+            return hit[1]
+        device = self._open(name)
+        if type(name) is str:
+            self._by_name[name] = (self._opened_from, device)
+        return device
+
+    def _open(self, name: str) -> Any:
         canonical = self.canonicalize(name)
         if multi_devices(canonical) is not None:
             raise DeviceError(f"{name} names several devices; open one of them, e.g. Device[{canonical!r}[0]]")

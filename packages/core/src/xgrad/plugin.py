@@ -339,6 +339,8 @@ _building = False
 def get_registry() -> Registry:
     """The registry of every plugin, built on first call (loads entry points, XGRAD_PLUGINS and the builtin plugin)."""
     global _registry, _building
+    if (built := _registry) is not None:  # the hot path: no lock once built (reading a global is atomic)
+        return built
     with _lock:
         if _registry is None:
             if _building:

@@ -15,6 +15,7 @@ Buffers of symbolic size are allocated at the size's maximum over the variables'
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -66,12 +67,19 @@ def deep_substitute(roots: Iterable[UOp], mapping: Mapping[UOp, UOp]) -> list[UO
     return [memo[r] for r in roots]
 
 
+@functools.lru_cache(maxsize=4096)
+def _holds_uops(arg: tuple[Any, ...]) -> bool:
+    """Whether a (hashable) tuple arg has a UOp inside; cached: the same shapes come back in every step."""
+    return next(_arg_uops(arg), None) is not None
+
+
 def _shape_nodes(roots: Iterable[UOp]) -> list[UOp]:
     """Every UOp inside the shape args of the graphs under `roots` (the expressions and their leaves)."""
     out: dict[UOp, None] = {}
     for u in UOp(Ops.SINK, src=tuple(roots)).toposort:
-        if isinstance(u.arg, (UOp, tuple)):
-            for a in _arg_uops(u.arg):
+        arg = u.arg
+        if isinstance(arg, UOp) or (type(arg) is tuple and _holds_uops(arg)):
+            for a in _arg_uops(arg):
                 out.update(a.toposort)
     return list(out)
 
