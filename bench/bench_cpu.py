@@ -220,7 +220,7 @@ def main() -> None:
         "--settle", type=float, default=0.25, help="seconds of idle before each timed call (other libraries' spinning)"
     )
     args = parser.parse_args()
-    reps = 3 if args.quick else 7
+    reps = 3 if args.quick else 9
     cores = len(os.sched_getaffinity(0))
     peak = measure_peak(cores)
     print(
