@@ -42,7 +42,7 @@ OPT_ACTIONS: dict[str, tuple[str, tuple[int, ...]]] = {
     "UPCAST": ("an output LOOP of constant size", (0, 2, 3, 4, 6, 8, 16, 24, 32)),
     # split a reduction; the inner part becomes lanes, each added into the accumulator in turn
     "UNROLL": ("a REDUCE range of constant size", (0, 2, 4, 8)),
-    # pad an output loop to a multiple (the extra iterations are gated off) so it can be upcast
+    # pad an output loop to a multiple so it can be upcast (the extra iterations store nothing; see pad_range)
     "PADTO": ("an output LOOP of constant size", (4, 6, 8, 16)),
     # make an output loop the outermost, parallel one (the pool splits it over the cores); default: the first LOOP
     "GLOBAL": ("an output LOOP", (0,)),
@@ -289,8 +289,9 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
 
     1. upcast the store-contiguous output axis by the vector width (in a reduction with a tile: by two vectors when
        that divides; pad it when nothing divides);
-    2. in a reduction, also upcast another output axis (`_tile_axis`) into a register tile of 8 vector accumulators
-       (4 x 2 vectors, or 8 x 1), so each loaded vector and each broadcast value is used several times, with 8
+    2. in a reduction, also upcast another output axis (`_tile_axis`) into a register tile: 6 rows x 2 vectors
+       (12 accumulators; the axis is padded to a multiple of 6 when needed, its extra rows' loads clamped), 4 x 2
+       for short axes, or 8 x 1, so each loaded vector and each broadcast value is used several times by
        independent FMA chains (matmul, conv); reductions of at most SMALL_REDUCE steps (a conv's window rows and
        columns) are unrolled completely, so their short loops and per-step gates disappear;
     3. with such a tile, the blocks of one of the two tiled axes become the parallel outer loop, the one whose panel
