@@ -13,6 +13,7 @@ import numpy as np
 
 from xgrad.device import multi_devices
 from xgrad.dtype import DType, dtypes, from_np_dtype, to_dtype
+from xgrad.engine.realize import all_tensors
 from xgrad.errors import DTypeError, JitError, ShapeError, XgradError
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
 from xgrad.mixin.multi import MultiMixin
@@ -100,8 +101,6 @@ class Tensor(MultiMixin):
                 self.uop = self.uop.cast(dt)
         self.grad: Tensor | None = None
         self.is_param: bool = False
-        from xgrad.engine.realize import all_tensors
-
         all_tensors.add(self)
 
     # ---- realization and data ----

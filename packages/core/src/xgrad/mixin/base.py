@@ -16,15 +16,23 @@ if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 
+_TENSOR: list[type[Tensor]] = []  # the Tensor class, once imported (the mixins are defined before it)
+
+
+def _load_tensor_cls() -> type[Tensor]:
+    from xgrad.tensor import Tensor
+
+    _TENSOR.append(Tensor)
+    return Tensor
+
+
 class TensorBase:
     __slots__ = ()
     uop: UOp
 
     @staticmethod
     def _tensor_cls() -> type[Tensor]:
-        from xgrad.tensor import Tensor
-
-        return Tensor
+        return _TENSOR[0] if _TENSOR else _load_tensor_cls()
 
     def _new(self, uop: UOp) -> Tensor:
         """A Tensor for a new graph node."""
