@@ -141,3 +141,26 @@ def test_dtype_equality_and_promotion_fast_paths_agree_with_the_lattice():
 def test_shapes_are_plain_ints_whatever_the_caller_passed():
     t = Tensor.zeros(6).reshape(np.int64(2), np.int32(3)).pad(((np.int64(1), 0), (0, 0)))
     assert t.shape == (3, 3) and all(type(s) is int for s in t.shape)
+
+
+@pytest.mark.parametrize("calls", [1, 3])  # the first call schedules, later ones hit the schedule cache
+def test_a_dropped_result_frees_its_buffer_without_the_cyclic_gc(calls):
+    """Reference counting alone must free a realized result's buffer, so the allocator reuses it on the next call;
+    a reference cycle (e.g. a recursive closure in the schedule cache) held it until the GC ran, and every call then
+    mapped fresh memory."""
+    import weakref
+
+    from xgrad.engine.schedule import buffer_of
+
+    a, b = Tensor(np.ones((8, 8), np.float32)).realize(), Tensor(np.ones((8, 8), np.float32) * 3).realize()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(calls):
+            out = (a @ b + 7).realize()
+            assert out.numpy()[0, 0] == 31
+            ref = weakref.ref(buffer_of(out.uop))
+            del out
+            assert ref() is None
+    finally:
+        gc.enable()

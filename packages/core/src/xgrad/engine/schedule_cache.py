@@ -72,24 +72,32 @@ def _make_template(
 def _instantiate(
     tpl: ScheduleTemplate, roots: list[UOp], inputs: list[UOp]
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    # no nested (and recursive) functions here: a closure cycle would hold the fresh buffers until the cyclic GC runs,
+    # so the allocator could not reuse their memory for the next call
     fresh = [new_buffer_uop(dev, size, dt) for dev, size, dt in tpl.new_buffers]
-
-    def resolve(slot: Slot) -> UOp:
-        return inputs[slot[1]] if slot[0] == INPUT else fresh[slot[1]]
-
-    def buffer(slot: Slot) -> Buffer:
-        if slot[0] != VIEW:
-            return buffer_of(resolve(slot))
-        base_slot, offset, size, dtype = tpl.views[slot[1]]
-        base = buffer(base_slot)
-        return Buffer(base.device, size, dtype, base=base, offset=offset)
-
-    items = [ScheduleItem(ast, tuple(buffer(s) for s in slots), dev) for ast, slots, dev in tpl.items]
+    items = [
+        ScheduleItem(ast, tuple(_slot_buffer(tpl, s, inputs, fresh) for s in slots), dev)
+        for ast, slots, dev in tpl.items
+    ]
     becomes: dict[UOp, UOp] = {}
     for i, slot, shape in tpl.becomes:
         root = roots[i]
-        becomes[root] = root.src[0] if slot is None or shape is None else buffer_view(resolve(slot), shape)
+        becomes[root] = (
+            root.src[0] if slot is None or shape is None else buffer_view(_slot_uop(slot, inputs, fresh), shape)
+        )
     return items, becomes
+
+
+def _slot_uop(slot: Slot, inputs: list[UOp], fresh: list[UOp]) -> UOp:
+    return inputs[slot[1]] if slot[0] == INPUT else fresh[slot[1]]
+
+
+def _slot_buffer(tpl: ScheduleTemplate, slot: Slot, inputs: list[UOp], fresh: list[UOp]) -> Buffer:
+    if slot[0] != VIEW:
+        return buffer_of(_slot_uop(slot, inputs, fresh))
+    base_slot, offset, size, dtype = tpl.views[slot[1]]
+    base = _slot_buffer(tpl, base_slot, inputs, fresh)
+    return Buffer(base.device, size, dtype, base=base, offset=offset)
 
 
 def _structure(sink: UOp) -> tuple[tuple[Any, ...], list[UOp]]:
