@@ -111,17 +111,18 @@ class Workload:
 
 def best_interleaved(fns: list[Callable[[], object]], reps: int, settle: float) -> list[float]:
     """The fastest of `reps` timed calls of each function, calling them in turn (a, b, c, a, b, c, ...) so that load
-    from other processes on a shared machine hits all of them alike. One untimed warm-up call each first.
+    from other processes on a shared machine hits all of them alike.
 
-    Before each timed call the process sleeps `settle` seconds: OpenBLAS's and torch's worker threads busy-wait for a
-    while after a call (OpenBLAS ~0.1 s), and on a 2-core machine the next library's call would share its cores with
-    them. Each library is timed on idle cores."""
-    for fn in fns:
-        fn()
+    Each timed call follows `settle` seconds of sleep and one untimed call of the same function: OpenBLAS's and
+    torch's worker threads busy-wait for a while after a call (OpenBLAS ~0.1 s), so on a 2-core machine the next
+    library would share its cores with them; and after the sleep the first call runs on idle, slowly clocked cores
+    with cold caches (25-50% slower for every library here). Each library is timed warm, on otherwise idle cores, as
+    in a loop that calls it back to back."""
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(reps):
         for fn, ts in zip(fns, times):
             time.sleep(settle)
+            fn()
             start = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - start)
@@ -220,7 +221,7 @@ def main() -> None:
         "--settle", type=float, default=0.25, help="seconds of idle before each timed call (other libraries' spinning)"
     )
     args = parser.parse_args()
-    reps = 3 if args.quick else 9
+    reps = 3 if args.quick else 7
     cores = len(os.sched_getaffinity(0))
     peak = measure_peak(cores)
     print(
