@@ -4,8 +4,10 @@ Run: .venv/bin/python bench/bench_cpu.py [--quick] [--only NAME] [--beam N]
 Prints, per workload: best-of-N time for xgrad (heuristic opts; with --beam N also under BEAM=N), numpy and torch,
 the ratios xgrad/numpy and xgrad/torch (time over time: below 1 means xgrad is faster) and xgrad's GFLOPS or GB/s
 with the share of the measured peak. The peak is measured first: an FMA loop (one core, times the cores) and a copy
-loop on one core and on all cores, compiled by the same C compiler the CPU backend uses. Asserts nothing; the machine
-may be shared, so compare ratios measured in the same run, not numbers across runs.
+loop on one core and on all cores, compiled by the same C compiler the CPU backend uses. The libraries take turns, and
+each timed call follows a short sleep (the other libraries' spinning threads go idle) and one untimed warm call (see
+`best_interleaved`). Asserts nothing; the machine may be shared, so compare ratios measured in the same run, not
+numbers across runs.
 """
 
 from __future__ import annotations
