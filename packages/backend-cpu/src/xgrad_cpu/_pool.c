@@ -4,8 +4,9 @@
  * The caller runs chunk 0 itself; persistent workers 1..nthreads-1 run the others, each waiting on its own cache-line
  * sized slot so workers that are not needed are never woken. A waiter spins for SPIN_NS and then sleeps on a condition
  * variable: 1 ms covers the Python work between two kernels of a step (building and scheduling a graph takes
- * 0.2-0.5 ms), and waking a sleeping worker costs 40-100 us here (a VM), more than a small kernel itself. Sleep/wake uses the "store flag, then
- * load the other side's word" pattern with seq_cst atomics on both sides, so a wakeup is never lost.
+ * 0.2-0.5 ms), and waking a sleeping worker costs 40-100 us here (a VM), more than a small kernel itself.
+ * Sleep/wake uses the "store flag, then load the other side's word" pattern with seq_cst atomics on both sides, so a
+ * wakeup is never lost.
  * Calls are serialised by run_mu, which is also held across fork() so a child starts with a clean, empty pool.
  */
 #include <pthread.h>
