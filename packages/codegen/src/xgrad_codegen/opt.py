@@ -248,6 +248,7 @@ def _strided_panel(ast: UOp) -> int | None:
 
 
 TALL = 48  # a tile axis at least this long gets 6 rows (padded when 6 does not divide it): 12 accumulators
+LINEAR_LANES = (16, 8, 4)  # upcast amounts for a reduction without a vector axis (see _linear_lanes)
 SMALL_REDUCE = 4  # with a register tile, reductions this short (a conv's 3x3 window) are unrolled completely
 PANEL_SPLITS = (4, 2)  # how many register tiles wide a packed panel may grow (SPLIT amounts the heuristic tries)
 MIN_PARALLEL_BLOCKS = 8  # SPLIT leaves at least this many iterations of the parallel loop (load balance over cores)
@@ -299,7 +300,9 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
        if the renderer allows `scratch` it is PACKed into a contiguous array (a matmul's right operand, a conv's
        weights). When that leaves enough parallel blocks, the blocks are SPLIT first so one panel covers several
        tiles (`_panel_split`). A long reduction stays a plain loop: the C compiler unrolls it without chaining lanes;
-    4. without a tile, unroll the innermost reduction by 4."""
+    4. a reduction with no vector axis: upcast the outermost output loop that every memory access steps through by a
+       constant stride (`_linear_lanes`: its lanes share the rest of the index math), else unroll the innermost
+       reduction by 4."""
     if NOOPT:
         return []
     opts: list[Opt] = []
@@ -356,9 +359,26 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
                 break
         return opts
     reds = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.REDUCE]
-    if reds and (size := range_size(reds[-1])) is not None and size % 4 == 0 and size >= 8:
+    if reds and not opts and (lanes := _linear_lanes(ast)) is not None:
+        add(Opt("UPCAST", kernel_ranges(ast).index(lanes[0]), lanes[1]))
+    elif reds and (size := range_size(reds[-1])) is not None and size % 4 == 0 and size >= 8:
         add(Opt("UNROLL", kernel_ranges(ast).index(reds[-1]), 4))
     return opts
+
+
+def _linear_lanes(ast: UOp) -> tuple[UOp, int] | None:
+    """For a reduction with no vector axis: the outermost output loop that every memory access steps through by a
+    constant stride, and by how much to upcast it (16, 8 or 4, leaving at least 2 iterations). Its lanes share the
+    rest of the index math, which in a conv's gradient is div/mod of window views and costs more than the FMAs."""
+    indexes = [u for u in ast.toposort if u.op is Ops.INDEX]
+    for r in [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP]:
+        size = range_size(r)
+        if size is None or not all(_index_step(i.src[1], r) is not None for i in indexes if r in i.toposort):
+            continue
+        amount = next((a for a in LINEAR_LANES if size % a == 0 and size >= 2 * a), None)
+        if amount is not None:
+            return r, amount
+    return None
 
 
 def optimize(ast: UOp, opts: list[Opt] | None = None, vector_width: int = 4, scratch: bool = False) -> UOp:
