@@ -275,12 +275,13 @@ def _axes_read(load: UOp) -> set[int]:
 
 
 def _tile_axis(ast: UOp, contiguous: UOp | None) -> UOp | None:
-    """The output loop to upcast into a register tile next to the contiguous one: of size a multiple of 4, preferring
-    (innermost first) one that the loads reading the contiguous axis do not depend on, so those loads are reused
-    across the tile (matmul: the rows; conv: the output channels, not the image rows)."""
+    """The output loop to upcast into a register tile next to the contiguous one: longer than 4 (padded to the tile
+    depth when needed, its extra rows' loads clamped), preferring (innermost first) one that the loads reading the
+    contiguous axis do not depend on, so those loads are reused across the tile (matmul: the rows; conv: the output
+    channels, not the image rows)."""
     split = contiguous.arg[0] if contiguous is not None else -1
     others = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP and r.arg[0] != split]
-    fits = [r for r in reversed(others) if (n := range_size(r)) is not None and (n % 4 == 0 and n > 4 or n >= TALL)]
+    fits = [r for r in reversed(others) if (n := range_size(r)) is not None and n > 4]  # padded when needed
     along = [_axes_read(ld) for ld in packable_loads(ast) if split in _axes_read(ld)]
     return next((r for r in fits if not any(r.arg[0] in axes for axes in along)), fits[0] if fits else None)
 
