@@ -281,6 +281,7 @@ def test_init_helpers_have_torch_bounds(xgrad_device: str) -> None:
         v = getattr(Tensor, name)(*shape, device=xgrad_device, **kw).numpy()
         assert v.shape == shape and np.abs(v).max() <= bound
         assert np.abs(v).max() > 0.8 * bound, name
+    torch.manual_seed(0)  # unseeded, torch's own estimate over 96 values missed the 15% band now and then
     t = torch.empty(shape)
     torch.nn.init.kaiming_normal_(t, a=0.2)
     want_std = math.sqrt(2 / (1 + 0.2**2)) / math.sqrt(fan_in)

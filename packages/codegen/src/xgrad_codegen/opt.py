@@ -368,18 +368,21 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
 
 
 def _linear_lanes(ast: UOp) -> tuple[UOp, int] | None:
-    """For a reduction with no vector axis: the outermost output loop that every memory access steps through by a
-    constant stride, and by how much to upcast it (16, 8 or 4, leaving at least 2 iterations). Its lanes share the
-    rest of the index math, which in a conv's gradient is div/mod of window views and costs more than the FMAs."""
+    """For a reduction with no vector axis: the output loop to upcast and by how much (16, 8 or 4, leaving at least 2
+    iterations): the largest amount wins, then a loop that every memory access steps through by a constant stride
+    (its lanes share the rest of the index math, which in a conv's gradient is div/mod of window views and costs more
+    than the FMAs), then the outermost. Independent lanes overlap even when they share nothing."""
     indexes = [u for u in ast.toposort if u.op is Ops.INDEX]
-    for r in [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP]:
+    best: tuple[int, bool, int, UOp] | None = None
+    for pos, r in enumerate(r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP):
         size = range_size(r)
-        if size is None or not all(_index_step(i.src[1], r) is not None for i in indexes if r in i.toposort):
+        amount = next((a for a in LINEAR_LANES if size is not None and size % a == 0 and size >= 2 * a), None)
+        if amount is None:
             continue
-        amount = next((a for a in LINEAR_LANES if size % a == 0 and size >= 2 * a), None)
-        if amount is not None:
-            return r, amount
-    return None
+        linear = all(_index_step(i.src[1], r) is not None for i in indexes if r in i.toposort)
+        if best is None or (amount, linear, -pos) > best[:3]:
+            best = (amount, linear, -pos, r)
+    return None if best is None else (best[3], best[0])
 
 
 def optimize(ast: UOp, opts: list[Opt] | None = None, vector_width: int = 4, scratch: bool = False) -> UOp:
