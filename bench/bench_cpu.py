@@ -45,9 +45,10 @@ void copy_loop(float* restrict dst, const float* restrict src, long n) { for (lo
 """
 
 
-def best(fn: Callable[[], object], reps: int) -> float:
-    """The fastest of `reps` timed calls, after one untimed warm-up call (compiles, caches)."""
-    fn()
+def best(fn: Callable[[], object], reps: int, warmup: bool = True) -> float:
+    """The fastest of `reps` timed calls, after one untimed warm-up call (compiles, caches) unless `warmup` is off."""
+    if warmup:
+        fn()
     times = []
     for _ in range(reps):
         start = time.perf_counter()

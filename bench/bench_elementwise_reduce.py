@@ -5,22 +5,10 @@ Run: .venv/bin/python bench/bench_elementwise_reduce.py  (prints times and xgrad
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import numpy as np
+from bench_cpu import best
 
 from xgrad.tensor import Tensor
-
-
-def best_of(fn: Callable[[], object], reps: int = 10) -> float:
-    fn()  # warm up: compile, caches
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:
@@ -45,7 +33,7 @@ def main() -> None:
     ]
     print(f"{'workload':42s} {'xgrad ms':>10s} {'numpy ms':>10s} {'xgrad/numpy':>12s} {'xgrad GB/s':>11s}")
     for name, xg, npf, nbytes in rows:
-        tx, tn = best_of(xg), best_of(npf)
+        tx, tn = best(xg, 10), best(npf, 10)
         print(f"{name:42s} {tx * 1e3:10.3f} {tn * 1e3:10.3f} {tx / tn:12.2f} {nbytes / tx / 1e9:11.2f}")
 
 

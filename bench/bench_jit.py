@@ -5,39 +5,24 @@ Run: .venv/bin/python bench/bench_jit.py   (prints microseconds per call, best o
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import numpy as np
+from bench_overhead import per_call_us
 
 from xgrad import Tensor, TinyJit
-
-
-def per_call_us(fn: Callable[[], object], n: int = 500, runs: int = 8) -> float:
-    """The best of `runs` runs of `n` calls: the machine may be shared, and other work only ever adds time."""
-    for _ in range(20):
-        fn()
-    best = float("inf")
-    for _ in range(runs):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - start) / n * 1e6)
-    return best
 
 
 def main() -> None:
     a, b = Tensor(np.ones(16, np.float32)).realize(), Tensor(np.ones(16, np.float32)).realize()
     tiny = TinyJit(lambda x, y: (x * y + 1).realize())
-    xgrad_us = per_call_us(lambda: tiny(a, b))
+    xgrad_us = per_call_us(lambda: tiny(a, b), 500, runs=8, warmup=20)
     an, bn = np.ones(16, np.float32), np.ones(16, np.float32)
-    numpy_us = per_call_us(lambda: an * bn + 1)
+    numpy_us = per_call_us(lambda: an * bn + 1, 500, runs=8, warmup=20)
     print(f"tiny jitted op (16 floats, a*b+1): xgrad replay {xgrad_us:.1f} us/call, numpy {numpy_us:.2f} us/call")
     try:
         import torch
 
         at, bt = torch.ones(16), torch.ones(16)
-        torch_us = per_call_us(lambda: at * bt + 1)
+        torch_us = per_call_us(lambda: at * bt + 1, 500, runs=8, warmup=20)
         print(f"torch {torch_us:.2f} us/call; xgrad/torch = {xgrad_us / torch_us:.1f}")
     except ImportError:
         print("torch not installed")

@@ -13,10 +13,9 @@ Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 
 import numpy as np
+from bench_cpu import best
 
 from xgrad import Context, Tensor, TinyJit, nn
 from xgrad.engine.multi import schedule_multi
@@ -27,27 +26,18 @@ from xgrad.nn.state import get_parameters
 D4 = ("CPU", "CPU:1", "CPU:2", "CPU:3")
 
 
-def best(fn: Callable[[], object], reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def bench_allreduce(reps: int) -> None:
     n = 1 << 20
     a = np.random.default_rng(0).standard_normal((4, n)).astype(np.float32)
     t = Tensor(a).shard(D4, axis=0).realize()
-    t_np = best(lambda: a.sum(0), reps)
+    t_np = best(lambda: a.sum(0), reps, warmup=False)
     print(f"allreduce sum over 4 devices of (4, {n}) float32; numpy a.sum(0): {t_np * 1e3:.2f} ms")
     for name, ring in (("naive", 0), ("ring", 2)):
         with Context(RING=ring):
             items, _, _ = schedule_multi([t.sum(0).uop], create_schedule)
             copied = sum(it.bufs[0].nbytes for it in items if it.is_copy)
             t.sum(0).realize()  # compile
-            secs = best(lambda: t.sum(0).realize(), reps)
+            secs = best(lambda: t.sum(0).realize(), reps, warmup=False)
         print(f"  {name:5s}: {secs * 1e3:8.2f} ms  ({secs / t_np:5.1f}x numpy)  copies {copied / 1e6:.1f} MB")
 
 
@@ -85,7 +75,7 @@ def xgrad_step_time(devices: tuple[str, ...] | None, x: np.ndarray, y: np.ndarra
         for _ in range(3):  # run, capture, first replay
             step(*batch())
         inputs = [batch() for _ in range(reps)]
-        return best(lambda: step(*inputs.pop()).numpy(), reps)
+        return best(lambda: step(*inputs.pop()).numpy(), reps, warmup=False)
 
 
 def torch_step_time(x: np.ndarray, y: np.ndarray, reps: int) -> float:
@@ -103,7 +93,7 @@ def torch_step_time(x: np.ndarray, y: np.ndarray, reps: int) -> float:
         loss.item()
 
     step()
-    return best(step, reps)
+    return best(step, reps, warmup=False)
 
 
 def bench_training(reps: int) -> None:

@@ -19,12 +19,13 @@ from collections.abc import Callable
 import numpy as np
 
 
-def per_call_us(fn: Callable[[], object], n: int) -> float:
-    for _ in range(5):
+def per_call_us(fn: Callable[[], object], n: int, runs: int = 12, warmup: int = 5) -> float:
+    """Microseconds per call: the best of `runs` runs of `n` calls (the machine may be shared, and other work only
+    adds time), after `warmup` untimed calls."""
+    for _ in range(warmup):
         fn()
     best = float("inf")
-    n = max(n // 4, 1)
-    for _ in range(12):  # the best of twelve runs: the machine may be shared, and other work only adds time
+    for _ in range(runs):
         start = time.perf_counter()
         for _ in range(n):
             fn()
@@ -44,14 +45,14 @@ def main() -> None:
     def realize_matmul() -> None:
         (a @ b).realize()
 
-    realize_us = per_call_us(realize_matmul, 200)
-    build_us = per_call_us(lambda: a @ b, 200)  # building the lazy graph alone (the Tensor API, not the engine)
+    realize_us = per_call_us(realize_matmul, 50)
+    build_us = per_call_us(lambda: a @ b, 50)  # building the lazy graph alone (the Tensor API, not the engine)
     items, _ = create_schedule([(a @ b).uop])
     dev = Device[items[0].device]
     program = dev.compile(items[0].ast)
     handles = [buf.handle for buf in items[0].bufs]
-    kernel_us = per_call_us(lambda: program(handles, {}, wait=True), 200)
-    numpy_us = per_call_us(lambda: an @ bn, 200)
+    kernel_us = per_call_us(lambda: program(handles, {}, wait=True), 50)
+    numpy_us = per_call_us(lambda: an @ bn, 50)
     print(
         f"(a @ b).realize() 256x256, schedule-cache hit: {realize_us:.0f} us/call = graph build {build_us:.0f} us "
         f"+ kernel {kernel_us:.0f} us + engine {realize_us - build_us - kernel_us:.0f} us; numpy {numpy_us:.0f} us"
@@ -62,10 +63,10 @@ def main() -> None:
     def small_op() -> None:
         (x * 2 + 1).realize()
 
-    small_us = per_call_us(small_op, 500)
-    small_build_us = per_call_us(lambda: x * 2 + 1, 500)
+    small_us = per_call_us(small_op, 125)
+    small_build_us = per_call_us(lambda: x * 2 + 1, 125)
     xn = x.numpy()
-    numpy_small_us = per_call_us(lambda: xn * 2 + 1, 500)
+    numpy_small_us = per_call_us(lambda: xn * 2 + 1, 125)
     print(
         f"(x * 2 + 1).realize() 64 floats, schedule-cache hit: {small_us:.0f} us/call "
         f"(graph build {small_build_us:.0f} "

@@ -4,14 +4,11 @@ torch re-implementation of the same model loaded with the same weights."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from torch_compare import load_example
 
 from xgrad.device import Device
 from xgrad.helpers import Context
@@ -19,18 +16,8 @@ from xgrad.helpers import Context
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "tinygrad_reference.py"
 STEPS = 10
 BATCH = 16
-
-
-def _load_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tinygrad_reference", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["tinygrad_reference"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +25,7 @@ def run() -> dict[str, Any]:
     if "CPU" not in Device.get_available_devices(runs_kernels_only=True):
         pytest.skip("the CPU device is not available")
     with Context(DEV="CPU"):
-        return dict(_load_example().main(steps=STEPS, batch=BATCH, verbose=False))
+        return dict(load_example("tinygrad_reference").main(steps=STEPS, batch=BATCH, verbose=False))
 
 
 def _torch_forward(w: dict[str, torch.Tensor], x: torch.Tensor, n_heads: int) -> torch.Tensor:

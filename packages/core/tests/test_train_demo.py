@@ -2,38 +2,27 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import pathlib
-import sys
 from types import ModuleType
 
 import numpy as np
 import pytest
+from torch_compare import load_example
 
 from xgrad.device import Device
 
 pytest.importorskip("sklearn", reason="the demo's data set ships with scikit-learn (pip install scikit-learn)")
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "train_digits.py"
 # Measured: 98.9% with this shortened schedule on seed 0 (97.0-98.9% over seeds 0-4; 97.8-98.9% with the default 300
 # steps). The bar leaves room for init and summation-order noise and fails a model that learns badly (10% is chance).
 MIN_ACCURACY = 0.96
 STEPS = 150
 
 
-def _load_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("train_digits", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_digits"] = module  # dataclasses look the module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def demo() -> ModuleType:
-    return _load_example()
+    return load_example("train_digits")
 
 
 def test_train_digits_reaches_accuracy_and_saves_weights_on_cpu(demo: ModuleType, tmp_path: pathlib.Path) -> None:

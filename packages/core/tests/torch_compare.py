@@ -10,9 +10,13 @@ sys.path, so test modules `from torch_compare import ...`.)
 from __future__ import annotations
 
 import doctest
+import importlib.util
 import inspect
+import pathlib
+import sys
 import zlib
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -103,3 +107,17 @@ def run_docstring(name: str) -> None:
         runner.run(test)
     assert runner.tries > 0, f"Tensor.{name} has no docstring example"
     assert runner.failures == 0, f"the docstring example of Tensor.{name} fails"
+
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
+
+
+def load_example(name: str) -> ModuleType:
+    """Import `examples/<name>.py` as module `name` (registered in sys.modules: dataclasses look their module up while
+    the class is built)."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
