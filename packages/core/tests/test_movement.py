@@ -233,6 +233,11 @@ def test_zero_dim_tensors_keep_their_shape(xgrad_device):
 
 
 BAD: list[tuple[str, Fn, type[Exception]]] = [
+    ("reshape_two_holes", lambda x: x.reshape(-1, -1), ShapeError),
+    ("reshape_count", lambda x: x.reshape(4, 2), ShapeError),
+    ("reshape_negatives", lambda x: x.reshape(-2, -3), ShapeError),  # their product is the element count
+    ("reshape_hole_zero", lambda x: x.reshape(0, -1), ShapeError),
+    ("reshape_hole_uneven", lambda x: x.reshape(4, -1), ShapeError),
     ("cat_shapes", lambda x: x.cat(Tensor.zeros(3, 2)), ShapeError),
     ("cat_0d", lambda x: x[0, 0].cat(x[0, 0]), ShapeError),
     ("cat_dim", lambda x: x.cat(x, dim=2), IndexingError),

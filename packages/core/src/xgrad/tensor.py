@@ -103,6 +103,15 @@ class Tensor(MultiMixin):
         self.is_param: bool = False
         all_tensors.add(self)
 
+    def _new(self, uop: UOp) -> Tensor:
+        """A Tensor for a new graph node (what `Tensor(uop)` makes, without the checks for other kinds of data)."""
+        t = Tensor.__new__(Tensor)
+        t.uop = uop
+        t.grad = None
+        t.is_param = False
+        all_tensors.add(t)
+        return t
+
     # ---- realization and data ----
     def realize(self, *lst: Tensor) -> Tensor:
         """Compute this tensor (and `lst`) now. Returns self.

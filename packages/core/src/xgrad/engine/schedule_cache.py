@@ -107,15 +107,17 @@ def _structure(sink: UOp) -> tuple[tuple[Any, ...], list[UOp]]:
     index: dict[UOp, int] = {}
     rows: list[tuple[Any, ...]] = []
     inputs: list[UOp] = []
-    for u in sink.toposort:
-        src = tuple(index[s] for s in u.src)
+    position = index.__getitem__
+    for i, u in enumerate(sink.toposort):
+        index[u] = i
+        src = tuple(map(position, u.src))
         if u.op is Ops.BUFFER:
             rows.append((Ops.BUFFER, u.dtype, src, len(inputs), u.arg[1]))
             inputs.append(u)
+        elif type(arg := u.arg) is float:
+            rows.append((u.op, u.dtype, src, arg, float, math.copysign(1.0, arg)))
         else:
-            arg = u.arg
-            rows.append((u.op, u.dtype, src, arg, type(arg), math.copysign(1.0, arg) if type(arg) is float else 0.0))
-        index[u] = len(rows) - 1
+            rows.append((u.op, u.dtype, src, arg, type(arg)))
     return tuple(rows), inputs
 
 

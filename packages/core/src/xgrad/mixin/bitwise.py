@@ -50,7 +50,7 @@ class BitwiseMixin(ElementwiseMixin):
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
             raise DTypeError(f"{op.name.lower()} is only for integer or bool tensors, not {a.dtype.name}")
-        return a._binop(op, b)
+        return a._alu(op, b)
 
     def bitwise_and(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         """Bitwise and of ints or bools (floats raise DTypeError).

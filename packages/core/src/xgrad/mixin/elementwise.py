@@ -53,7 +53,11 @@ class ElementwiseMixin(MovementMixin):
 
     def _binop(self, op: Ops, y: Tensor | Scalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
-        return self._new(a.uop.alu(op, b.uop))
+        return a._alu(op, b)
+
+    def _alu(self, op: Ops, y: Tensor) -> Tensor:
+        """`op` of self and `y`, already of one shape and dtype (from `_broadcasted`)."""
+        return self._new(self.uop.alu(op, y.uop))
 
     def _unop(self, op: Ops) -> Tensor:
         return self._new(UOp(op, self.dtype, (self.uop,)))
@@ -66,6 +70,8 @@ class ElementwiseMixin(MovementMixin):
 
         >>> Tensor([1.7, -1.7]).cast(dtypes.int32).tolist()
         [1, -1]"""
+        if dtype is self.uop.dtype:
+            return self._t()
         dt = to_dtype(dtype)
         return self._t() if dt == self.dtype else self._new(self.uop.cast(dt))
 
@@ -308,7 +314,7 @@ class ElementwiseMixin(MovementMixin):
         >>> Tensor([1, 2]).add(10).tolist(), Tensor([1.0]).add(Tensor([2.0])).tolist()
         ([11, 12], [3.0])"""
         a, b = self._broadcasted(x, reverse)
-        return a._binop(Ops.OR if a.dtype == dtypes.bool else Ops.ADD, b)  # bool + bool is "or", as in numpy
+        return a._alu(Ops.OR if a.dtype == dtypes.bool else Ops.ADD, b)  # bool + bool is "or", as in numpy
 
     def sub(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         """self - x, broadcasting; `reverse=True` computes x - self.
@@ -324,7 +330,7 @@ class ElementwiseMixin(MovementMixin):
         >>> Tensor([1, 2]).mul(Tensor([3, 4])).tolist()
         [3, 8]"""
         a, b = self._broadcasted(x, reverse)
-        return a._binop(Ops.AND if a.dtype == dtypes.bool else Ops.MUL, b)  # bool * bool is "and", as in numpy
+        return a._alu(Ops.AND if a.dtype == dtypes.bool else Ops.MUL, b)  # bool * bool is "and", as in numpy
 
     def div(self, x: Tensor | Scalar, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
         """True division (ints give floats); `rounding_mode='trunc'` rounds toward zero and `'floor'` down, keeping
@@ -334,9 +340,9 @@ class ElementwiseMixin(MovementMixin):
         ([3.5, -3.5], [3, -3])"""
         a, b = self._broadcasted(x, reverse)
         if rounding_mode is None:
-            return a._float()._binop(Ops.FDIV, b._float())
+            return a._float()._alu(Ops.FDIV, b._float())
         if rounding_mode == "trunc":
-            return (a / b).trunc() if dtypes.is_float(a.dtype) else a._binop(Ops.IDIV, b)
+            return (a / b).trunc() if dtypes.is_float(a.dtype) else a._alu(Ops.IDIV, b)
         if rounding_mode == "floor":
             return a.idiv(b)
         raise XgradError(f"div rounding_mode={rounding_mode!r}: use None, 'trunc' or 'floor'")
@@ -349,8 +355,8 @@ class ElementwiseMixin(MovementMixin):
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
             return (a / b).floor()
-        q = a._binop(Ops.IDIV, b)
-        needs_fix = (a._binop(Ops.MOD, b) != 0) & ((a < 0) != (b < 0)) if not dtypes.is_unsigned(a.dtype) else None
+        q = a._alu(Ops.IDIV, b)
+        needs_fix = (a._alu(Ops.MOD, b) != 0) & ((a < 0) != (b < 0)) if not dtypes.is_unsigned(a.dtype) else None
         return q if needs_fix is None else needs_fix.where(q - 1, q)
 
     def mod(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
@@ -361,7 +367,7 @@ class ElementwiseMixin(MovementMixin):
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
             return a - (a / b).floor() * b
-        r = a._binop(Ops.MOD, b)
+        r = a._alu(Ops.MOD, b)
         if dtypes.is_unsigned(a.dtype):
             return r
         return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
@@ -373,7 +379,7 @@ class ElementwiseMixin(MovementMixin):
         ([-1, 1], [-1.5])"""
         a, b = self._broadcasted(x)
         if not dtypes.is_float(a.dtype):
-            return a._binop(Ops.MOD, b)
+            return a._alu(Ops.MOD, b)
         r = a - (a / b).trunc() * b
         # a/b rounded to an integer it does not reach: the remainder came out with the wrong sign; step back once
         r = ((a > 0) & (r < 0)).where(r + b.abs(), ((a < 0) & (r > 0)).where(r - b.abs(), r))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from xgrad.dtype import dtypes, least_upper_dtype
 from xgrad.errors import ShapeError, XgradError
@@ -32,19 +32,21 @@ class MovementMixin(SymbolicShapeMixin):
         [[1, 2, 3], [4, 5, 6]]
         """
         given = [s if isinstance(s, UOp) else int(s) for s in argfix(shape, *args)]
-        if is_symbolic(given) or is_symbolic(self.shape):
+        old = self.shape
+        if is_symbolic(given) or is_symbolic(old):
             return self._reshape_symbolic(given)
-        new = [s for s in given if isinstance(s, int)]
-        if new.count(-1) > 1:
-            raise ShapeError(f"reshape to {tuple(new)}: only one dimension can be -1")
+        new = cast("list[int]", given)  # no symbolic size: all ints
+        numel = prod(old)
         if -1 in new:
+            if new.count(-1) > 1:
+                raise ShapeError(f"reshape to {tuple(new)}: only one dimension can be -1")
             rest = prod(s for s in new if s != -1)
-            if rest == 0 or self.numel() % rest:
-                raise ShapeError(f"cannot reshape {self.shape} to {tuple(new)}")
-            new[new.index(-1)] = self.numel() // rest
-        if any(s < 0 for s in new) or prod(new) != self.numel():
-            raise ShapeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {tuple(new)}")
-        return self._new(self.uop.reshape(tuple(int(s) for s in new)))
+            if rest == 0 or numel % rest:
+                raise ShapeError(f"cannot reshape {old} to {tuple(new)}")
+            new[new.index(-1)] = numel // rest
+        if prod(new) != numel or min(new, default=0) < 0:
+            raise ShapeError(f"cannot reshape tensor of shape {old} ({numel} elements) to {tuple(new)}")
+        return self._new(self.uop.reshape(tuple(new)))
 
     def view(self, shape: Any, *args: int) -> Tensor:
         """Alias of `reshape` (xgrad tensors are never strided, so every reshape is a view).

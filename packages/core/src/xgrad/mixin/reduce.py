@@ -102,13 +102,13 @@ class ReduceMixin(UnaryMixin):
             return self._t()
         if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):
             raise ShapeError(f"max over an empty axis of shape {self.shape} has no identity")
-        out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
         if self.numel() == 0:
+            out_shape = self._reduced_shape(axes, True)
             ident = 0 if op is Ops.ADD else 1
             ret = self._tensor_cls().full(out_shape, ident, device=self.device, dtype=self.dtype)
-        else:
-            ret = self._new(self.uop.reduce_axis(op, axes))
-        return ret if keepdim else ret.reshape(self._reduced_shape(axes, False))
+            return ret if keepdim else ret.reshape(self._reduced_shape(axes, False))
+        reduced = self.uop.reduce_axis(op, axes)
+        return self._new(reduced if keepdim else reduced.reshape(self._reduced_shape(axes, False)))
 
     def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
         """The sum over `axis` (all axes if None). Bool and ints accumulate in at least int32 (unsigned: uint32) and
@@ -363,16 +363,14 @@ class ReduceMixin(UnaryMixin):
 
     # ---- matmul ----
     def matmul(self, w: Tensor) -> Tensor:
-        if self.ndim == 0 or w.ndim == 0:
-            raise ShapeError(f"matmul needs at least 1-d tensors, got {self.shape} and {w.shape}")
-        if self.shape[-1] != w.shape[-min(w.ndim, 2)]:
-            raise ShapeError(
-                f"matmul shapes {self.shape} and {w.shape} do not fit: {self.shape[-1]} != {w.shape[-min(w.ndim, 2)]}"
-            )
-        x = self.reshape(self.shape[:-1] + (1,) * min(w.ndim - 1, 1) + self.shape[-1:])
-        wt = w.reshape(w.shape[:-2] + (1,) * min(self.ndim - 1, 1) + w.shape[-min(w.ndim, 2) :]).transpose(
-            -1, -min(w.ndim, 2)
-        )
+        xs, ws = self.shape, w.shape
+        if not xs or not ws:
+            raise ShapeError(f"matmul needs at least 1-d tensors, got {xs} and {ws}")
+        k = -min(len(ws), 2)  # w's contracted axis
+        if xs[-1] != ws[k]:
+            raise ShapeError(f"matmul shapes {xs} and {ws} do not fit: {xs[-1]} != {ws[k]}")
+        x = self.reshape(xs[:-1] + (1,) * min(len(ws) - 1, 1) + xs[-1:])
+        wt = w.reshape(ws[:-2] + (1,) * min(len(xs) - 1, 1) + ws[k:]).transpose(-1, k)
         return (x * wt).sum(-1)
 
     def __matmul__(self, x: Tensor) -> Tensor:
