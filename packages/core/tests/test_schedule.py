@@ -88,3 +88,28 @@ def test_cached_schedule_copies_a_slice_of_each_new_buffer():
     for i in range(3):
         x = Tensor([float(i) + k for k in range(8)], device="CPU").realize()
         assert x[2:6].to("CPU:1").tolist() == [float(i) + k for k in range(2, 6)]
+
+
+def test_elementwise_of_two_buffers_repeated_by_a_big_expand_is_computed_once():
+    # a conv's input gradient: relu'(pre) * grad is read by every window position; fused, it was recomputed per read
+    pre, grad, w = Tensor.empty(8, 16), Tensor.empty(8, 16), Tensor.empty(16, 32)
+    masked = (pre > 0).where(grad, 0.0)
+    ks = kernels((masked.reshape(8, 16, 1) * w.reshape(1, 16, 32)).sum(1))
+    assert len(ks) == 2
+    first = [u.op for u in ks[0].ast.toposort]
+    assert Ops.WHERE in first and Ops.REDUCE not in first  # the masked gradient, alone
+
+
+def test_elementwise_repeated_a_few_times_or_reading_one_buffer_stays_fused():
+    a, b = Tensor.empty(8, 16), Tensor.empty(8, 16)
+    assert len(kernels(((a + b).reshape(8, 16, 1).expand(8, 16, 4)).sum(1))) == 1  # repeated 4 times only
+    assert len(kernels((a.exp().reshape(8, 16, 1).expand(8, 16, 64)).sum(1))) == 1  # one buffer: cheap to redo
+
+
+def test_an_elementwise_boundary_does_not_hide_a_shared_reduce():
+    # logits = x @ w + b feeds both the loss and (through a big expand) the gradient: the matmul is still realized once
+    x, w, b, t = Tensor.empty(8, 64), Tensor.empty(64, 10), Tensor.empty(10), Tensor.empty(8, 10)
+    logits = x @ w + b
+    grad = logits - t
+    ks = kernels(logits.exp().sum(), (grad.reshape(8, 10, 1) * x.reshape(8, 1, 64)).sum(0))
+    assert sum(1 for k in ks for u in k.ast.toposort if u.op is Ops.REDUCE) == 3  # matmul, loss sum, weight grad

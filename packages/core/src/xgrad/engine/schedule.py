@@ -6,7 +6,8 @@ movement ops have become index expressions over RANGEs and reductions are REDUCE
 
 Pipeline (`create_schedule`):
 1. `find_realizes`: decide the kernel boundaries (outputs, contiguous, copies, assigns, reductions that would be
-   recomputed behind an expand or that have several users).
+   recomputed behind an expand or that have several users, elementwise results over several buffers that an expand
+   repeats RECOMPUTE_LIMIT times or more).
 2. `lower_kernel`: for each boundary, push output indices down through movement ops (`pm_push_index` table) until
    they reach buffers: movement ops never copy.
 3. order the items so that every kernel runs after the kernels whose outputs it reads.
@@ -116,24 +117,56 @@ def find_realizes(roots: list[UOp]) -> set[UOp]:
             realizes.add(u)
         if u.op is Ops.COPY and not (is_realized(u.src[0]) and contiguous_range(u.src[0]) is not None):
             realizes.add(u.src[0])
-    # reductions: realize when reached through an expand (it would be recomputed per broadcast element) or when
-    # several nodes use it. Walk users before sources, tracking "an expand lies between here and a boundary".
-    behind_expand: dict[UOp, bool] = {}
+    # Walk users before sources, tracking how many times an expand between here and a boundary repeats each node.
+    # Reductions: realize when repeated (they would be recomputed per broadcast element) or when several nodes use
+    # them. Elementwise results that read several buffers: realize when repeated many times (a conv's input gradient
+    # would recompute the activation's gradient for every window position that reads it). Each rule counts its own
+    # repeats: what an elementwise boundary reads is not repeated for the elementwise rule, still is for reductions.
+    repeats: dict[UOp, tuple[int, int]] = {}  # node -> (repeats for the reduction rule, for the elementwise rule)
+    elementwise_cuts: set[UOp] = set()
     for u in reversed(sink_order):
-        flag = False
+        for_reduce = for_elementwise = 1
         for user in users[u]:
-            if user in realizes:
+            if user in realizes and user not in elementwise_cuts:
                 continue
-            if user.op is Ops.EXPAND and sint_max(sym_prod(user.shape or ())) > sint_max(sym_prod(u.shape or ())):
-                flag = True
-            elif behind_expand.get(user, False):
-                flag = True
-        if u.op is Ops.REDUCE_AXIS and u not in realizes and (flag or len(_consumers(u, users)) > 1):
+            n_reduce, n_elementwise = repeats.get(user, (1, 1))
+            if user in elementwise_cuts:
+                n_elementwise = 1
+            if user.op is Ops.EXPAND:
+                factor = max(1, sint_max(sym_prod(user.shape or ())) // max(1, sint_max(sym_prod(u.shape or ()))))
+                n_reduce, n_elementwise = n_reduce * factor, n_elementwise * factor
+            for_reduce, for_elementwise = max(for_reduce, n_reduce), max(for_elementwise, n_elementwise)
+        if u.op is Ops.REDUCE_AXIS and u not in realizes and (for_reduce > 1 or len(_consumers(u, users)) > 1):
             realizes.add(u)
-            flag = False
-        behind_expand[u] = flag
+            for_reduce = for_elementwise = 1
+        elif u.op in GroupOp.Elementwise and for_elementwise >= RECOMPUTE_LIMIT and _reads_buffers(u, realizes, 2):
+            realizes.add(u)
+            elementwise_cuts.add(u)
+        repeats[u] = (for_reduce, for_elementwise)
     realizes |= realizes_for_buffer_limit(sink_order, realizes)  # devices that bind few buffers per kernel
     return {r for r in realizes if not (is_realized(r) and _is_contiguous_view(r))}
+
+
+RECOMPUTE_LIMIT = 16  # an elementwise result repeated this many times by expands is computed once, into a buffer
+
+
+def _reads_buffers(u: UOp, realizes: set[UOp], n: int) -> bool:
+    """Whether computing `u` in a kernel loads at least `n` different buffers (kernel boundaries count as one)."""
+    found: set[UOp] = set()
+    seen: set[UOp] = set()
+    stack = [u]
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if x is not u and (x in realizes or x.op is Ops.BUFFER):
+            found.add(x)
+            if len(found) >= n:
+                return True
+        else:
+            stack.extend(x.src)
+    return False
 
 
 def _consumers(u: UOp, users: dict[UOp, set[UOp]]) -> set[UOp]:
