@@ -16,6 +16,7 @@ from xgrad.uop.pattern import PatternMatcher, graph_rewrite
 from xgrad.uop.spec import check_linear
 from xgrad.uop.symbolic import simplify
 from xgrad_codegen.fold import fold_indexes
+from xgrad_codegen.gates import hoist_gates
 from xgrad_codegen.linearize import linearize
 from xgrad_codegen.opt import Opt, expand_lanes, optimize
 from xgrad_codegen.vectorize import vectorize
@@ -50,6 +51,7 @@ def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list
     )  # split and re-kind ranges (parallel, upcast, unroll, pack)
     ast = _run("expand lanes", expand_lanes, ast)  # UPCAST/UNROLL ranges become straight-line lanes
     ast = _run("simplify lanes", simplify, ast)  # each lane's constant index folds
+    ast = _run("hoist gates", hoist_gates, ast)  # a sum of gated loads skips its loop when their gate is off
     for name, pm in decompositions_for(renderer):  # ops and dtypes the target lacks
         ast = _run(name, functools.partial(_rewrite, pm=pm, name=name), ast)
     ast = _run("vectorize", lambda a: vectorize(a, width), ast)  # neighbouring lanes become vector loads/ALU/stores
