@@ -113,3 +113,11 @@ def test_an_elementwise_boundary_does_not_hide_a_shared_reduce():
     grad = logits - t
     ks = kernels(logits.exp().sum(), (grad.reshape(8, 10, 1) * x.reshape(8, 1, 64)).sum(0))
     assert sum(1 for k in ks for u in k.ast.toposort if u.op is Ops.REDUCE) == 3  # matmul, loss sum, weight grad
+
+
+def test_an_output_that_a_big_expand_repeats_stays_a_plain_boundary():
+    # x is realized anyway (an output): the reduction inside it must not become a kernel of its own
+    a, c, w = Tensor.empty(8, 16), Tensor.empty(8), Tensor.empty(8, 32)
+    x = a.sum(1) * c
+    y = (x.reshape(8, 1).expand(8, 32) * w).sum(0)
+    assert len(kernels(x, y)) == 2

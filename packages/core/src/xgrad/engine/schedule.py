@@ -100,6 +100,9 @@ pm_split_reduce = PatternMatcher(
 
 
 # ---- 1. kernel boundaries ----
+RECOMPUTE_LIMIT = 16  # an elementwise result repeated this many times by expands is computed once, into a buffer
+
+
 def is_realized(u: UOp) -> bool:
     """A node that already has memory: a BUFFER, or movement ops on one."""
     return u.base.op is Ops.BUFFER
@@ -139,15 +142,17 @@ def find_realizes(roots: list[UOp]) -> set[UOp]:
         if u.op is Ops.REDUCE_AXIS and u not in realizes and (for_reduce > 1 or len(_consumers(u, users)) > 1):
             realizes.add(u)
             for_reduce = for_elementwise = 1
-        elif u.op in GroupOp.Elementwise and for_elementwise >= RECOMPUTE_LIMIT and _reads_buffers(u, realizes, 2):
+        elif (
+            u.op in GroupOp.Elementwise
+            and u not in realizes
+            and for_elementwise >= RECOMPUTE_LIMIT
+            and _reads_buffers(u, realizes, 2)
+        ):
             realizes.add(u)
             elementwise_cuts.add(u)
         repeats[u] = (for_reduce, for_elementwise)
     realizes |= realizes_for_buffer_limit(sink_order, realizes)  # devices that bind few buffers per kernel
     return {r for r in realizes if not (is_realized(r) and _is_contiguous_view(r))}
-
-
-RECOMPUTE_LIMIT = 16  # an elementwise result repeated this many times by expands is computed once, into a buffer
 
 
 def _reads_buffers(u: UOp, realizes: set[UOp], n: int) -> bool:
