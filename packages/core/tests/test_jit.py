@@ -79,6 +79,15 @@ def test_changed_inputs_raise_jit_errors(xgrad_device):
         f(Tensor(data(3), device=xgrad_device).realize(), Tensor(data(3), device=xgrad_device).realize())
 
 
+def test_the_same_tensor_passed_twice_raises_on_replay_too(xgrad_device):
+    f = TinyJit(lambda a, b: (a + b).realize())
+    x, y = Tensor(data(3), device=xgrad_device).realize(), Tensor(data(3), device=xgrad_device).realize()
+    for _ in range(3):
+        np.testing.assert_allclose(f(x, y).numpy(), x.numpy() + y.numpy())
+    with pytest.raises(JitError, match="twice"):
+        f(x, x)
+
+
 def test_reading_data_during_capture_raises():
     f = TinyJit(lambda a: (a * 2).numpy())
     f(Tensor([1.0]).realize())

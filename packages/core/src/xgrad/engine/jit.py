@@ -155,6 +155,8 @@ class TinyJit(Generic[R]):
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         if not JIT:
             return self.fxn(*args, **kwargs)
+        if self._fast and not kwargs and (bufs := self._plain_args(args)) is not None:
+            return self._launch(bufs, {})  # the common replay: only whole-buffer tensors passed, each once
         inputs = _input_tensors(args, kwargs)
         if len({id(t) for t in inputs}) != len(inputs):
             raise JitError("the same Tensor is passed to a TinyJit twice; pass it once (or pass a .clone())")
@@ -166,6 +168,14 @@ class TinyJit(Generic[R]):
         if self._fast and (bufs := self._plain_inputs(inputs)) is not None and not _passes_variables(args, kwargs):
             return self._launch(bufs, {})
         return self._replay(inputs, _bound_vars(args, kwargs, inputs))
+
+    def _plain_args(self, args: tuple[Any, ...]) -> list[Buffer] | None:
+        """`_plain_inputs` when every argument is a Tensor and none is passed twice; None otherwise."""
+        from xgrad.tensor import Tensor
+
+        if not all(type(a) is Tensor for a in args) or len(set(map(id, args))) != len(args):
+            return None
+        return self._plain_inputs(list(args))
 
     def _plain_inputs(self, inputs: list[Tensor]) -> list[Buffer] | None:
         """The inputs' buffers when every input is the same kind of whole buffer as at capture; None otherwise (the
