@@ -43,16 +43,30 @@ class AccCtx:
     free: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # free_ranges of the nodes seen so far
 
 
+def _chain_terms(value: UOp, op: Ops) -> list[UOp]:
+    """The terms of a left-deep chain op(op(t0, t1), t2) ... (what an UNROLL makes), in order; [value] if none."""
+    terms = []
+    while value.op is op and len(value.src) == 2:
+        terms.append(value.src[1])
+        value = value.src[0]
+    terms.append(value)
+    return terms[::-1]
+
+
 def lower_reduce(ctx: AccCtx, red: UOp) -> UOp:
     """REDUCE -> an accumulator defined in the loops around the reduction's use, updated inside its own loops."""
     value, ranges = red.src[0], sorted(red.src[1:], key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0]))
     acc = UOp(Ops.DEFINE_ACC, red.dtype, (identity_element(red.arg, red.dtype),), next(ctx.counter))
     outer = ctx.context.get(red, frozenset()) | (free_ranges(value, ctx.free) - set(ranges))
-    combined = UOp(red.arg, red.dtype, (acc, value))
+    # each term of an unrolled chain goes into the register in turn: (((acc + t0) + t1) + t2), not acc + (t0 + t1 +
+    # t2), so a term's operands die once it is added (a conv's 9 window taps need not all be live at once)
+    combined = acc
+    for term in _chain_terms(value, red.arg):
+        combined = UOp(red.arg, red.dtype, (combined, term))
+        ctx.loops[combined] = outer | set(ranges)  # reading and updating the register happen in every reduce loop
     step: UOp = UOp(Ops.ASSIGN_ACC, red.dtype, (acc, combined))
     ctx.loops[acc] = outer
-    # reading and updating the register happen in every reduce loop, whether the value uses that loop or not
-    ctx.loops[combined] = ctx.loops[step] = outer | set(ranges)
+    ctx.loops[step] = outer | set(ranges)
     for rng in reversed(ranges):
         step = UOp(Ops.END, dtypes.void, (rng, step))
     return UOp(Ops.NOOP, red.dtype, (acc, step))
