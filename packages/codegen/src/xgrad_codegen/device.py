@@ -8,9 +8,10 @@ from typing import Any, Protocol
 
 from xgrad.buffer import Allocator, ProgramInfo
 from xgrad.dtype import dtypes
-from xgrad.helpers import BEAM, DEBUG, prod
+from xgrad.helpers import BEAM, CACHELEVEL, DEBUG, prod
 from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
 from xgrad_codegen.pipeline import full_rewrite
+from xgrad_codegen.program_cache import load_program, program_key, store_program
 
 
 class Compiler(Protocol):
@@ -85,19 +86,32 @@ class CompiledDevice:
             from xgrad_codegen.search import beam_opts
 
             opts = beam_opts(ast, self)
-        try:
-            uops = full_rewrite(ast, self.renderer, opts)
-        except Exception:
-            if opts is None:
-                raise
-            uops = full_rewrite(ast, self.renderer)  # a cached BEAM result that no longer lowers: the heuristic
-        src = self.renderer.render(info.name, uops)
+        # a device that builds from the source alone can reuse a program rendered by an earlier process
+        disk_key = self._disk_key(ast, opts) if CACHELEVEL and type(self).build is CompiledDevice.build else None
+        if disk_key is not None and (stored := load_program(disk_key)) is not None:
+            src, program = stored
+            raw = self.build(info.name, [], src)  # this device's build reads only the source
+        else:
+            try:
+                uops = full_rewrite(ast, self.renderer, opts)
+            except Exception:
+                if opts is None:
+                    raise
+                uops = full_rewrite(ast, self.renderer)  # a cached BEAM result that no longer lowers: the heuristic
+            src = self.renderer.render(info.name, uops)
+            program = program_info(info.name, uops, src)
+            raw = self.build(info.name, uops, src)
+            if disk_key is not None:
+                store_program(disk_key, src, program)
         if DEBUG >= 4:
             print(src)
-        prg = CompiledProgram(self, self.build(info.name, uops, src), program_info(info.name, uops, src))
+        prg = CompiledProgram(self, raw, program)
         self._programs[key] = prg
         self.compiled_count += 1
         return prg
+
+    def _disk_key(self, ast: UOp, opts: Any) -> str:
+        return program_key(ast, opts, self.name.split(":")[0], self.target(), type(self.renderer).__module__)
 
     def target(self) -> str:
         """What generated code depends on besides the AST and the knobs: the renderer and, when the compiler has a

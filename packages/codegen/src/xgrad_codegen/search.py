@@ -19,13 +19,11 @@ inputs could read out of bounds or divide by zero. They keep the heuristic's act
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
 import os
 import pathlib
-import sys
 import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,6 +49,7 @@ from xgrad.uop.symbolic import simplify
 from xgrad_codegen import opt as opt_module
 from xgrad_codegen.opt import Opt, apply_opt, kernel_ranges, optimize, range_size
 from xgrad_codegen.pipeline import full_rewrite
+from xgrad_codegen.program_cache import codegen_sources_hash, module_hash
 
 if TYPE_CHECKING:
     from xgrad_codegen.device import CompiledDevice, CompiledProgram
@@ -217,22 +216,6 @@ def heuristic(ast: UOp, renderer: Any) -> list[Opt]:
 
 
 # ---- the disk cache ----
-@functools.cache
-def _codegen_sources_hash() -> str:
-    """A hash of this package's sources: a change to any pass may change what an action means or how fast it is."""
-    h = hashlib.sha256()
-    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
-
-
-@functools.cache
-def _module_hash(module: str) -> str:
-    path = getattr(sys.modules.get(module), "__file__", None)
-    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest() if path else module
-
-
 def cache_key(ast: UOp, device: CompiledDevice, width: int, knobs: SearchKnobs) -> str:
     """The key of a search result: kernel AST, device type, target, code-changing knobs, search knobs, the sources
     of codegen and of the device's renderer."""
@@ -243,8 +226,8 @@ def cache_key(ast: UOp, device: CompiledDevice, width: int, knobs: SearchKnobs) 
         device.target(),
         codegen_knobs_key(),
         f"width={width} {knobs}",
-        _codegen_sources_hash(),
-        _module_hash(type(device.renderer).__module__),
+        codegen_sources_hash(),
+        module_hash(type(device.renderer).__module__),
     )
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 

@@ -144,7 +144,7 @@ DEFAULT_FLOAT = knob("DEFAULT_FLOAT", "float32", "dtype of Python floats and flo
 DEFAULT_INT = knob("DEFAULT_INT", "int32", "dtype of Python ints")
 TRAINING = knob("TRAINING", 0, "training mode: optimizer steps, dropout, BatchNorm statistics")
 SPEC = knob("SPEC", 1, "1 check the IR at stage boundaries, 0 skip")
-CACHELEVEL = knob("CACHELEVEL", 2, "0 disables the on-disk compile cache")
+CACHELEVEL = knob("CACHELEVEL", 2, "0 disables the on-disk caches (compiled binaries, rendered programs, BEAM results)")
 XGRAD_CACHE_DIR = knob("XGRAD_CACHE_DIR", "", "directory of the on-disk caches (default ~/.cache/xgrad)")
 SCACHE = knob("SCACHE", 1, "0 disables the in-memory schedule cache")
 FUSE_OPTIM = knob("FUSE_OPTIM", 0, "1 = optimizers update all parameters as one flat vector by default")

@@ -1,0 +1,87 @@
+"""The rendered-program disk cache: a kernel AST that was lowered before, in any process, skips the codegen passes.
+
+A new process otherwise runs every pass again for every kernel (the demo's first training steps: ~4 s of Python
+before the C compiler's own cache answers). One file per program under `<cache dir>/programs/`: the rendered source
+and its `ProgramInfo`, pickled. The key hashes what the lowering depends on: the AST's printed form, the optimizer
+actions (None: the heuristic), the device type and target, every knob that changes generated code, and the sources
+of `xgrad_codegen` and of the device's renderer module. `CACHELEVEL=0` neither reads nor writes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pathlib
+import pickle
+import sys
+import tempfile
+from typing import Any
+
+from xgrad.buffer import ProgramInfo
+from xgrad.helpers import cache_dir, codegen_knobs_key
+from xgrad.uop.ops import UOp
+
+CACHE_VERSION = 1
+
+
+@functools.cache
+def codegen_sources_hash() -> str:
+    """A hash of this package's sources: a change to any pass may change what it renders."""
+    h = hashlib.sha256()
+    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@functools.cache
+def module_hash(module: str) -> str:
+    path = getattr(sys.modules.get(module), "__file__", None)
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest() if path else module
+
+
+def program_key(ast: UOp, opts: Any, device_type: str, target: str, renderer_module: str) -> str:
+    parts = (
+        f"program v{CACHE_VERSION}",
+        repr(ast),
+        repr(opts),
+        device_type,
+        target,
+        codegen_knobs_key(),
+        codegen_sources_hash(),
+        module_hash(renderer_module),
+    )
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _path(key: str) -> pathlib.Path:
+    return cache_dir() / "programs" / f"{key}.pkl"
+
+
+def load_program(key: str) -> tuple[str, ProgramInfo] | None:
+    """(source, info) stored under `key`, or None (missing or unreadable: the caller lowers the AST again)."""
+    try:
+        src, info = pickle.loads(_path(key).read_bytes())
+    except Exception:  # a missing, truncated or foreign file is a miss, never an error
+        return None
+    return (src, info) if isinstance(src, str) and isinstance(info, ProgramInfo) else None
+
+
+def store_program(key: str, src: str, info: ProgramInfo) -> None:
+    path = _path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = pickle.dumps((src, info))
+    except (OSError, pickle.PicklingError):
+        return
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)  # readers in other processes see no file or the whole file
+    except OSError:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+
+
+__all__ = ["codegen_sources_hash", "load_program", "module_hash", "program_key", "store_program"]
