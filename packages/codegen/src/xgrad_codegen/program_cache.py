@@ -4,7 +4,8 @@ A new process otherwise runs every pass again for every kernel (the demo's first
 before the C compiler's own cache answers). One file per program under `<cache dir>/programs/`: the rendered source
 and its `ProgramInfo`, pickled. The key hashes what the lowering depends on: the AST's printed form, the optimizer
 actions (None: the heuristic), the device type and target, every knob that changes generated code, and the sources
-of `xgrad_codegen` and of the device's renderer module. `CACHELEVEL=0` neither reads nor writes it.
+of `xgrad_codegen`, of `xgrad` (the IR and its simplifier) and of the device's renderer module. `CACHELEVEL=0`
+neither reads nor writes it.
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ CACHE_VERSION = 1
 
 @functools.cache
 def codegen_sources_hash() -> str:
-    """A hash of this package's sources: a change to any pass may change what it renders."""
+    """A hash of this package's sources and of xgrad core's (the IR, its simplifier and dtypes live there): a change
+    to any pass may change what it renders."""
+    import xgrad
+
     h = hashlib.sha256()
-    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
+    for root in (pathlib.Path(__file__).parent, pathlib.Path(xgrad.__file__).parent):
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
     return h.hexdigest()
 
 
