@@ -7,7 +7,6 @@ atomically (temp file + `os.replace`) so parallel processes never read a half-wr
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import os
@@ -21,7 +20,7 @@ import tempfile
 from collections.abc import Sequence
 
 from xgrad.errors import CompileError, DeviceError
-from xgrad.helpers import CACHELEVEL, CC, DEBUG, cache_dir, codegen_knobs_key
+from xgrad.helpers import CACHELEVEL, CC, DEBUG, cache_dir, codegen_knobs_key, write_atomic
 from xgrad_cpu.plugin import COMPILER_CANDIDATES
 
 BASE_FLAGS: tuple[str, ...] = (
@@ -170,17 +169,3 @@ class CCompiler:
                 )
             with open(out_path, "rb") as f:
                 return f.read()
-
-
-def write_atomic(path: pathlib.Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see either no file or the whole file (parallel processes share caches)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

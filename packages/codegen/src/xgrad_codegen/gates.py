@@ -21,10 +21,6 @@ def _conjuncts(x: UOp) -> tuple[UOp, ...]:
     return (x,)
 
 
-def _both(a: tuple[UOp, ...], b: tuple[UOp, ...]) -> tuple[UOp, ...]:
-    return tuple(x for x in a if x in b)
-
-
 def _zero_unless(v: UOp) -> tuple[UOp, ...]:
     """Conditions such that `v` is exactly 0 (never NaN) whenever one of them is false, in a fixed order."""
     if v.op is Ops.LOAD and len(v.src[0].src) == 3:
@@ -32,7 +28,8 @@ def _zero_unless(v: UOp) -> tuple[UOp, ...]:
     if v.op is Ops.CAST:
         return _zero_unless(v.src[0])
     if v.op in (Ops.MUL, Ops.ADD):  # both operands zero: a gated load times an ungated one could be 0 * inf
-        return _both(_zero_unless(v.src[0]), _zero_unless(v.src[1]))
+        right = _zero_unless(v.src[1])
+        return tuple(c for c in _zero_unless(v.src[0]) if c in right)
     if v.op is Ops.WHERE and v.src[2].op is Ops.CONST and v.src[2].arg == 0:
         return tuple(dict.fromkeys(_conjuncts(v.src[0]) + _zero_unless(v.src[1])))
     return ()

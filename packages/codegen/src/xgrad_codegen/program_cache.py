@@ -10,17 +10,16 @@ neither reads nor writes it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
-import os
 import pathlib
 import pickle
 import sys
-import tempfile
 from typing import Any
 
 from xgrad.buffer import ProgramInfo
-from xgrad.helpers import cache_dir, codegen_knobs_key
+from xgrad.helpers import cache_dir, codegen_knobs_key, write_atomic
 from xgrad.uop.ops import UOp
 
 CACHE_VERSION = 1
@@ -74,19 +73,8 @@ def load_program(key: str) -> tuple[str, ProgramInfo] | None:
 
 
 def store_program(key: str, src: str, info: ProgramInfo) -> None:
-    path = _path(key)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = pickle.dumps((src, info))
-    except (OSError, pickle.PicklingError):
-        return
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)  # readers in other processes see no file or the whole file
-    except OSError:
-        pathlib.Path(tmp).unlink(missing_ok=True)
+    with contextlib.suppress(OSError, pickle.PicklingError):  # unwritten, the program is lowered again next time
+        write_atomic(_path(key), pickle.dumps((src, info)))
 
 
 __all__ = ["codegen_sources_hash", "load_program", "module_hash", "program_key", "store_program"]

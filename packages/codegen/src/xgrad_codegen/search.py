@@ -19,12 +19,12 @@ inputs could read out of bounds or divide by zero. They keep the heuristic's act
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import pathlib
-import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ from xgrad.helpers import (
     cache_dir,
     codegen_knobs_key,
     getenv,
+    write_atomic,
 )
 from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
 from xgrad.uop.symbolic import simplify
@@ -245,16 +246,9 @@ def _read_cache(key: str) -> list[Opt] | None:
 
 
 def _write_cache(key: str, opts: list[Opt], record: dict[str, Any]) -> None:
-    path = _cache_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps({"opts": [[o.op, o.axis, o.amount] for o in opts], **record})
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(data)
-        os.replace(tmp, path)  # readers in other processes see the old file or the whole new one
-    except OSError:
-        pathlib.Path(tmp).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # a cache that cannot be written costs a search next time, nothing more
+        write_atomic(_cache_path(key), data.encode())
 
 
 # ---- scratch buffers of the kernel's sizes ----

@@ -6,10 +6,12 @@ knob's type), one line of help, and whether it changes generated code (then it i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import pathlib
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -171,6 +173,20 @@ def cache_dir() -> pathlib.Path:
     path = pathlib.Path(base)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def write_atomic(path: pathlib.Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see either no file or the whole file (parallel processes share caches)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # ---- small generic helpers ----
