@@ -122,8 +122,7 @@ def test_dispatches_wait_in_one_encoder_until_a_read(webgpu: str) -> None:
     dev = Device[webgpu]
     x = np.array([0.5, -1.0, 2.0], np.float32)
     t = Tensor(x, device=webgpu).realize()
-    # start with nothing pending and no garbage of earlier tests: freeing a buffer flushes, and so does the 64th
-    # pending dispatch; either one mid-test would submit a before b is recorded
+    # start with nothing pending: the 64th pending dispatch would submit a before b is recorded
     gc.collect()
     dev.synchronize()
     a = (t * 3 + 1).contiguous()
@@ -132,3 +131,32 @@ def test_dispatches_wait_in_one_encoder_until_a_read(webgpu: str) -> None:
     assert dev._pending >= 2  # recorded, not submitted yet
     np.testing.assert_allclose(b.numpy(), np.exp(x * 3 + 1) - (x * 3 + 1), rtol=1e-5)  # the read submits first
     assert dev._pending == 0
+
+
+def test_a_buffer_freed_while_a_dispatch_is_recorded_waits_for_the_submission(
+    webgpu: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI once failed with "Encoding must not have ended": the garbage collector freed a buffer inside `launch`, the free
+    # submitted the open encoder, and the dispatch being recorded ended its compute pass on a finished encoder
+    import xgrad_webgpu.device as webgpu_device
+
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    dev = Device[webgpu]
+    dev.synchronize()
+    victim = [(Tensor(x, device=webgpu) + 1).contiguous()]
+    reader = (victim[0] * 2).contiguous()
+    Tensor.realize(victim[0], reader)  # both recorded, not submitted: reader's dispatch reads victim's buffer
+    assert dev._pending >= 2
+    record, deferred = webgpu_device._record_dispatch, []
+
+    def record_with_a_free_inside(encoder, pipeline, group, groups, timestamps):  # type: ignore[no-untyped-def]
+        victim.clear()  # the last reference goes while the encoder is open: freed now, as by a gc finalizer
+        gc.collect()
+        deferred.append(len(dev._doomed))
+        record(encoder, pipeline, group, groups, timestamps)
+
+    monkeypatch.setattr(webgpu_device, "_record_dispatch", record_with_a_free_inside)
+    out = (reader + 1).contiguous().realize()
+    monkeypatch.setattr(webgpu_device, "_record_dispatch", record)
+    np.testing.assert_array_equal(out.numpy(), (x + 1) * 2 + 1)
+    assert deferred[0] >= 1 and not dev._doomed  # the buffer waited, then went with the submission

@@ -14,8 +14,10 @@ splits kernels that would bind more (`MAX_KERNEL_BUFFERS` overrides it).
 
 Launching: dispatches are recorded into one open command encoder (a compute pass each) and submitted together, at
 the latest after `MAX_PENDING_DISPATCHES`, and before anything that acts on the queue at the time of the call: a copy
-in or out (`write_buffer`/`read_buffer`), freeing a buffer, `synchronize`, or a timed launch (`DEBUG=2`). A TinyJit
-replay of the training demo is then one submit instead of one per kernel.
+in or out (`write_buffer`/`read_buffer`), `synchronize`, or a timed launch (`DEBUG=2`). A TinyJit replay of the
+training demo is then one submit instead of one per kernel. Freeing a buffer never submits (a free can come from the
+garbage collector in the middle of recording a dispatch): the buffer is destroyed at once when nothing is recorded,
+else right after the next submission, since a recorded dispatch may still use it.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class WebGPUBuffer:
 
 def _nothing() -> None:
     pass
+
+
+def _destroy(buffer: Any) -> None:
+    buffer.destroy()
 
 
 def _words(nbytes: int) -> int:
@@ -98,6 +104,7 @@ class WebGPUAllocator:
         self.offset_alignment = offset_alignment
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self.before_queue_use: Callable[[], None] = _nothing  # the device submits its recorded dispatches here
+        self.release: Callable[[Any], None] = _destroy  # the device defers this while dispatches are recorded
 
     def alloc(self, nbytes: int) -> WebGPUBuffer:
         if nbytes < 0:
@@ -108,8 +115,7 @@ class WebGPUAllocator:
         return WebGPUBuffer(self.device.create_buffer(size=max(4, _words(nbytes)), usage=self.usage), 0, nbytes)
 
     def free(self, handle: WebGPUBuffer, nbytes: int) -> None:
-        self.before_queue_use()  # a recorded dispatch may still use it
-        handle.buffer.destroy()  # wgpu keeps it alive until submitted work that uses it is done
+        self.release(handle.buffer)  # wgpu keeps a destroyed buffer alive until submitted work that uses it is done
 
     def copyin(self, dest: WebGPUBuffer, src: memoryview) -> None:
         data = bytes(src.cast("B") if src.format != "B" or src.ndim != 1 else src)
@@ -186,7 +192,9 @@ class WebGPUDevice(CompiledDevice):
         self._by_ast: dict[UOp, Any] = {}
         self._encoder: Any = None  # the open command encoder: dispatches not submitted yet
         self._pending = 0
+        self._doomed: list[Any] = []  # buffers freed while dispatches were recorded: destroyed after their submission
         allocator.before_queue_use = self.flush
+        allocator.release = self._release
         self._sync_buffer = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
 
     def compile(self, ast: UOp) -> Any:
@@ -271,8 +279,18 @@ class WebGPUDevice(CompiledDevice):
         """Submit the dispatches recorded since the last flush (one command buffer for all of them). Copies in and
         out, frees and waits flush first: `queue.write_buffer` and `read_buffer` act at the time of the call."""
         if self._encoder is not None:
-            encoder, self._encoder, self._pending = self._encoder, None, 0
-            self.device.queue.submit([encoder.finish()])
+            self.device.queue.submit([self._encoder.finish()])
+            self._encoder, self._pending = None, 0
+        doomed, self._doomed = self._doomed, []
+        for buffer in doomed:
+            buffer.destroy()
+
+    def _release(self, buffer: Any) -> None:
+        # no flush here: the garbage collector may free a buffer while `launch` records into the open encoder
+        if self._encoder is None:
+            buffer.destroy()
+        else:
+            self._doomed.append(buffer)
 
     def _timestamp_query(self) -> tuple[dict[str, Any], Any, Any]:
         wgpu = self._wgpu
