@@ -1,6 +1,7 @@
 """Gated loads of consecutive lanes (`xgrad_cpu.renderer.merge_gated_loads`): a VECTORIZE of float32 loads, each lane
-with its own gate, is printed as one masked vector load (a plain one when every gate holds); the result matches
-numpy with AVX and with the portable fallback, and convolutions with padding match torch."""
+with its own gate, is printed as one masked vector load, and so is a float32 vector load under one gate (never a
+branch to a plain load: see `rule_c_load`); the results match numpy with AVX and with the portable fallback, and
+convolutions with padding match torch."""
 
 from __future__ import annotations
 
@@ -76,6 +77,38 @@ def test_gated_lanes_load_as_one_masked_vector_matching_numpy(
     padded = np.concatenate([[0.0], data, np.zeros(lanes * blocks, np.float32)]).astype(np.float32)
     want = padded[: lanes * blocks].copy()
     want[3::lanes] = 0.0
+    for cc in COMPILERS:
+        out = np.full(lanes * blocks, np.nan, np.float32)
+        compile_and_run(src_text, flags, cc, tmp_path, [out, data], blocks)
+        np.testing.assert_array_equal(out, want)
+
+
+def whole_vector_gated_program(blocks: int, lanes: int) -> list[UOp]:
+    """out[b] = in[b] (a vector of `lanes`) for the blocks before the last; the last block's gate is off."""
+    out, src = UOp(Ops.PARAM, dtypes.float32, (), 0), UOp(Ops.PARAM, dtypes.float32, (), 1)
+    r = UOp.range(idx(blocks), 0, AxisType.GLOBAL)
+    vec = dtypes.float32.vec(lanes)
+    load = UOp(Ops.LOAD, vec, (UOp(Ops.INDEX, vec, (src, r * idx(lanes), r.lt(blocks - 1))),))
+    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, vec, (out, r * idx(lanes))), load))
+    items: dict[UOp, None] = {}
+    for item in (store, UOp(Ops.END, dtypes.void, (r,))):
+        for u in item.toposort:
+            items.setdefault(u, None)
+    return [*items, UOp(Ops.SINK, dtypes.void, ())]
+
+
+@pytest.mark.skipif(not COMPILERS, reason="no C compiler (gcc or clang) on PATH")
+@pytest.mark.parametrize("lanes", [4, 8])
+@pytest.mark.parametrize("flags", [["-march=native"], ["-Wno-psabi"]], ids=["native", "portable"])
+def test_a_vector_load_under_one_gate_is_masked_without_a_branch(
+    lanes: int, flags: list[str], tmp_path: pathlib.Path
+) -> None:
+    blocks = 3
+    src_text = CRenderer().render("k", whole_vector_gated_program(blocks, lanes))
+    body = src_text[src_text.index("void k(") :]
+    assert f"mload_float{lanes}(" in body and "?" not in body
+    data = np.random.default_rng(0).uniform(-1, 1, lanes * (blocks - 1)).astype(np.float32)  # no last block at all
+    want = np.concatenate([data, np.zeros(lanes, np.float32)])
     for cc in COMPILERS:
         out = np.full(lanes * blocks, np.nan, np.float32)
         compile_and_run(src_text, flags, cc, tmp_path, [out, data], blocks)

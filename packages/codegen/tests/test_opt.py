@@ -217,15 +217,23 @@ def test_pack_needs_the_parallel_loop_among_the_loops_the_load_reads_in() -> Non
 
 
 def test_unrolled_terms_go_into_the_accumulator_one_by_one() -> None:
-    """An UNROLL's lanes are added to the register in turn, (((acc + t0) + t1) + t2) + t3, so each term's operands
-    die once it is added (a conv's 9 window taps need not all be live at once: its kernel ran 5-13% faster)."""
+    """An UNROLL's lanes are added to the register in turn, acc = acc + t0; acc = acc + t1; ..., so each term's
+    operands die once it is added (a conv's 9 window taps need not all be live at once: its kernel ran 5-13% faster)."""
     uops = full_rewrite(matmul_ast(4, 16, 4), CStyleRenderer(), [Opt("UNROLL", 2, 4)])
-    (step,) = [u for u in uops if u.op is Ops.ASSIGN_ACC]
-    acc, value = step.src
-    depth = 0
-    while value is not acc:
-        assert value.op is Ops.ADD
-        value, depth = value.src[0], depth + 1
-    assert depth == 4
+    steps = [u for u in uops if u.op is Ops.ASSIGN_ACC]
+    assert len(steps) == 4
+    acc = steps[0].src[0]
+    for before, step in zip([acc, *steps], steps):
+        assert step.src[0] is acc and step.src[1].op is Ops.ADD and step.src[1].src[0] is before
+
+
+def test_several_accumulators_take_their_unrolled_terms_in_turn() -> None:
+    """With 4 accumulators of 4 terms each, the program adds term k to every accumulator before term k + 1 to any:
+    an operand the accumulators share for one step (a conv's input vector for one window tap) is then live for that
+    step only, and neighbouring additions do not wait for each other (conv 32x64x56x56: 9.0 -> 8.0 ms at batch 4)."""
+    uops = full_rewrite(matmul_ast(4, 16, 4), CStyleRenderer(), [Opt("UPCAST", 0, 4), Opt("UNROLL", 2, 4)])
+    targets = [u.src[0] for u in uops if u.op is Ops.ASSIGN_ACC]
+    accs = list(dict.fromkeys(targets))
+    assert len(accs) == 4 and targets == accs * 4
     a, b = data(4, 16), data(16, 4, seed=1)
     np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-5, atol=1e-5)

@@ -135,24 +135,23 @@ def masked_load_helper(name: str, vf: str, vi: str, vb: str, lanes: int) -> str:
 
 
 def rule_c_load(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
-    """A vector LOAD gated by a bool vector (see `merge_gated_loads`) is a masked load; the rest as usual."""
+    """A float32 vector LOAD with a gate is a masked load: a bool vector gate (see `merge_gated_loads`) gives each
+    lane's, a bool gates every lane. Never a branch between a plain and a masked load: in an unrolled conv body the
+    branches split the loop into blocks, and clang then hoists the loads above them all and spills them."""
     idx = u.src[0]
-    if len(idx.src) < 3 or idx.src[2].dtype.count == 1:
+    n = u.dtype.count
+    if len(idx.src) < 3 or u.dtype.scalar() != dtypes.float32 or n not in MASKED_LOAD_LANES:
         return base_uop_rules[Ops.LOAD](r, ctx, u)  # type: ignore[return-value]
     assert isinstance(r, CRenderer)
-    n = u.dtype.count
+    gate = idx.src[2]
     vf, vi = r.render_dtype(ctx, u.dtype), r.render_dtype(ctx, dtypes.int32.vec(n))
-    vb = r.render_dtype(ctx, idx.src[2].dtype)
+    vb = r.render_dtype(ctx, dtypes.bool.vec(n))
     name = f"mload_{vf}"
     ctx.helpers.setdefault(name, masked_load_helper(name, vf, vi, vb, n))
-    ptr = f"{ctx.exprs[idx.src[0]]}+{ctx.exprs[idx.src[1]]}"
-    masked = f"{name}({ptr}, {ctx.exprs[idx.src[2]]})"
-    # in a conv most windows lie inside the image: when every lane's gate holds, a plain vector load
-    gates = idx.src[2].src if idx.src[2].op is Ops.VECTORIZE else ()
-    every = list(dict.fromkeys(ctx.exprs[g] for g in gates if g.op is not Ops.CONST))
-    if not every or any(g.op is Ops.CONST and not g.arg for g in gates):  # a lane always off: always masked
-        return masked
-    return f"(({'&'.join(every)})?{r.vector_access(ctx, u.dtype, load=True)}({ptr}):{masked})"
+    mask = ctx.exprs[gate]
+    if gate.dtype.count == 1:
+        mask = r.render_vectorize(ctx, dtypes.bool.vec(n), [mask] * n)
+    return f"{name}({ctx.exprs[idx.src[0]]}+{ctx.exprs[idx.src[1]]}, {mask})"
 
 
 def exp2_vector_helper(vf: str, vi: str) -> str:

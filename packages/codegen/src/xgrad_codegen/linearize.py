@@ -58,15 +58,15 @@ def lower_reduce(ctx: AccCtx, red: UOp) -> UOp:
     value, ranges = red.src[0], sorted(red.src[1:], key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0]))
     acc = UOp(Ops.DEFINE_ACC, red.dtype, (identity_element(red.arg, red.dtype),), next(ctx.counter))
     outer = ctx.context.get(red, frozenset()) | (free_ranges(value, ctx.free) - set(ranges))
-    # each term of an unrolled chain goes into the register in turn: (((acc + t0) + t1) + t2), not acc + (t0 + t1 +
-    # t2), so a term's operands die once it is added (a conv's 9 window taps need not all be live at once)
-    combined = acc
+    # each term of an unrolled chain is its own update of the register: acc = acc + t0; acc = acc + t1; ... so a
+    # term's operands die once it is added (a conv's 9 window taps need not all be live at once), and the updates of
+    # several accumulators can interleave (see `program_order`)
+    step: UOp = acc
     for term in _chain_terms(value, red.arg):
-        combined = UOp(red.arg, red.dtype, (combined, term))
-        ctx.loops[combined] = outer | set(ranges)  # reading and updating the register happen in every reduce loop
-    step: UOp = UOp(Ops.ASSIGN_ACC, red.dtype, (acc, combined))
+        combined = UOp(red.arg, red.dtype, (step, term))
+        step = UOp(Ops.ASSIGN_ACC, red.dtype, (acc, combined))
+        ctx.loops[combined] = ctx.loops[step] = outer | set(ranges)  # in every reduce loop, as the register is read
     ctx.loops[acc] = outer
-    ctx.loops[step] = outer | set(ranges)
     for rng in reversed(ranges):
         step = UOp(Ops.END, dtypes.void, (rng, step))
     return UOp(Ops.NOOP, red.dtype, (acc, step))
@@ -245,7 +245,7 @@ def linearize(sink: UOp) -> list[UOp]:
     sink = graph_rewrite(sink, pm_lower_reduce, ctx=ctx, name="lower reduce", bottom_up=True)
     sink = close_output_loops(sink)
     sink = order_scratch_reads(sink)  # packed panels are read only after the loops that fill them
-    nodes = list(sink.toposort)
+    nodes = program_order(sink)
     position = {u: i for i, u in enumerate(nodes)}
     rs: dict[UOp, frozenset[UOp]] = {}
     for x in nodes:
@@ -306,6 +306,42 @@ def linearize(sink: UOp) -> list[UOp]:
         )
     assert out[-1] is sink and len(out) == len(nodes), "linearize did not place every node"
     return drop_ordering_sources(out)
+
+
+def program_order(sink: UOp) -> list[UOp]:
+    """The order the program should read where dependencies leave a choice: the graph's order, except that the
+    updates of accumulators that take several terms per step (an unrolled reduction) interleave, term by term:
+    acc0 += t00; acc1 += t10; ...; acc0 += t01; ... A term's operands that the accumulators share (a conv's input
+    vector for one window tap) are then live for one step, not the whole unrolled body, and neighbouring additions
+    are independent instead of one dependent chain."""
+    nodes = sink.toposort
+    updates: dict[UOp, list[UOp]] = {}  # accumulator -> its updates in one step, in order
+    for u in nodes:
+        if u.op is Ops.ASSIGN_ACC:
+            updates.setdefault(u.src[0], []).append(u)
+    if all(len(steps) < 2 for steps in updates.values()):
+        return list(nodes)
+    order: dict[UOp, None] = {}
+    for k in range(max(len(steps) for steps in updates.values())):
+        for steps in updates.values():
+            if k < len(steps):
+                _place(steps[k], order)
+    _place(sink, order)
+    return list(order)
+
+
+def _place(root: UOp, order: dict[UOp, None]) -> None:
+    """Append `root` and the nodes it depends on that `order` lacks, sources first (as `UOp.toposort`)."""
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if node in order:
+            continue
+        if expanded:
+            order[node] = None
+        else:
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(node.src) if s not in order)
 
 
 def drop_ordering_sources(program: list[UOp]) -> list[UOp]:
