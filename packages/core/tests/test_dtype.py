@@ -97,6 +97,7 @@ def test_vec_raises_on_vector_or_bad_width() -> None:
 
 def test_dtype_equality_by_value_and_hashable() -> None:
     rebuilt = DType(dtypes.float32.priority, 4, "float32", "f")
+    assert rebuilt is dtypes.float32  # interned: equal fields give the same object
     assert rebuilt == dtypes.float32 and hash(rebuilt) == hash(dtypes.float32)
     assert dtypes.float32.vec(4) == dtypes.float32.vec(4)
     assert dtypes.float32.vec(4) != dtypes.float32.vec(2)

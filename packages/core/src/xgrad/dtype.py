@@ -20,12 +20,28 @@ from xgrad.errors import DTypeError
 from xgrad.helpers import DEFAULT_FLOAT, DEFAULT_INT
 
 
-@dataclass(frozen=True, eq=True)
-class DType:
-    """A scalar (count 1) or, for codegen, a vector (count > 1) data type. Compared and hashed by value.
+class _Interned(type):
+    """Builds each distinct DType once: equal dtypes are one object, so comparing and hashing them (in every UOp
+    lookup) is the interpreter's identity test and address hash instead of Python methods."""
 
-    >>> dtypes.float32.vec(4).itemsize, dtypes.float32.vec(4).scalar()
-    (16, dtypes.float32)
+    _made: dict[tuple[Any, ...], DType] = {}
+
+    def __call__(
+        cls, priority: int, itemsize: int, name: str, fmt: str | None, count: int = 1, _scalar: DType | None = None
+    ) -> DType:
+        key = (priority, itemsize, name, fmt, count, _scalar)
+        if (made := _Interned._made.get(key)) is None:
+            made = _Interned._made[key] = super().__call__(*key)
+        return made
+
+
+@dataclass(frozen=True, eq=False)
+class DType(metaclass=_Interned):
+    """A scalar (count 1) or, for codegen, a vector (count > 1) data type. Interned: `DType(...)` with the same fields
+    returns the same object (unpickling too), so `==` and `hash` are by identity.
+
+    >>> dtypes.float32.vec(4).itemsize, dtypes.float32.vec(4).scalar(), dtypes.float32.vec(4) is dtypes.float32.vec(4)
+    (16, dtypes.float32, True)
     """
 
     priority: int
@@ -35,32 +51,8 @@ class DType:
     count: int = 1
     _scalar: DType | None = field(default=None, repr=False)
 
-    # hashed and compared in every UOp lookup: the hash is computed once per object (it is left out of pickles, as
-    # str hashes differ between processes), and equal objects are usually the same object
-    def __hash__(self) -> int:
-        try:
-            return self.__dict__["_hash"]  # type: ignore[no-any-return]
-        except KeyError:
-            h = hash((self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar))
-            object.__setattr__(self, "_hash", h)
-            return h
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        if not isinstance(other, DType):
-            return NotImplemented
-        return (self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar) == (
-            other.priority,
-            other.itemsize,
-            other.name,
-            other.fmt,
-            other.count,
-            other._scalar,
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DType, (self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar))
 
     def vec(self, n: int) -> DType:
         """The vector of `n` lanes of this scalar dtype; `vec(1)` is the dtype itself."""
