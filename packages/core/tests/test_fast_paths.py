@@ -163,3 +163,33 @@ def test_a_dropped_result_frees_its_buffer_without_the_cyclic_gc(calls):
             assert ref() is None
     finally:
         gc.enable()
+
+
+MATMUL_SHAPES = [
+    ((3, 4), (4, 5)),
+    ((4,), (4, 5)),
+    ((3, 4), (4,)),
+    ((4,), (4,)),
+    ((2, 3, 4), (4, 5)),
+    ((3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (5, 4, 2)),
+]
+
+
+@pytest.mark.parametrize("xs,ws", MATMUL_SHAPES)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+def test_matmul_builds_the_graph_of_its_tensor_definition(xs, ws, dtype):
+    """`a @ b` of same-dtype operands builds its nodes directly (`reduce._matmul_uop`); the graph must be the very
+    node the Tensor definition (reshape, transpose, broadcast multiply, sum) gives, and match numpy."""
+    rng = np.random.default_rng(0)
+    x, w = (rng.integers(-3, 4, s).astype(dtype) for s in (xs, ws))
+    a, b = Tensor(x), Tensor(w)
+    k = -min(len(ws), 2)
+    defined = (
+        a.reshape(xs[:-1] + (1,) * min(len(ws) - 1, 1) + xs[-1:])
+        * b.reshape(ws[:-2] + (1,) * min(len(xs) - 1, 1) + ws[k:]).transpose(-1, k)
+    ).sum(-1)
+    got = a @ b
+    assert got.dtype == defined.cast(a.dtype).dtype
+    assert got.uop is defined.cast(a.dtype).uop
+    np.testing.assert_array_equal(got.numpy(), np.matmul(x, w))

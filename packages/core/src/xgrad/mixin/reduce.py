@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Literal
 
 from xgrad.dtype import DType, dtypes, sum_acc_dtype, to_dtype
 from xgrad.errors import ShapeError
-from xgrad.helpers import prod
+from xgrad.helpers import DISALLOW_BROADCAST, prod
+from xgrad.mixin.common import broadcast_shape
 from xgrad.mixin.unary import UnaryMixin, _logaddexp
-from xgrad.uop.ops import Ops
+from xgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -31,6 +32,21 @@ def _acc_dtype(dt: DType) -> DType:
     """The accumulator of sums and products: bool and ints in at least int32 (unsigned: uint32), floats in at
     least float32."""
     return dtypes.int32 if dt == dtypes.bool else sum_acc_dtype(dt)
+
+
+def _matmul_uop(x: UOp, w: UOp, x_shape: tuple[int, ...], w_shape: tuple[int, ...], k: int) -> UOp:
+    """The graph `(x.reshape(x_shape) * w.reshape(w_shape).transpose(-1, k)).sum(-1)` builds through Tensors, node
+    for node (hash-consing makes it the same object), without the Tensors: for same-dtype, same-device operands of
+    a dtype that accumulates in itself, with nonzero static sizes (the Tensor route's checks and casts are no-ops)."""
+    order = list(range(len(w_shape)))
+    order[-1], order[k] = order[k], order[-1]
+    wt_shape = tuple(w_shape[i] for i in order)
+    shape = broadcast_shape(x_shape, wt_shape)
+    xu, wu = (
+        u.reshape((1,) * (len(shape) - len(s)) + s).expand(shape)
+        for u, s in ((x.reshape(x_shape), x_shape), (w.reshape(w_shape).permute(tuple(order)), wt_shape))
+    )
+    return xu.alu(Ops.MUL, wu).reduce_axis(Ops.ADD, (len(shape) - 1,)).reshape(shape[:-1])
 
 
 def _scan_identity(x: Tensor, kind: ScanKind) -> float | int | bool:
@@ -369,9 +385,12 @@ class ReduceMixin(UnaryMixin):
         k = -min(len(ws), 2)  # w's contracted axis
         if xs[-1] != ws[k]:
             raise ShapeError(f"matmul shapes {xs} and {ws} do not fit: {xs[-1]} != {ws[k]}")
-        x = self.reshape(xs[:-1] + (1,) * min(len(ws) - 1, 1) + xs[-1:])
-        wt = w.reshape(ws[:-2] + (1,) * min(len(xs) - 1, 1) + ws[k:]).transpose(-1, k)
-        return (x * wt).sum(-1)
+        x_shape = xs[:-1] + (1,) * min(len(ws) - 1, 1) + xs[-1:]
+        w_shape = ws[:-2] + (1,) * min(len(xs) - 1, 1) + ws[k:]
+        dt, static = self.dtype, all(type(s) is int and s > 0 for s in xs + ws)
+        if static and dt is w.dtype and _acc_dtype(dt) is dt and self.device == w.device and not DISALLOW_BROADCAST:
+            return self._new(_matmul_uop(self.uop, w.uop, x_shape, w_shape, k))
+        return (self.reshape(x_shape) * w.reshape(w_shape).transpose(-1, k)).sum(-1)
 
     def __matmul__(self, x: Tensor) -> Tensor:
         return self.matmul(x)
