@@ -193,3 +193,24 @@ def test_matmul_builds_the_graph_of_its_tensor_definition(xs, ws, dtype):
     assert got.dtype == defined.cast(a.dtype).dtype
     assert got.uop is defined.cast(a.dtype).uop
     np.testing.assert_array_equal(got.numpy(), np.matmul(x, w))
+
+
+def test_a_realize_walks_only_the_tensors_that_may_still_be_lazy():
+    """Realized tensors (parameters, data) leave `lazy_tensors`, so a realize does not walk them; a tensor whose node
+    is set to a lazy graph later (as `load_state_dict` or `assign` do) joins again and still gets the buffers of the
+    nodes a later realize computes."""
+    from xgrad.engine.realize import lazy_tensors
+
+    params = [Tensor(np.full((4,), i, np.float32)).realize() for i in range(3)]
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    d = x + 1
+    assert d in lazy_tensors and not any(p in lazy_tensors for p in params)
+    c = Tensor(np.zeros(4, np.float32)).realize()
+    (x * 3).realize()  # a realize in between: settled tensors are gone from the set
+    assert c not in lazy_tensors
+    c.uop = (d * 2).uop  # lazy again, set directly
+    assert c in lazy_tensors
+    d.realize()
+    assert d not in lazy_tensors
+    assert d.uop.base.op is Ops.BUFFER and d.uop.base in c.uop.toposort  # c reads d's buffer, does not recompute it
+    np.testing.assert_array_equal(c.numpy(), (np.arange(4) + 1) * 2)

@@ -13,11 +13,13 @@ import numpy as np
 
 from xgrad.device import multi_devices
 from xgrad.dtype import DType, dtypes, from_np_dtype, to_dtype
-from xgrad.engine.realize import all_tensors
+from xgrad.engine.realize import all_tensors, lazy_tensors, settled
 from xgrad.errors import DTypeError, JitError, ShapeError, XgradError
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
 from xgrad.mixin.multi import MultiMixin
 from xgrad.uop.ops import Ops, UOp
+
+_set = object.__setattr__  # Tensor.__setattr__ less its bookkeeping, where the caller does that itself
 
 
 def _np_to_uop(arr: np.ndarray, device: str, dtype: DType | None) -> UOp:
@@ -103,13 +105,20 @@ class Tensor(MultiMixin):
         self.is_param: bool = False
         all_tensors.add(self)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name == "uop" and not settled(value):
+            lazy_tensors.add(self)  # a later realize may have to point it at a buffer
+
     def _new(self, uop: UOp) -> Tensor:
         """A Tensor for a new graph node (what `Tensor(uop)` makes, without the checks for other kinds of data)."""
         t = Tensor.__new__(Tensor)
-        t.uop = uop
-        t.grad = None
-        t.is_param = False
+        _set(t, "uop", uop)
+        _set(t, "grad", None)
+        _set(t, "is_param", False)
         all_tensors.add(t)
+        if not settled(uop):
+            lazy_tensors.add(t)
         return t
 
     # ---- realization and data ----

@@ -40,8 +40,49 @@ class GlobalCounters:
         GlobalCounters.time_sum_s = 0.0
 
 
-# every live Tensor: after a realize, each one whose graph contains a computed node reads its buffer instead
+# every live Tensor (backward looks for parameters among them)
 all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+
+
+class LiveSet:
+    """Objects held weakly and told apart by identity (a WeakSet compares members with ==, which Tensor overloads
+    elementwise)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.KeyedRef] = {}  # type: ignore[type-arg]
+        self._drop = self._forget  # one bound method for every reference's callback
+
+    def _forget(self, ref: weakref.KeyedRef) -> None:  # type: ignore[type-arg]
+        if self._refs.get(ref.key) is ref:
+            del self._refs[ref.key]
+
+    def add(self, x: Any) -> None:
+        if id(x) not in self._refs:
+            self._refs[id(x)] = weakref.KeyedRef(x, self._drop, id(x))
+
+    def discard(self, x: Any) -> None:
+        self._refs.pop(id(x), None)
+
+    def __contains__(self, x: Any) -> bool:
+        return id(x) in self._refs
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def members(self) -> list[Any]:
+        """The live members now (a list: the caller may add and discard while going through it)."""
+        return [x for ref in list(self._refs.values()) if (x := ref()) is not None]
+
+
+# the live Tensors whose node may be more than a realized buffer: after a realize, each one whose graph contains a
+# computed node reads its buffer instead. Tensor adds itself whenever its node is set to one that is not `settled`;
+# a realize drops the settled ones, so it never walks the (many) realized parameters and data
+lazy_tensors = LiveSet()
+
+
+def settled(u: UOp) -> bool:
+    """A realized buffer or a reshape of one: a node no realize replaces."""
+    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
@@ -61,18 +102,18 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     if var_vals:  # the realized views show the bound values again
         becomes = {r: rebind(becomes[u], var_vals) for r, u in zip(roots, unbound) if u in becomes}
     chosen = {id(t) for t in pending}
-    for t in list(all_tensors):
+    for t in lazy_tensors.members():
         u = t.uop
-        if u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER):
-            continue  # realized (most live tensors: parameters, data): nothing to update
         if (new := becomes.get(u)) is not None:
             # another tensor with an identical (hash-consed) graph stays lazy: sharing the buffer would let a later
             # assign to one tensor change the other
             if id(t) in chosen:
                 t.uop = new
-        # a view of a buffer (most live tensors: parameters, data) holds no computed node: no walk needed
+        # a view of a buffer holds no computed node: no walk needed
         elif u.base.op is not Ops.BUFFER and any(k in u.toposort for k in becomes):
             t.uop = substitute(u, becomes)
+        if settled(t.uop):
+            lazy_tensors.discard(t)
 
 
 def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:
@@ -84,7 +125,7 @@ def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:
         return []
     chosen = {id(t) for t in pending}
     readers = []
-    for t in list(all_tensors):
+    for t in lazy_tensors.members():
         if id(t) in chosen or t.uop.base.op is Ops.BUFFER:
             continue
         topo = t.uop.toposort

@@ -367,11 +367,11 @@ def _is_writable_view(u: UOp) -> bool:
 
 def _realize_readers(buf: UOp) -> None:
     """Compute every live lazy tensor that reads `buf`, so it keeps the values from before a write."""
-    from xgrad.engine.realize import all_tensors
+    from xgrad.engine.realize import lazy_tensors
 
     pending = [
         t
-        for t in list(all_tensors)
+        for t in lazy_tensors.members()
         if (t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN) and buf in t.uop.toposort
     ]
     if pending:
