@@ -66,9 +66,6 @@ class LiveSet:
     def __contains__(self, x: Any) -> bool:
         return id(x) in self._refs
 
-    def __len__(self) -> int:
-        return len(self._refs)
-
     def members(self) -> list[Any]:
         """The live members now (a list: the caller may add and discard while going through it)."""
         return [x for ref in list(self._refs.values()) if (x := ref()) is not None]
