@@ -28,6 +28,15 @@ def idx(n: int) -> UOp:
     return UOp.const(IDX, n)
 
 
+def one_loop_program(store: UOp, r: UOp) -> list[UOp]:
+    """The linear program of `store` inside the loop `r`."""
+    items: dict[UOp, None] = {}
+    for item in (store, UOp(Ops.END, dtypes.void, (r,))):
+        for u in item.toposort:
+            items.setdefault(u, None)
+    return [*items, UOp(Ops.SINK, dtypes.void, ())]
+
+
 def shifted_window_program(n_in: int, blocks: int, lanes: int) -> list[UOp]:
     """out[8b + k] = in[8b + k - 1] where that is inside `in`, else 0; lane 3 is always off, lane 5 never gated."""
     out, src = UOp(Ops.PARAM, dtypes.float32, (), 0), UOp(Ops.PARAM, dtypes.float32, (), 1)
@@ -43,11 +52,7 @@ def shifted_window_program(n_in: int, blocks: int, lanes: int) -> list[UOp]:
     value = UOp(Ops.VECTORIZE, dtypes.float32.vec(lanes), tuple(loads))
     dest = UOp(Ops.INDEX, dtypes.float32.vec(lanes), (out, r * idx(lanes)))
     store = UOp(Ops.STORE, dtypes.void, (dest, value))
-    items: dict[UOp, None] = {}
-    for item in (store, UOp(Ops.END, dtypes.void, (r,))):
-        for u in item.toposort:
-            items.setdefault(u, None)
-    return [*items, UOp(Ops.SINK, dtypes.void, ())]
+    return one_loop_program(store, r)
 
 
 def compile_and_run(
@@ -90,11 +95,7 @@ def whole_vector_gated_program(blocks: int, lanes: int) -> list[UOp]:
     vec = dtypes.float32.vec(lanes)
     load = UOp(Ops.LOAD, vec, (UOp(Ops.INDEX, vec, (src, r * idx(lanes), r.lt(blocks - 1))),))
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, vec, (out, r * idx(lanes))), load))
-    items: dict[UOp, None] = {}
-    for item in (store, UOp(Ops.END, dtypes.void, (r,))):
-        for u in item.toposort:
-            items.setdefault(u, None)
-    return [*items, UOp(Ops.SINK, dtypes.void, ())]
+    return one_loop_program(store, r)
 
 
 @pytest.mark.skipif(not COMPILERS, reason="no C compiler (gcc or clang) on PATH")

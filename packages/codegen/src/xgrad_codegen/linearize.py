@@ -325,23 +325,8 @@ def program_order(sink: UOp) -> list[UOp]:
     for k in range(max(len(steps) for steps in updates.values())):
         for steps in updates.values():
             if k < len(steps):
-                _place(steps[k], order)
-    _place(sink, order)
-    return list(order)
-
-
-def _place(root: UOp, order: dict[UOp, None]) -> None:
-    """Append `root` and the nodes it depends on that `order` lacks, sources first (as `UOp.toposort`)."""
-    stack: list[tuple[UOp, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if node in order:
-            continue
-        if expanded:
-            order[node] = None
-        else:
-            stack.append((node, True))
-            stack.extend((s, False) for s in reversed(node.src) if s not in order)
+                steps[k].toposort_into(order)
+    return list(sink.toposort_into(order))
 
 
 def drop_ordering_sources(program: list[UOp]) -> list[UOp]:

@@ -220,7 +220,10 @@ class UOp(metaclass=_UOpMeta):
     @functools.cached_property
     def toposort(self) -> dict[UOp, None]:
         """Every node this one depends on (itself last), sources before users."""
-        order: dict[UOp, None] = {}
+        return self.toposort_into({})
+
+    def toposort_into(self, order: dict[UOp, None]) -> dict[UOp, None]:
+        """`order` with this node and the nodes it depends on that `order` lacks appended, sources before users."""
         stack: list[tuple[UOp, bool]] = [(self, False)]
         while stack:
             node, expanded = stack.pop()
