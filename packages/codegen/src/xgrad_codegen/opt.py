@@ -271,6 +271,28 @@ def _panel_split(ast: UOp, which: int) -> int:
     return next((a for a in fits if blocks // a >= MIN_PARALLEL_BLOCKS), 1)
 
 
+def _batch_panel(ast: UOp, tiled: set[int]) -> tuple[UOp, int] | None:
+    """For a matmul-like kernel (one reduction, nothing unrolled): an output loop besides the register tile's axes (a
+    batch) of at least MIN_PARALLEL_BLOCKS iterations that, made the parallel loop, lets one PACK hold the vector
+    operand's strided panel for every tile (a batched matmul's whole right operand, within MAX_SCRATCH_BYTES): the
+    loop and the load's position in `packable_loads`. Each row tile of the other operand then stays in L1 across all
+    the panel's column blocks."""
+    if sum(r.arg[1] in (AxisType.REDUCE, AxisType.UNROLL) for r in kernel_ranges(ast)) != 1:
+        return None
+    for r in kernel_ranges(ast):
+        if r.arg[1] is not AxisType.LOOP or r.arg[0] in tiled or (range_size(r) or 0) < MIN_PARALLEL_BLOCKS:
+            continue
+        swapped = apply_opt(ast, Opt("GLOBAL", kernel_ranges(ast).index(r)))
+        for i, load in enumerate(packable_loads(swapped)):
+            try:
+                _, ups, _, _ = check_pack(swapped, load)
+            except PackError:
+                continue
+            if any(_index_step(load.src[0].src[1], up) == 1 for up in ups) and _reduce_stride(load) != 1:
+                return r, i  # read as vectors along its lanes, with a stride along the reduction: the right operand
+    return None
+
+
 def _axes_read(load: UOp) -> set[int]:
     """The axis ids of the ranges a load's (simplified) index and gate depend on."""
     return {r.arg[0] for r in simplify(load.src[0]).toposort if r.op is Ops.RANGE}
@@ -302,7 +324,9 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
        (the operand read through that axis and the reduction) is read with a stride: every inner tile reuses it, and
        if the renderer allows `scratch` it is PACKed into a contiguous array (a matmul's right operand, a conv's
        weights). When that leaves enough parallel blocks, the blocks are SPLIT first so one panel covers several
-       tiles (`_panel_split`). A long reduction stays a plain loop: the C compiler unrolls it without chaining lanes;
+       tiles (`_panel_split`). A matmul with a batch loop of enough iterations whose whole panel fits the scratch
+       limit makes the batch the parallel loop instead and packs every tile's panel at once (`_batch_panel`). A long
+       reduction stays a plain loop: the C compiler unrolls it without chaining lanes;
     4. a reduction with no vector axis: upcast the outermost output loop that every memory access steps through by a
        constant stride (`_linear_lanes`: its lanes share the rest of the index math), then further output loops that
        some load does not read (`_reuse_lanes`: a scalar register tile, each such value used by all its lanes); else
@@ -346,6 +370,10 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
         for red in [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.REDUCE]:
             if (range_size(red) or SMALL_REDUCE + 1) <= SMALL_REDUCE:  # a conv's window: straight-line code
                 add(Opt("UNROLL", kernel_ranges(ast).index(red), 0))
+        if scratch and (batch := _batch_panel(ast, {a.arg[0] for a in (contiguous, tile) if a is not None})):
+            add(Opt("GLOBAL", kernel_ranges(ast).index(batch[0])))
+            add(Opt("PACK", batch[1]))
+            return opts
         for axis in (contiguous, tile):  # their outer parts keep the axis ids
             blocks = next((r for r in kernel_ranges(ast) if axis is not None and r.arg[0] == axis.arg[0]), None)
             if blocks is None or blocks.arg[1] is not AxisType.LOOP or (range_size(blocks) or 0) < 2:

@@ -40,10 +40,18 @@ def _run(name: str, fn: Callable[[UOp], UOp], ast: UOp) -> UOp:
     return out
 
 
+# the passes before `optimize`, which chooses its actions on the kernel as they leave it (so does search.heuristic):
+# movement-op index math collapses, sliding-window remainders (conv, pool) become sums
+BEFORE_OPTIMIZE: tuple[tuple[str, Callable[[UOp], UOp]], ...] = (
+    ("simplify indexes", simplify),
+    ("fold remainders", fold_indexes),
+)
+
+
 def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list[UOp]:
     """Kernel AST -> linear program for `renderer`."""
-    ast = _run("simplify indexes", simplify, ast)  # movement-op index math collapses before choosing opts
-    ast = _run("fold remainders", fold_indexes, ast)  # sliding-window remainders (conv, pool) become sums
+    for name, fn in BEFORE_OPTIMIZE:
+        ast = _run(name, fn, ast)
     width = getattr(renderer, "max_vector_width", 1)
     scratch = getattr(renderer, "supports_scratch", False)
     ast = _run(

@@ -49,7 +49,7 @@ from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
 from xgrad.uop.symbolic import simplify
 from xgrad_codegen import opt as opt_module
 from xgrad_codegen.opt import Opt, apply_opt, kernel_ranges, optimize, range_size
-from xgrad_codegen.pipeline import full_rewrite
+from xgrad_codegen.pipeline import BEFORE_OPTIMIZE, full_rewrite
 from xgrad_codegen.program_cache import codegen_sources_hash, module_hash
 
 if TYPE_CHECKING:
@@ -210,7 +210,10 @@ def candidates(ast: UOp, renderer: Any) -> list[Opt]:
 
 def heuristic(ast: UOp, renderer: Any) -> list[Opt]:
     """What the device uses without BEAM (a seed of the search and the reference of the verification): the actions
-    `optimize` records in the kernel's KernelInfo when it chooses them itself, exactly as `full_rewrite` calls it."""
+    `optimize` records in the kernel's KernelInfo when it chooses them itself, exactly as `full_rewrite` calls it
+    (after the same passes)."""
+    for _, fn in BEFORE_OPTIMIZE:
+        ast = fn(ast)
     width = getattr(renderer, "max_vector_width", 1)
     out = optimize(ast, None, width, getattr(renderer, "supports_scratch", False))
     return list(out.arg.opts) if isinstance(out.arg, KernelInfo) else []
