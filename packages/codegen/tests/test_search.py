@@ -149,21 +149,21 @@ def test_beam_never_chooses_an_illegal_action(beam_env: pathlib.Path, case: int)
     with Context(BEAM=0):
         asts = kernel_asts(build)
     for ast in asts:
-        base = search.simplify(ast)
+        base = search.before_optimize(ast)
         opts = search.beam_opts(ast, dev, 2)
         if opts is None:
             continue
         for opt in opts:  # every action applies, in order, to the ranges it names
             assert opt.axis < len(kernel_ranges(base)), f"{opt} names a range the kernel lacks"
             base = apply_opt(base, opt)
-        heur = search.heuristic(search.simplify(ast), dev.renderer)
+        heur = search.heuristic(search.before_optimize(ast), dev.renderer)
         assert search._lanes(base) <= search.SearchKnobs.read().lanes_max or opts == heur
     with Context(BEAM=2):
         np.testing.assert_allclose(build().numpy(), want(), rtol=1e-5, atol=1e-6)
 
 
 def test_own_candidates_all_apply() -> None:
-    base = search.simplify(_matmul_ast())
+    base = search.before_optimize(_matmul_ast())
     cands = search.own_candidates(base)
     assert {o.op for o in cands} >= {"UPCAST", "UNROLL"}
     for opt in cands:
@@ -174,8 +174,8 @@ def _fake_times(monkeypatch: pytest.MonkeyPatch, ast: UOp, confirm_s: float) -> 
     """Make every candidate but the heuristic look 2x faster during the search, and take `confirm_s` (heuristic:
     1 s) when the final check times it again (the only timing without a cutoff)."""
     dev = Device["CPU"]
-    heur = search.heuristic(search.simplify(ast), dev.renderer)
-    heur_src = search._render(search.simplify(ast), dev, heur)[1]
+    heur = search.heuristic(search.before_optimize(ast), dev.renderer)
+    heur_src = search._render(search.before_optimize(ast), dev, heur)[1]
 
     def fake(prg: search.CompiledProgram, scratch: search.Scratch, runs: int, cutoff: float) -> float:
         if prg.info.src == heur_src:
@@ -214,7 +214,7 @@ def test_slower_on_the_second_timing_keeps_the_heuristic(
 
 def test_verify_accepts_a_legal_choice_and_rejects_a_different_kernel(beam_env: pathlib.Path) -> None:
     dev = Device["CPU"]
-    base = search.simplify(_matmul_ast())
+    base = search.before_optimize(_matmul_ast())
     scratch = search.make_scratch(base, dev)
     assert scratch is not None
     try:
@@ -232,7 +232,7 @@ def test_gather_kernels_are_not_searched(beam_env: pathlib.Path) -> None:
     table = Tensor(data(4, 3))
     with Context(BEAM=0):
         asts = kernel_asts(lambda: table[idx])
-    reasons = [search._unsearchable(search.simplify(a)) for a in asts]
+    reasons = [search._unsearchable(search.before_optimize(a)) for a in asts]
     with Context(BEAM=2):
         got = table[idx].numpy()
     np.testing.assert_allclose(got, data(4, 3)[[2, 0, 1]])

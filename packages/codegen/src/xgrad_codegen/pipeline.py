@@ -48,6 +48,13 @@ BEFORE_OPTIMIZE: tuple[tuple[str, Callable[[UOp], UOp]], ...] = (
 )
 
 
+def before_optimize(ast: UOp) -> UOp:
+    """`ast` as `optimize` sees it in `full_rewrite`: the actions BEAM and the heuristic choose index its ranges."""
+    for _, fn in BEFORE_OPTIMIZE:
+        ast = fn(ast)
+    return ast
+
+
 def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list[UOp]:
     """Kernel AST -> linear program for `renderer`."""
     for name, fn in BEFORE_OPTIMIZE:

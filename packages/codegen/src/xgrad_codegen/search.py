@@ -46,10 +46,9 @@ from xgrad.helpers import (
     write_atomic,
 )
 from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
-from xgrad.uop.symbolic import simplify
 from xgrad_codegen import opt as opt_module
 from xgrad_codegen.opt import Opt, apply_opt, kernel_ranges, optimize, range_size
-from xgrad_codegen.pipeline import BEFORE_OPTIMIZE, full_rewrite
+from xgrad_codegen.pipeline import before_optimize, full_rewrite
 from xgrad_codegen.program_cache import codegen_sources_hash, module_hash
 
 if TYPE_CHECKING:
@@ -112,7 +111,7 @@ def beam_opts(ast: UOp, device: CompiledDevice, width: int | None = None) -> lis
     width = BEAM.value if width is None else width
     if width <= 0 or NOOPT.value:
         return None
-    base = simplify(ast)  # full_rewrite simplifies first; opts index the ranges of the simplified AST
+    base = before_optimize(ast)  # the kernel as full_rewrite hands it to optimize: the actions index its ranges
     knobs = SearchKnobs.read()
     key = cache_key(base, device, width, knobs)
     if CACHELEVEL.value > 0 and not IGNORE_BEAM_CACHE.value and (hit := _read_cache(key)) is not None:
@@ -212,10 +211,8 @@ def heuristic(ast: UOp, renderer: Any) -> list[Opt]:
     """What the device uses without BEAM (a seed of the search and the reference of the verification): the actions
     `optimize` records in the kernel's KernelInfo when it chooses them itself, exactly as `full_rewrite` calls it
     (after the same passes)."""
-    for _, fn in BEFORE_OPTIMIZE:
-        ast = fn(ast)
     width = getattr(renderer, "max_vector_width", 1)
-    out = optimize(ast, None, width, getattr(renderer, "supports_scratch", False))
+    out = optimize(before_optimize(ast), None, width, getattr(renderer, "supports_scratch", False))
     return list(out.arg.opts) if isinstance(out.arg, KernelInfo) else []
 
 
