@@ -11,7 +11,7 @@ from kernel_helpers import ScratchRenderer, data, matmul_ast
 from xgrad import Tensor
 from xgrad.uop.ops import AxisType, Ops, UOp
 from xgrad_codegen.opt import Opt, OptError, apply_opt, candidate_opts, heuristic_opts, kernel_ranges
-from xgrad_codegen.pack import MAX_SCRATCH_BYTES, is_scratch
+from xgrad_codegen.pack import MAX_SCRATCH_BYTES, index_step, is_scratch
 from xgrad_codegen.pipeline import full_rewrite
 
 
@@ -31,12 +31,28 @@ def test_split_panel_kernel_reads_a_wide_panel_inside_the_row_tiles() -> None:
     (scratch,) = [u for u in uops if is_scratch(u)]
     assert int(scratch.src[0].arg) == 24 * 64
     ranges = [(u.arg[1], int(u.src[0].arg)) for u in uops if u.op is Ops.RANGE]
-    # parallel blocks, the fill loops (4 tiles x 24 reduction steps), the row tiles, the 4 tiles, the reduction
-    assert ranges == [(AxisType.GLOBAL, 8), (AxisType.LOOP, 4), (AxisType.LOOP, 24)] + [
+    # parallel blocks, the fill loops (24 rows of the right operand, the 4 tiles of each row: the fill nests by the
+    # stride it reads with, largest outermost), the row tiles, the 4 tiles, the reduction
+    assert ranges == [(AxisType.GLOBAL, 8), (AxisType.LOOP, 24), (AxisType.LOOP, 4)] + [
         (AxisType.LOOP, 2),
         (AxisType.LOOP, 4),
         (AxisType.REDUCE, 24),
     ]
+
+
+def test_the_panel_fill_reads_each_row_of_the_right_operand_in_one_contiguous_run() -> None:
+    ast = matmul_ast(8, 24, 512)
+    for opt in heuristic_opts(ast, 8, scratch=True):
+        ast = apply_opt(ast, opt)
+    fill = ast.src[0]  # PACK puts the STORE that fills the panel first
+    assert is_scratch(fill.src[0].src[0])
+    (read,) = [u for u in fill.src[1].toposort if u.op is Ops.LOAD]
+    loops = sorted(
+        (u for u in fill.toposort if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP), key=lambda r: r.arg[0]
+    )
+    # outer to inner (the order loops open in): the next row of B, then the next 16-float tile of that row
+    steps = [index_step(read.src[0].src[1], r) for r in loops]
+    assert [st for st in steps if st] == [512, 16]
 
 
 @pytest.mark.parametrize("m,k,n", [(8, 24, 512), (5, 17, 256), (3, 40, 1024)])

@@ -18,7 +18,15 @@ from xgrad.helpers import NOOPT, prod
 from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite, substitute
 from xgrad.uop.symbolic import simplify
-from xgrad_codegen.pack import MAX_SCRATCH_BYTES, PackError, apply_pack, check_pack, is_scratch, packable_loads
+from xgrad_codegen.pack import (
+    MAX_SCRATCH_BYTES,
+    PackError,
+    apply_pack,
+    check_pack,
+    index_step,
+    is_scratch,
+    packable_loads,
+)
 
 
 @dataclass(frozen=True)
@@ -211,17 +219,9 @@ pm_reduce_ranges = PatternMatcher(
 )
 
 
-def _index_step(idx: UOp, rng: UOp) -> int | None:
-    """How far apart `idx` points for consecutive values of `rng` (None: not a constant)."""
-    zero = simplify(substitute(idx, {rng: UOp.const(dtypes.index, 0)}))
-    one = simplify(substitute(idx, {rng: UOp.const(dtypes.index, 1)}))
-    diff = simplify(one - zero)
-    return int(diff.arg) if diff.op is Ops.CONST else None
-
-
 def _stores_contiguous_on(ast: UOp, rng: UOp) -> bool:
     """True when consecutive values of `rng` write consecutive elements (a vectorizable store)."""
-    return all(_index_step(store.src[0].src[1], rng) == 1 for store in ast.src)
+    return all(index_step(store.src[0].src[1], rng) == 1 for store in ast.src)
 
 
 def _reduce_stride(load: UOp) -> int | None:
@@ -229,7 +229,7 @@ def _reduce_stride(load: UOp) -> int | None:
     reds = sorted(
         (r for r in load.src[0].toposort if r.op is Ops.RANGE and r.arg[1] is AxisType.REDUCE), key=lambda r: r.arg[0]
     )
-    return _index_step(load.src[0].src[1], reds[-1]) if reds else None
+    return index_step(load.src[0].src[1], reds[-1]) if reds else None
 
 
 def _strided_panel(ast: UOp) -> int | None:
@@ -288,7 +288,7 @@ def _batch_panel(ast: UOp, tiled: set[int]) -> tuple[UOp, int] | None:
                 _, ups, _, _ = check_pack(swapped, load)
             except PackError:
                 continue
-            if any(_index_step(load.src[0].src[1], up) == 1 for up in ups) and _reduce_stride(load) != 1:
+            if any(index_step(load.src[0].src[1], up) == 1 for up in ups) and _reduce_stride(load) != 1:
                 return r, i  # read as vectors along its lanes, with a stride along the reduction: the right operand
     return None
 
@@ -415,7 +415,7 @@ def _linear_lanes(ast: UOp) -> tuple[UOp, int] | None:
         amount = next((a for a in LINEAR_LANES if size is not None and size % a == 0 and size >= 2 * a), None)
         if amount is None:
             continue
-        linear = all(_index_step(i.src[1], r) is not None for i in indexes if r in i.toposort)
+        linear = all(index_step(i.src[1], r) is not None for i in indexes if r in i.toposort)
         if best is None or (amount, linear, -pos) > best[:3]:
             best = (amount, linear, -pos, r)
     return None if best is None else (best[3], best[0])
@@ -489,7 +489,7 @@ def expand_upcast(sink: UOp) -> UOp | None:
     for st in sink.src:
         # lanes in the output's memory order (the range with the largest stride outermost), so a register tile's
         # values are computed row by row: each broadcast operand is used by the row's vectors and then dies
-        ups = sorted(_lane_ranges(st, (AxisType.UPCAST,)), key=lambda r: -abs(_index_step(st.src[0].src[1], r) or 0))
+        ups = sorted(_lane_ranges(st, (AxisType.UPCAST,)), key=lambda r: -abs(index_step(st.src[0].src[1], r) or 0))
         if ups:
             changed = True
             stores.extend(_lanes(st, ups))

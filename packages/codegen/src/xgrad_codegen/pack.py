@@ -52,6 +52,14 @@ def packable_loads(ast: UOp) -> list[UOp]:
     return list(seen)
 
 
+def index_step(idx: UOp, rng: UOp) -> int | None:
+    """How far apart `idx` points for consecutive values of `rng` (None: not a constant)."""
+    zero = simplify(substitute(idx, {rng: UOp.const(dtypes.index, 0)}))
+    one = simplify(substitute(idx, {rng: UOp.const(dtypes.index, 1)}))
+    diff = simplify(one - zero)
+    return int(diff.arg) if diff.op is Ops.CONST else None
+
+
 def _ranges(u: UOp) -> list[UOp]:
     return sorted((x for x in u.toposort if x.op is Ops.RANGE), key=lambda r: r.arg[0])
 
@@ -116,8 +124,14 @@ def apply_pack(ast: UOp, which: int) -> UOp:
     scratch = UOp(Ops.PARAM, load.dtype, (UOp.const(dtypes.index, size),), -1 - len(slots))
     all_ids = [r.arg[0] for r in ast.toposort if r.op is Ops.RANGE]
     next_id = max(all_ids) + 1
-    # the fill loops: fresh copies of the reduce ranges (plain loops) and of the upcast ranges (lanes)
-    fill_reds = [UOp.range(r.src[0], next_id + i, AxisType.LOOP) for i, r in enumerate(reds)]
+    # the fill loops: fresh copies of the reduce ranges (plain loops) and of the upcast ranges (lanes). They nest by
+    # the stride they read the input with, largest outermost, whatever the panel's layout: a matmul's panel of S
+    # sub-panels is filled row by row of B (S * lanes contiguous floats), not sub-panel by sub-panel (one cache line
+    # per row of B, each in another page, where hardware prefetchers do not follow): 0.82 -> 0.59 ms for the 1024^2
+    # matmul's packing
+    steps = [index_step(load.src[0].src[1], r) for r in reds]
+    nesting = sorted(range(len(reds)), key=lambda i: -abs(steps[i]) if steps[i] is not None else -(1 << 62))
+    fill_reds = [UOp.range(reds[i].src[0], next_id + nesting.index(i), AxisType.LOOP) for i in range(len(reds))]
     next_id += len(fill_reds)
     # the loops the load does not depend on get later ids, so the fill loops open before them; the wide loops (the
     # reduce-like ones that are output loops) stay inside them
@@ -137,4 +151,13 @@ def apply_pack(ast: UOp, which: int) -> UOp:
     return substitute(ast, renumber)
 
 
-__all__ = ["MAX_SCRATCH_BYTES", "PackError", "apply_pack", "check_pack", "is_scratch", "packable_loads", "scratch_size"]
+__all__ = [
+    "MAX_SCRATCH_BYTES",
+    "PackError",
+    "apply_pack",
+    "check_pack",
+    "index_step",
+    "is_scratch",
+    "packable_loads",
+    "scratch_size",
+]
