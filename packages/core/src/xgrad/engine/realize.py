@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 from xgrad.device import Device
 from xgrad.dtype import dtypes
 from xgrad.engine.memory import plan_memory
-from xgrad.engine.multi import schedule_multi
+from xgrad.engine.multi import devices_of, schedule_multi
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.engine.schedule_cache import cached_schedule
 from xgrad.helpers import DEBUG
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
-from xgrad.uop.symshape import rebind, unbind_graph
+from xgrad.uop.symshape import holds_uops, rebind, unbind_graph
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -86,14 +86,18 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     pending = [t for t in tensors if t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN]
     if not pending:
         return
-    pending += _readers_of_assigned(pending)
     roots = list(dict.fromkeys(t.uop for t in pending))
     # held for the whole call: the passes below each build this (hash-consed) SINK and reuse its cached toposort
     whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
+    assigns, symbolic, multi = _graph_facts(whole)
+    if assigns and (readers := _readers_of_assigned(pending)):
+        pending += readers
+        roots = list(dict.fromkeys(t.uop for t in pending))
+        whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
     # bound variables leave the graph (their values go to the kernels at launch): one schedule, one compiled kernel
-    unbound, var_vals = unbind_graph(roots)
+    unbound, var_vals = unbind_graph(roots) if symbolic else (roots, {})
     whole_unbound = UOp(Ops.SINK, dtypes.void, tuple(unbound))
-    items, becomes, outputs = schedule_multi(unbound, cached_schedule)  # lowers multi-device graphs first
+    items, becomes, outputs = schedule_multi(unbound, cached_schedule, multi)  # lowers multi-device graphs first
     run_schedule(plan_memory(items, outputs), var_vals)
     del whole, whole_unbound
     if var_vals:  # the realized views show the bound values again
@@ -111,6 +115,20 @@ def realize_tensors(tensors: list[Tensor]) -> None:
             t.uop = substitute(u, becomes)
         if settled(t.uop):
             lazy_tensors.discard(t)
+
+
+def _graph_facts(sink: UOp) -> tuple[bool, bool, bool]:
+    """What the graph under `sink` holds, in one walk: (an ASSIGN, a symbolic shape (bound variables), a multi-device
+    node). A plain graph (none of them) skips the passes that handle them."""
+    assigns = symbolic = multi = False
+    for u in sink.toposort:
+        if u.op is Ops.ASSIGN:
+            assigns = True
+        elif u.op is Ops.DEVICE and not multi:
+            multi = devices_of(u) is not None
+        if not symbolic and holds_uops(u.arg):
+            symbolic = True
+    return assigns, symbolic, multi
 
 
 def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:

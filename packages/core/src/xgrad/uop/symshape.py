@@ -73,12 +73,17 @@ def _holds_uops(arg: tuple[Any, ...]) -> bool:
     return next(_arg_uops(arg), None) is not None
 
 
+def holds_uops(arg: Any) -> bool:
+    """Whether a node's arg is or holds a UOp (a symbolic size, a shape with one)."""
+    return isinstance(arg, UOp) or (type(arg) is tuple and _holds_uops(arg))
+
+
 def _shape_nodes(roots: Iterable[UOp]) -> list[UOp]:
     """Every UOp inside the shape args of the graphs under `roots` (the expressions and their leaves)."""
     out: dict[UOp, None] = {}
     for u in UOp(Ops.SINK, src=tuple(roots)).toposort:
         arg = u.arg
-        if isinstance(arg, UOp) or (type(arg) is tuple and _holds_uops(arg)):
+        if holds_uops(arg):
             for a in _arg_uops(arg):
                 out.update(a.toposort)
     return list(out)
