@@ -214,3 +214,30 @@ def test_a_realize_walks_only_the_tensors_that_may_still_be_lazy():
     assert d not in lazy_tensors
     assert d.uop.base.op is Ops.BUFFER and d.uop.base in c.uop.toposort  # c reads d's buffer, does not recompute it
     np.testing.assert_array_equal(c.numpy(), (np.arange(4) + 1) * 2)
+
+
+def test_a_buffer_is_freed_by_the_allocator_that_allocated_it(monkeypatch):
+    """A buffer remembers its allocator: freeing it looks up no device (the registry may have been rebuilt, or the
+    device be gone, by then) and the memory goes back to the pool it came from."""
+    from xgrad.buffer import Buffer
+
+    buf = Buffer("CPU", 1 << 12, dtypes.float32).ensure_allocated()
+    alloc = buf.allocator
+    before = alloc.cached_bytes
+    monkeypatch.setattr(Buffer, "_runtime", lambda self: pytest.fail("freeing a buffer looked its device up"))
+    del buf
+    assert alloc.cached_bytes == before + (1 << 14)
+
+
+def test_graph_facts_find_assigns_symbolic_shapes_and_multi_device_nodes():
+    from xgrad.engine.realize import _graph_facts
+
+    def facts(*ts: Tensor) -> tuple[bool, bool, bool]:
+        return _graph_facts(UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in ts)))
+
+    x = Tensor(np.ones((4, 4), np.float32)).realize()
+    assert facts(x @ x + 1) == (False, False, False)
+    assert facts(x.assign(x + 1)) == (True, False, False)
+    n = UOp.variable("n", 1, 4).bind(3)
+    assert facts(Tensor.ones(4).shrink(((0, n),)) * 2) == (False, True, False)
+    assert facts(Tensor.ones(4, 4).shard(("CPU", "CPU:1"), axis=0) + 1) == (False, False, True)

@@ -79,6 +79,7 @@ class Buffer:
         self.base = base
         self.offset = offset
         self._handle: Any = None
+        self._allocator: Allocator | None = None  # the allocator that made `_handle`, which frees it
 
     @property
     def nbytes(self) -> int:
@@ -99,11 +100,13 @@ class Buffer:
 
     def ensure_allocated(self) -> Buffer:
         if self._handle is None:
+            alloc = self.allocator
             if self.base is not None:
                 self.base.ensure_allocated()
-                self._handle = self.allocator.offset(self.base._handle, self.offset, self.nbytes)
+                self._handle = alloc.offset(self.base._handle, self.offset, self.nbytes)
             else:
-                self._handle = self.allocator.alloc(self.nbytes)
+                self._handle = alloc.alloc(self.nbytes)
+                self._allocator = alloc
         return self
 
     @property
@@ -132,9 +135,9 @@ class Buffer:
         return self.copyout(memoryview(bytearray(self.nbytes)))
 
     def __del__(self) -> None:
-        if self._handle is not None and self.base is None:
+        if self._allocator is not None:
             try:
-                self.allocator.free(self._handle, self.nbytes)
+                self._allocator.free(self._handle, self.nbytes)
             except Exception:  # interpreter shutdown: the device may be gone
                 pass
 
