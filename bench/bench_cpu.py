@@ -1,6 +1,6 @@
 """CPU speed against numpy and torch, measured in one process on the same data, next to the machine's peak.
 
-Run: .venv/bin/python bench/bench_cpu.py [--quick] [--only NAME] [--beam N]
+Run: .venv/bin/python bench/bench_cpu.py [--quick] [--only NAME] [--beam N] [--reps N]
 Prints, per workload: best-of-N time for xgrad (heuristic opts; with --beam N also under BEAM=N), numpy and torch,
 the ratios xgrad/numpy and xgrad/torch (time over time: below 1 means xgrad is faster) and xgrad's GFLOPS or GB/s
 with the share of the measured peak. The peak is measured first: an FMA loop (one core, times the cores) and a copy
@@ -220,8 +220,15 @@ def main() -> None:
     parser.add_argument(
         "--settle", type=float, default=0.25, help="seconds of idle before each timed call (other libraries' spinning)"
     )
+    parser.add_argument(
+        "--reps",
+        type=int,
+        default=0,
+        help="timed calls per library (best of; default 7, 3 with --quick): more reps "
+        "make the minimum steadier on a machine whose speed drifts",
+    )
     args = parser.parse_args()
-    reps = 3 if args.quick else 7
+    reps = args.reps or (3 if args.quick else 7)
     cores = len(os.sched_getaffinity(0))
     peak = measure_peak(cores)
     print(
