@@ -324,7 +324,7 @@ class Tensor(MultiMixin):
         in_graph = nodes_with_gradient_path(self.uop)
         targets = [
             t
-            for t in list(all_tensors)
+            for t in all_tensors.members()
             if t.uop in in_graph
             and dtypes.is_float(t.dtype)
             and t.dtype not in dtypes.weaks

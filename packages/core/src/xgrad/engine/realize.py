@@ -6,6 +6,7 @@ buffer, and every later graph that reaches the same node reads that buffer inste
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -41,24 +42,20 @@ class GlobalCounters:
 
 
 # every live Tensor (backward looks for parameters among them)
-all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
-
-
 class LiveSet:
     """Objects held weakly and told apart by identity (a WeakSet compares members with ==, which Tensor overloads
     elementwise)."""
 
     def __init__(self) -> None:
-        self._refs: dict[int, weakref.KeyedRef] = {}  # type: ignore[type-arg]
-        self._drop = self._forget  # one bound method for every reference's callback
+        self._refs: dict[int, weakref.ref[Any]] = {}
 
-    def _forget(self, ref: weakref.KeyedRef) -> None:  # type: ignore[type-arg]
-        if self._refs.get(ref.key) is ref:
-            del self._refs[ref.key]
+    def _forget(self, key: int, ref: weakref.ref[Any]) -> None:
+        if self._refs.get(key) is ref:
+            del self._refs[key]
 
     def add(self, x: Any) -> None:
-        if id(x) not in self._refs:
-            self._refs[id(x)] = weakref.KeyedRef(x, self._drop, id(x))
+        if (key := id(x)) not in self._refs:
+            self._refs[key] = weakref.ref(x, functools.partial(self._forget, key))
 
     def discard(self, x: Any) -> None:
         self._refs.pop(id(x), None)
@@ -71,6 +68,8 @@ class LiveSet:
         return [x for ref in list(self._refs.values()) if (x := ref()) is not None]
 
 
+# every live Tensor (backward looks for the ones in a graph)
+all_tensors = LiveSet()
 # the live Tensors whose node may be more than a realized buffer: after a realize, each one whose graph contains a
 # computed node reads its buffer instead. Tensor adds itself whenever its node is set to one that is not `settled`;
 # a realize drops the settled ones, so it never walks the (many) realized parameters and data

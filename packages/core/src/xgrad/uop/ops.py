@@ -164,17 +164,17 @@ class KernelInfo:
     applied: bool = False
 
 
-def _forget(ref: weakref.KeyedRef) -> None:  # type: ignore[type-arg]
+def _forget(key: tuple[Any, ...], ref: weakref.ref[UOp]) -> None:
     """A node died: drop its cache entry, unless an equal node has taken the key since."""
-    if _UOpMeta._cache.get(ref.key) is ref:
-        del _UOpMeta._cache[ref.key]
+    if _UOpMeta._cache.get(key) is ref:
+        del _UOpMeta._cache[key]
 
 
 class _UOpMeta(type):
     """Hash-consing: building a UOp equal to a live one returns that same object."""
 
     # key -> a weak reference to the live node (a plain dict: WeakValueDictionary's Python-level lookup is a hot spot)
-    _cache: dict[tuple[Any, ...], weakref.KeyedRef] = {}  # type: ignore[type-arg]
+    _cache: dict[tuple[Any, ...], weakref.ref[UOp]] = {}
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 in Python, but they are different constants
@@ -187,9 +187,10 @@ class _UOpMeta(type):
                 f"UOp src must be a tuple of UOps and arg hashable, got {src!r}, {arg!r} for {op}"
             ) from None
         if ref is not None and (live := ref()) is not None:
-            return live  # type: ignore[no-any-return]
+            return live
         created: UOp = super().__call__(op, dtype, src, arg)
-        _UOpMeta._cache[key] = weakref.KeyedRef(created, _forget, key)
+        # the callback carries the key in a partial: weakref.KeyedRef would do the same with two Python-level calls
+        _UOpMeta._cache[key] = weakref.ref(created, functools.partial(_forget, key))
         return created
 
 
