@@ -68,14 +68,9 @@ def deep_substitute(roots: Iterable[UOp], mapping: Mapping[UOp, UOp]) -> list[UO
 
 
 @functools.lru_cache(maxsize=4096)
-def _holds_uops(arg: tuple[Any, ...]) -> bool:
+def tuple_holds_uops(arg: tuple[Any, ...]) -> bool:
     """Whether a (hashable) tuple arg has a UOp inside; cached: the same shapes come back in every step."""
     return next(_arg_uops(arg), None) is not None
-
-
-def holds_uops(arg: Any) -> bool:
-    """Whether a node's arg is or holds a UOp (a symbolic size, a shape with one)."""
-    return isinstance(arg, UOp) or (type(arg) is tuple and _holds_uops(arg))
 
 
 def _shape_nodes(roots: Iterable[UOp]) -> list[UOp]:
@@ -83,7 +78,7 @@ def _shape_nodes(roots: Iterable[UOp]) -> list[UOp]:
     out: dict[UOp, None] = {}
     for u in UOp(Ops.SINK, src=tuple(roots)).toposort:
         arg = u.arg
-        if holds_uops(arg):
+        if isinstance(arg, UOp) or (type(arg) is tuple and tuple_holds_uops(arg)):
             for a in _arg_uops(arg):
                 out.update(a.toposort)
     return list(out)
