@@ -41,7 +41,6 @@ class GlobalCounters:
         GlobalCounters.time_sum_s = 0.0
 
 
-# every live Tensor (backward looks for parameters among them)
 class LiveSet:
     """Objects held weakly and told apart by identity (a WeakSet compares members with ==, which Tensor overloads
     elementwise)."""

@@ -222,5 +222,6 @@ __all__ = [
     "sint_value",
     "sym_equal",
     "sym_prod",
+    "tuple_holds_uops",
     "unbind_graph",
 ]
