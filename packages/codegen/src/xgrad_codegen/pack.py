@@ -129,9 +129,9 @@ def apply_pack(ast: UOp, which: int) -> UOp:
     # sub-panels is filled row by row of B (S * lanes contiguous floats), not sub-panel by sub-panel (one cache line
     # per row of B, each in another page, where hardware prefetchers do not follow): 0.82 -> 0.59 ms for the 1024^2
     # matmul's packing
-    steps = [index_step(load.src[0].src[1], r) for r in reds]
-    nesting = sorted(range(len(reds)), key=lambda i: -abs(step) if (step := steps[i]) is not None else -(1 << 62))
-    fill_reds = [UOp.range(reds[i].src[0], next_id + nesting.index(i), AxisType.LOOP) for i in range(len(reds))]
+    idx = load.src[0].src[1]
+    nesting = sorted(reds, key=lambda r: -abs(step) if (step := index_step(idx, r)) is not None else -(1 << 62))
+    fill_reds = [UOp.range(r.src[0], next_id + nesting.index(r), AxisType.LOOP) for r in reds]
     next_id += len(fill_reds)
     # the loops the load does not depend on get later ids, so the fill loops open before them; the wide loops (the
     # reduce-like ones that are output loops) stay inside them

@@ -20,7 +20,7 @@ from xgrad.engine.schedule_cache import cached_schedule
 from xgrad.helpers import DEBUG
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
-from xgrad.uop.symshape import rebind, tuple_holds_uops, unbind_graph
+from xgrad.uop.symshape import holds_uops, rebind, unbind_graph
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -124,8 +124,7 @@ def _graph_facts(sink: UOp) -> tuple[bool, bool, bool]:
             assigns = True
         elif u.op is Ops.DEVICE and not multi:
             multi = devices_of(u) is not None
-        # a symbolic size (as symshape finds them): a UOp arg, or one inside a tuple arg
-        if not symbolic and (isinstance(arg := u.arg, UOp) or (type(arg) is tuple and tuple_holds_uops(arg))):
+        if not symbolic and holds_uops(u.arg):  # a symbolic size, as unbind_graph finds them
             symbolic = True
     return assigns, symbolic, multi
 

@@ -68,9 +68,14 @@ def deep_substitute(roots: Iterable[UOp], mapping: Mapping[UOp, UOp]) -> list[UO
 
 
 @functools.lru_cache(maxsize=4096)
-def tuple_holds_uops(arg: tuple[Any, ...]) -> bool:
+def _tuple_holds_uops(arg: tuple[Any, ...]) -> bool:
     """Whether a (hashable) tuple arg has a UOp inside; cached: the same shapes come back in every step."""
     return next(_arg_uops(arg), None) is not None
+
+
+def holds_uops(arg: Any) -> bool:
+    """Whether a node's arg is or holds a UOp: a symbolic size, or a shape or bound with one in it."""
+    return isinstance(arg, UOp) or (type(arg) is tuple and _tuple_holds_uops(arg))
 
 
 def _shape_nodes(roots: Iterable[UOp]) -> list[UOp]:
@@ -78,7 +83,7 @@ def _shape_nodes(roots: Iterable[UOp]) -> list[UOp]:
     out: dict[UOp, None] = {}
     for u in UOp(Ops.SINK, src=tuple(roots)).toposort:
         arg = u.arg
-        if isinstance(arg, UOp) or (type(arg) is tuple and tuple_holds_uops(arg)):
+        if holds_uops(arg):
             for a in _arg_uops(arg):
                 out.update(a.toposort)
     return list(out)
@@ -213,6 +218,7 @@ __all__ = [
     "deep_substitute",
     "graph_binds",
     "graph_vars",
+    "holds_uops",
     "is_symbolic",
     "rebind",
     "resolve_binds",
@@ -222,6 +228,5 @@ __all__ = [
     "sint_value",
     "sym_equal",
     "sym_prod",
-    "tuple_holds_uops",
     "unbind_graph",
 ]
