@@ -10,7 +10,7 @@ import pytest
 
 from xgrad import TinyJit
 from xgrad.dtype import dtypes
-from xgrad.engine.schedule_cache import _structure
+from xgrad.engine.schedule_cache import scan_graph
 from xgrad.errors import JitError
 from xgrad.tensor import Tensor
 from xgrad.uop.ops import Ops, UOp
@@ -52,20 +52,20 @@ def test_jit_replay_falls_back_to_checks_when_input_is_a_view(xgrad_device):
 
 def test_schedule_cache_key_keeps_negative_zero_and_int_constants_apart():
     x = Tensor(np.ones(4, np.float32)).realize()
-    keys = [_structure(UOp(Ops.SINK, dtypes.void, (t.uop,)))[0] for t in (x * 0.0, x * -0.0, x * 1.0, x * 2.0)]
+    keys = [scan_graph(UOp(Ops.SINK, dtypes.void, (t.uop,)))[0] for t in (x * 0.0, x * -0.0, x * 1.0, x * 2.0)]
     assert len(set(keys)) == 4
     k = Tensor(np.ones(4, np.int32)).realize()
     assert (
-        _structure(UOp(Ops.SINK, dtypes.void, ((k + 1).uop,)))[0]
-        != _structure(UOp(Ops.SINK, dtypes.void, ((k + True).uop,)))[0]
+        scan_graph(UOp(Ops.SINK, dtypes.void, ((k + 1).uop,)))[0]
+        != scan_graph(UOp(Ops.SINK, dtypes.void, ((k + True).uop,)))[0]
         or (k + 1).uop is (k + True).uop
     )
 
 
 def test_schedule_cache_key_ignores_which_buffers_are_read():
     a, b = Tensor(data(3, 5)).realize(), Tensor(data(3, 5)).realize()
-    key_a, inputs_a = _structure(UOp(Ops.SINK, dtypes.void, ((a * 2).uop,)))
-    key_b, inputs_b = _structure(UOp(Ops.SINK, dtypes.void, ((b * 2).uop,)))
+    key_a, inputs_a = scan_graph(UOp(Ops.SINK, dtypes.void, ((a * 2).uop,)))[:2]
+    key_b, inputs_b = scan_graph(UOp(Ops.SINK, dtypes.void, ((b * 2).uop,)))[:2]
     assert key_a == key_b and inputs_a != inputs_b
 
 
@@ -229,11 +229,10 @@ def test_a_buffer_is_freed_by_the_allocator_that_allocated_it(monkeypatch):
     assert alloc.cached_bytes == before + (1 << 14)
 
 
-def test_graph_facts_find_assigns_symbolic_shapes_and_multi_device_nodes():
-    from xgrad.engine.realize import _graph_facts
-
+def test_graph_scan_finds_assigns_symbolic_shapes_and_multi_device_nodes():
     def facts(*ts: Tensor) -> tuple[bool, bool, bool]:
-        return _graph_facts(UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in ts)))
+        scan = scan_graph(UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in ts)))
+        return scan.assigns, scan.symbolic, scan.multi
 
     x = Tensor(np.ones((4, 4), np.float32)).realize()
     assert facts(x @ x + 1) == (False, False, False)

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 from xgrad.device import Device
 from xgrad.dtype import dtypes
 from xgrad.engine.memory import plan_memory
-from xgrad.engine.multi import devices_of, schedule_multi
+from xgrad.engine.multi import schedule_multi
 from xgrad.engine.schedule import ScheduleItem
-from xgrad.engine.schedule_cache import cached_schedule
+from xgrad.engine.schedule_cache import cached_schedule, scan_graph
 from xgrad.helpers import DEBUG
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
-from xgrad.uop.symshape import holds_uops, rebind, unbind_graph
+from xgrad.uop.symshape import rebind, unbind_graph
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -87,15 +87,20 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     roots = list(dict.fromkeys(t.uop for t in pending))
     # held for the whole call: the passes below each build this (hash-consed) SINK and reuse its cached toposort
     whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
-    assigns, symbolic, multi = _graph_facts(whole)
-    if assigns and (readers := _readers_of_assigned(pending)):
+    scan = scan_graph(whole)
+    if scan.assigns and (readers := _readers_of_assigned(pending)):
         pending += readers
         roots = list(dict.fromkeys(t.uop for t in pending))
         whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
+        scan = scan_graph(whole)
     # bound variables leave the graph (their values go to the kernels at launch): one schedule, one compiled kernel
-    unbound, var_vals = unbind_graph(roots) if symbolic else (roots, {})
+    unbound, var_vals = unbind_graph(roots) if scan.symbolic else (roots, {})
     whole_unbound = UOp(Ops.SINK, dtypes.void, tuple(unbound))
-    items, becomes, outputs = schedule_multi(unbound, cached_schedule, multi)  # lowers multi-device graphs first
+    if scan.multi:  # lowered to per-device graphs first
+        items, becomes, outputs = schedule_multi(unbound, cached_schedule, multi=True)
+    else:  # the scan is the schedule cache's key, unless unbinding made a new graph
+        items, becomes = cached_schedule(unbound, None if scan.symbolic else scan)
+        outputs = [becomes[r] for r in unbound if r in becomes]
     run_schedule(plan_memory(items, outputs), var_vals)
     del whole, whole_unbound
     if var_vals:  # the realized views show the bound values again
@@ -113,20 +118,6 @@ def realize_tensors(tensors: list[Tensor]) -> None:
             t.uop = substitute(u, becomes)
         if settled(t.uop):
             lazy_tensors.discard(t)
-
-
-def _graph_facts(sink: UOp) -> tuple[bool, bool, bool]:
-    """What the graph under `sink` holds, in one walk: (an ASSIGN, a symbolic shape (bound variables), a multi-device
-    node). A plain graph (none of them) skips the passes that handle them."""
-    assigns = symbolic = multi = False
-    for u in sink.toposort:
-        if u.op is Ops.ASSIGN:
-            assigns = True
-        elif u.op is Ops.DEVICE and not multi:
-            multi = devices_of(u) is not None
-        if not symbolic and holds_uops(u.arg):  # a symbolic size, as unbind_graph finds them
-            symbolic = True
-    return assigns, symbolic, multi
 
 
 def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from xgrad.buffer import Buffer
 from xgrad.dtype import DType, dtypes
+from xgrad.engine.multi import devices_of
 from xgrad.engine.schedule import (
     ScheduleItem,
     ScheduleStats,
@@ -24,6 +25,7 @@ from xgrad.engine.schedule import (
 )
 from xgrad.helpers import MAX_KERNEL_BUFFERS, SCACHE
 from xgrad.uop.ops import Ops, UOp, sint
+from xgrad.uop.symshape import holds_uops
 
 INPUT, NEW, VIEW = 0, 1, 2
 Slot = tuple[int, int]  # (INPUT | NEW | VIEW, index among inputs / new buffers / views)
@@ -37,7 +39,7 @@ class ScheduleTemplate:
     becomes: tuple[tuple[int, Slot, tuple[sint, ...]] | tuple[int, None, None], ...]  # root index -> buffer view
 
 
-_cache: dict[tuple[tuple[Any, ...], int], ScheduleTemplate] = {}  # (graph structure, knobs); see _structure
+_cache: dict[tuple[tuple[Any, ...], int], ScheduleTemplate] = {}  # (graph structure, knobs); see scan_graph
 
 
 def _make_template(
@@ -100,31 +102,56 @@ def _slot_buffer(tpl: ScheduleTemplate, slot: Slot, inputs: list[UOp], fresh: li
     return Buffer(base.device, size, dtype, base=base, offset=offset)
 
 
-def _structure(sink: UOp) -> tuple[tuple[Any, ...], list[UOp]]:
-    """The cache key of the graph under `sink` and its input BUFFERs in order. The key lists every node as
-    (op, dtype, arg, positions of its sources), with the k-th BUFFER as a placeholder (k, size): equal keys are graphs
-    that differ only in which buffers they read. Args are told apart like the UOp cache does (1, 1.0, True, -0.0)."""
+class GraphScan(NamedTuple):
+    """One walk over a graph (`scan_graph`): its schedule-cache key, its input BUFFERs in order, and what it holds
+    that a plain realize does not handle. A plain graph (none of the three) schedules straight from its scan."""
+
+    rows: tuple[tuple[Any, ...], ...]  # the key: every node as (op, dtype, positions of its sources, arg, ...)
+    inputs: list[UOp]
+    assigns: bool  # an ASSIGN
+    symbolic: bool  # a symbolic size (bound variables), as `unbind_graph` finds them
+    multi: bool  # a node on a device tuple
+
+    @property
+    def plain(self) -> bool:
+        return not (self.assigns or self.symbolic or self.multi)
+
+
+def scan_graph(sink: UOp) -> GraphScan:
+    """The scan of the graph under `sink`. The key lists every node as (op, dtype, positions of its sources, arg,
+    type of arg), with the k-th BUFFER as a placeholder (k, size): equal keys are graphs that differ only in which
+    buffers they read. Args are told apart like the UOp cache does (1, 1.0, True, -0.0)."""
     index: dict[UOp, int] = {}
     rows: list[tuple[Any, ...]] = []
     inputs: list[UOp] = []
+    assigns = symbolic = multi = False
     position = index.__getitem__
     for i, u in enumerate(sink.toposort):
         index[u] = i
         src = tuple(map(position, u.src))
-        if u.op is Ops.BUFFER:
-            rows.append((Ops.BUFFER, u.dtype, src, len(inputs), u.arg[1]))
+        op, arg = u.op, u.arg
+        if op is Ops.BUFFER:
+            rows.append((op, u.dtype, src, len(inputs), arg[1]))
             inputs.append(u)
-        elif type(arg := u.arg) is float:
-            rows.append((u.op, u.dtype, src, arg, float, math.copysign(1.0, arg)))
+            continue
+        if type(arg) is float:
+            rows.append((op, u.dtype, src, arg, float, math.copysign(1.0, arg)))
         else:
-            rows.append((u.op, u.dtype, src, arg, type(arg)))
-    return tuple(rows), inputs
+            rows.append((op, u.dtype, src, arg, type(arg)))
+            if not symbolic and holds_uops(arg):
+                symbolic = True
+        if op is Ops.ASSIGN:
+            assigns = True
+        elif op is Ops.DEVICE and not multi:
+            multi = devices_of(u) is not None
+    return GraphScan(tuple(rows), inputs, assigns, symbolic, multi)
 
 
-def cached_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+def cached_schedule(roots: list[UOp], scan: GraphScan | None = None) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """The schedule of `roots`; `scan`: their graph's scan, when the caller has made it already."""
     if not SCACHE:
         return create_schedule(roots)
-    rows, inputs = _structure(UOp(Ops.SINK, dtypes.void, tuple(roots)))
+    rows, inputs = (scan or scan_graph(UOp(Ops.SINK, dtypes.void, tuple(roots))))[:2]
     key = (rows, MAX_KERNEL_BUFFERS.value)  # the knob changes the kernel boundaries
     if (tpl := _cache.get(key)) is not None:
         ScheduleStats.calls += 1
