@@ -128,7 +128,7 @@ class _Device:
     def __getitem__(self, name: str) -> Any:
         # hot path (every kernel launch): a name seen before, while the registry it was opened from is current
         hit = self._by_name.get(name) if type(name) is str else None
-        if hit is not None and hit[0] is _registry():
+        if hit is not None and _plugin is not None and hit[0] is _plugin._registry:  # the registry built, not rebuilt
             return hit[1]
         device = self._open(name)
         if type(name) is str:
@@ -206,10 +206,15 @@ class _Device:
             raise DeviceError(f"building renderer {key} (plugin {record.name}) failed: {type(e).__name__}: {e}") from e
 
 
-def _registry() -> Registry:
-    from xgrad.plugin import get_registry  # imported on first use so that `import xgrad` stays fast
+_plugin: Any = None  # the module xgrad.plugin, once a device was opened
 
-    return get_registry()
+
+def _registry() -> Registry:
+    global _plugin
+    import xgrad.plugin  # imported on first use so that `import xgrad` stays fast
+
+    _plugin = xgrad.plugin
+    return xgrad.plugin.get_registry()
 
 
 def _describe_devices(registry: Registry) -> str:

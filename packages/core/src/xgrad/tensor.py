@@ -13,7 +13,7 @@ import numpy as np
 
 from xgrad.device import multi_devices
 from xgrad.dtype import DType, dtypes, from_np_dtype, to_dtype
-from xgrad.engine.realize import all_tensors, lazy_tensors, settled
+from xgrad.engine.realize import all_tensors, lazy_tensors, realize_tensors, settled
 from xgrad.errors import DTypeError, JitError, ShapeError, XgradError
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
 from xgrad.mixin.multi import MultiMixin
@@ -128,8 +128,6 @@ class Tensor(MultiMixin):
         >>> t = (Tensor([1, 2]) + 1).realize()
         >>> t.tolist()
         [2, 3]"""
-        from xgrad.engine.realize import realize_tensors
-
         realize_tensors([self, *lst])
         return self
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device
 from xgrad.dtype import dtypes
+from xgrad.engine.jit import record
 from xgrad.engine.memory import plan_memory
 from xgrad.engine.multi import schedule_multi
 from xgrad.engine.schedule import ScheduleItem
@@ -139,8 +140,6 @@ def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:
 
 
 def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:
-    from xgrad.engine.jit import record
-
     vals = var_vals or {}
     record(items, vals)  # a TinyJit capturing right now keeps what runs
     if DEBUG >= 1 and items:
@@ -156,23 +155,21 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = No
 
 
 def run_kernel(item: ScheduleItem, vals: dict[str, int]) -> Any:
-    runtime = Device[item.device]
-    program = runtime.compile(item.ast)
-    handles = [b.handle for b in item.bufs]
-    wait = DEBUG >= 2
-    start = time.perf_counter()
-    elapsed = program(handles, vals, wait=wait)
+    program = Device[item.device].compile(item.ast)
     info = program.info
     GlobalCounters.kernel_count += 1
-    GlobalCounters.global_ops += int(info.ops)
-    GlobalCounters.global_mem += int(info.mem)
-    if wait:
-        et = elapsed if elapsed is not None else time.perf_counter() - start
-        GlobalCounters.time_sum_s += et
-        gflops = info.ops / et * 1e-9 if et > 0 else 0.0
-        gbs = info.mem / et * 1e-9 if et > 0 else 0.0
-        print(
-            f"{GlobalCounters.kernel_count:4d} {item.device:8s} {info.name:32s} {et * 1e6:9.2f} us "
-            f"{gflops:8.2f} GFLOPS {gbs:8.2f} GB/s"
-        )
+    GlobalCounters.global_ops += info.ops
+    GlobalCounters.global_mem += info.mem
+    if DEBUG.value < 2:  # the hot path: launch and go on
+        return program([b.handle for b in item.bufs], vals, wait=False)
+    start = time.perf_counter()
+    elapsed = program([b.handle for b in item.bufs], vals, wait=True)
+    et = elapsed if elapsed is not None else time.perf_counter() - start
+    GlobalCounters.time_sum_s += et
+    gflops = info.ops / et * 1e-9 if et > 0 else 0.0
+    gbs = info.mem / et * 1e-9 if et > 0 else 0.0
+    print(
+        f"{GlobalCounters.kernel_count:4d} {item.device:8s} {info.name:32s} {et * 1e6:9.2f} us "
+        f"{gflops:8.2f} GFLOPS {gbs:8.2f} GB/s"
+    )
     return elapsed
