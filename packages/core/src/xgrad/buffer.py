@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from xgrad.device import Device
 from xgrad.dtype import DType
 from xgrad.uop.ops import UOp
 
@@ -90,8 +91,6 @@ class Buffer:
         return self._handle is not None
 
     def _runtime(self) -> Any:
-        from xgrad.device import Device
-
         return Device[self.device]
 
     @property

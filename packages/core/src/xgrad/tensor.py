@@ -12,8 +12,20 @@ from typing import Any
 import numpy as np
 
 from xgrad.device import multi_devices
-from xgrad.dtype import DType, dtypes, from_np_dtype, to_dtype
+from xgrad.dtype import (
+    DType,
+    bf16_bits_to_float,
+    dtypes,
+    float_to_bf16_bits,
+    float_to_fp8_bits,
+    fp8_bits_to_float,
+    from_np_dtype,
+    to_dtype,
+    to_np_dtype,
+)
+from xgrad.engine.jit import capturing
 from xgrad.engine.realize import all_tensors, lazy_tensors, realize_tensors, settled
+from xgrad.engine.schedule import buffer_of, new_buffer_uop
 from xgrad.errors import DTypeError, JitError, ShapeError, XgradError
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
 from xgrad.mixin.multi import MultiMixin
@@ -23,9 +35,6 @@ _set = object.__setattr__  # Tensor.__setattr__ less its bookkeeping, where the 
 
 
 def _np_to_uop(arr: np.ndarray, device: str, dtype: DType | None) -> UOp:
-    from xgrad.dtype import float_to_bf16_bits, float_to_fp8_bits
-    from xgrad.engine.schedule import buffer_of, new_buffer_uop
-
     if (devices := multi_devices(device)) is not None:  # several devices: build on the first, replicate from there
         first = _np_to_uop(arr, devices[0], dtype)
         return UOp(Ops.COPY, first.dtype, (first, UOp(Ops.DEVICE, arg=device)))
@@ -37,8 +46,6 @@ def _np_to_uop(arr: np.ndarray, device: str, dtype: DType | None) -> UOp:
     elif dtypes.is_fp8(target):
         raw = float_to_fp8_bits(arr.astype(np.float32), target)
     else:
-        from xgrad.dtype import to_np_dtype
-
         np_dt = to_np_dtype(target)
         assert np_dt is not None
         raw = arr.astype(np_dt)
@@ -160,9 +167,6 @@ class Tensor(MultiMixin):
         return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev))))
 
     def _host_bytes(self) -> memoryview:
-        from xgrad.engine.jit import capturing
-        from xgrad.engine.schedule import buffer_of
-
         if capturing():
             raise JitError(
                 "reading tensor data inside a TinyJit capture would not be replayed; return the tensor "
@@ -183,8 +187,6 @@ class Tensor(MultiMixin):
         >>> a = Tensor([[1, 2], [3, 4]]).numpy()
         >>> type(a).__name__, a.shape, a.dtype.name
         ('ndarray', (2, 2), 'int32')"""
-        from xgrad.dtype import bf16_bits_to_float, fp8_bits_to_float, to_np_dtype
-
         if (concrete := self._resolved()) is not self:  # a symbolic shape: read at the bound values
             return concrete.numpy()
         raw = np.frombuffer(self._host_bytes(), dtype=np.uint8)
@@ -316,7 +318,6 @@ class Tensor(MultiMixin):
         >>> w.grad.tolist()
         [2.0, 4.0, 6.0]
         """
-        from xgrad.engine.realize import all_tensors
         from xgrad.gradient import nodes_with_gradient_path
 
         in_graph = nodes_with_gradient_path(self.uop)
@@ -388,6 +389,5 @@ def _is_plain_buffer(u: UOp) -> bool:
 
 
 def _np_for_py(d: DType) -> Any:
-    from xgrad.dtype import to_np_dtype
 
     return to_np_dtype(d) if to_np_dtype(d) is not None else np.float32

@@ -440,10 +440,8 @@ class UOp(metaclass=_UOpMeta):
     # ---- bounds (symbolic) ----
     @functools.cached_property
     def vmin_vmax(self) -> tuple[int | float, int | float]:
-        from xgrad.uop.bounds import bounds
-
         _fill_sources(self, "vmin_vmax")
-        return bounds(self)
+        return _bounds.bounds(self)
 
     @property
     def vmin(self) -> int | float:
@@ -634,3 +632,7 @@ def ssimplify(u: UOp) -> UOp:
 
 def smap(fn: Callable[[UOp], UOp], xs: Sequence[UOp]) -> tuple[UOp, ...]:
     return tuple(fn(x) for x in xs)
+
+
+# bounds.py builds on this module (a cycle): imported last, as a module (it may be the one importing this one)
+import xgrad.uop.bounds as _bounds  # noqa: E402
