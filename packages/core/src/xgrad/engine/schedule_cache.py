@@ -25,7 +25,7 @@ from xgrad.engine.schedule import (
 )
 from xgrad.helpers import MAX_KERNEL_BUFFERS, SCACHE
 from xgrad.uop.ops import Ops, UOp, sint
-from xgrad.uop.symshape import holds_uops
+from xgrad.uop.symshape import tuple_holds_uops
 
 INPUT, NEW, VIEW = 0, 1, 2
 Slot = tuple[int, int]  # (INPUT | NEW | VIEW, index among inputs / new buffers / views)
@@ -125,24 +125,28 @@ def scan_graph(sink: UOp) -> GraphScan:
     rows: list[tuple[Any, ...]] = []
     inputs: list[UOp] = []
     assigns = symbolic = multi = False
-    position = index.__getitem__
-    for i, u in enumerate(sink.toposort):
+    position, append = index.__getitem__, rows.append
+    # locals: reading an Enum member off its class costs ~100 ns on Python 3.11 (EnumType has a __getattr__)
+    buffer_op, assign_op, device_op = Ops.BUFFER, Ops.ASSIGN, Ops.DEVICE
+    for i, u in enumerate(sink.toposort):  # the hot path of a schedule-cache hit: checks by type, inline
         index[u] = i
-        src = tuple(map(position, u.src))
         op, arg = u.op, u.arg
-        if op is Ops.BUFFER:
-            rows.append((op, u.dtype, src, len(inputs), arg[1]))
+        if op is buffer_op:
+            append((op, u.dtype, tuple(map(position, u.src)), len(inputs), arg[1]))
             inputs.append(u)
             continue
-        if type(arg) is float:
-            rows.append((op, u.dtype, src, arg, float, math.copysign(1.0, arg)))
-        else:
-            rows.append((op, u.dtype, src, arg, type(arg)))
-            if not symbolic and holds_uops(arg):
-                symbolic = True
-        if op is Ops.ASSIGN:
+        kind = type(arg)
+        if kind is float:
+            append((op, u.dtype, tuple(map(position, u.src)), arg, float, math.copysign(1.0, arg)))
+            continue
+        append((op, u.dtype, tuple(map(position, u.src)), arg, kind))
+        if kind is tuple:  # a symbolic size, as `unbind_graph` finds them (see `holds_uops`)
+            symbolic = symbolic or tuple_holds_uops(arg)
+        elif kind is UOp:
+            symbolic = True
+        if op is assign_op:
             assigns = True
-        elif op is Ops.DEVICE and not multi:
+        elif op is device_op and not multi:
             multi = devices_of(u) is not None
     return GraphScan(tuple(rows), inputs, assigns, symbolic, multi)
 

@@ -68,14 +68,14 @@ def deep_substitute(roots: Iterable[UOp], mapping: Mapping[UOp, UOp]) -> list[UO
 
 
 @functools.lru_cache(maxsize=4096)
-def _tuple_holds_uops(arg: tuple[Any, ...]) -> bool:
+def tuple_holds_uops(arg: tuple[Any, ...]) -> bool:
     """Whether a (hashable) tuple arg has a UOp inside; cached: the same shapes come back in every step."""
     return next(_arg_uops(arg), None) is not None
 
 
 def holds_uops(arg: Any) -> bool:
     """Whether a node's arg is or holds a UOp: a symbolic size, or a shape or bound with one in it."""
-    return isinstance(arg, UOp) or (type(arg) is tuple and _tuple_holds_uops(arg))
+    return isinstance(arg, UOp) or (type(arg) is tuple and tuple_holds_uops(arg))
 
 
 def _shape_nodes(roots: Iterable[UOp]) -> list[UOp]:
