@@ -188,7 +188,7 @@ class _UOpMeta(type):
             ) from None
         if ref is not None and (live := ref()) is not None:
             return live
-        created: UOp = super().__call__(op, dtype, src, arg)
+        created: UOp = type.__call__(cls, op, dtype, src, arg)  # super() would build a proxy object per node
         # the callback carries the key in a partial: weakref.KeyedRef would do the same with two Python-level calls
         _UOpMeta._cache[key] = weakref.ref(created, functools.partial(_forget, key))
         return created
