@@ -26,9 +26,7 @@ class CPUDevice(CompiledDevice):
         self._programs = _PROGRAMS
 
     def launch(self, raw: Any, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool) -> float | None:
-        gs = info.global_size if isinstance(info.global_size, int) else eval_size(info.global_size, vals)
-        threads = 1 if info.ops + info.mem < SMALL_KERNEL else None
-        result: float | None = raw(
-            *bufs, global_size=gs, vals=tuple(vals[n] for n in info.var_names), wait=wait, threads=threads
-        )
+        gs = info.global_size if type(info.global_size) is int else eval_size(info.global_size, vals)
+        args = tuple([vals[n] for n in info.var_names]) if info.var_names else ()
+        result: float | None = raw.launch(bufs, gs, args, wait, 1 if info.ops + info.mem < SMALL_KERNEL else None)
         return result

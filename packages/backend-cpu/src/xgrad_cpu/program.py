@@ -16,6 +16,7 @@ import pathlib
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from xgrad.errors import XgradError
@@ -132,13 +133,21 @@ class CPUProgram:
         wait: bool = False,
         threads: int | None = None,
     ) -> float | None:
+        return self.launch(bufs, global_size, vals, wait, threads)
+
+    def launch(
+        self, bufs: Sequence[CPUBuffer], global_size: int, vals: tuple[int, ...], wait: bool, threads: int | None
+    ) -> float | None:
+        """Run the kernel over `[0, global_size)` on `threads` threads (None: `num_threads()`; a kernel with fewer
+        parallel iterations uses fewer). Returns the seconds it took if `wait`."""
         assert 0 <= global_size <= 0x7FFFFFFF, f"global_size {global_size} does not fit the kernel ABI's int"
         ptrs = (ctypes.c_void_p * len(bufs))(*[b.ptr for b in bufs])
         ints = (ctypes.c_int * len(vals))(*vals) if vals else None
-        threads = min(num_threads() if threads is None else threads, global_size)
+        if threads is None:
+            threads = num_threads()
         st = time.perf_counter() if wait else 0.0
-        if threads <= 1:
+        if threads <= 1 or global_size <= 1:
             self.fxn(ptrs, ints, 0, global_size)  # inline: no thread handoff at all
         else:
-            get_pool().run(self.fxn_ptr, ptrs, ints, global_size, threads)
+            (_pool or get_pool()).run(self.fxn_ptr, ptrs, ints, global_size, min(threads, global_size))
         return time.perf_counter() - st if wait else None
