@@ -249,6 +249,11 @@ def test_least_upper_weak_results_follow_default_knobs() -> None:
         assert least_upper_dtype(dtypes.bool, dtypes.weakint) == dtypes.int64
         assert least_upper_dtype(dtypes.int8, dtypes.weakfloat) == dtypes.float16
         assert least_upper_dtype(dtypes.int64, dtypes.uint64) == dtypes.float16
+    # promotions are cached: the same pair under other knob values gets the other answer, before and after
+    assert least_upper_dtype(dtypes.int8, dtypes.weakfloat) == dtypes.float32
+    with Context(DEFAULT_FLOAT="float64"):
+        assert least_upper_dtype(dtypes.int8, dtypes.weakfloat) == dtypes.float64
+    assert least_upper_dtype(dtypes.bool, dtypes.weakint) == dtypes.int32
 
 
 def test_least_upper_lattice_has_unique_bound_for_every_pair() -> None:

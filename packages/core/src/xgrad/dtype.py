@@ -365,13 +365,21 @@ def least_upper_dtype(*ds: DType) -> DType:
         raise DTypeError("least_upper_dtype needs at least one dtype")
     if all(d is ds[0] for d in ds) and ds[0].scalar() in _UPPER:  # the common case: one dtype
         return ds[0]
+    # the next most common: a tensor and a Python number (a weak dtype), in every elementwise op with a constant
+    return _least_upper(ds, DEFAULT_INT.value, DEFAULT_FLOAT.value)
+
+
+@functools.cache
+def _least_upper(ds: tuple[DType, ...], default_int: str, default_float: str) -> DType:
+    """least_upper_dtype of `ds` while DEFAULT_INT and DEFAULT_FLOAT have these values (a weak result becomes one of
+    them: they are part of the key). Errors (an invalid knob value) are raised again each time, not cached."""
     counts = {d.count for d in ds}
     if len(counts) != 1:
         raise DTypeError(f"cannot promote vectors of different widths: {ds}")
     scalars = tuple(d.scalar() for d in ds)
     result = _lattice_join(scalars)
     if not all(d in dtypes.weaks for d in scalars):
-        result = _concrete(result)  # reads the DEFAULT_INT/DEFAULT_FLOAT knobs: not cached
+        result = _concrete(result)  # reads the DEFAULT_INT/DEFAULT_FLOAT knobs
     return result.vec(counts.pop())
 
 

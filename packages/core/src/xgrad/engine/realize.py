@@ -160,10 +160,11 @@ def run_kernel(item: ScheduleItem, vals: dict[str, int]) -> Any:
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += info.ops
     GlobalCounters.global_mem += info.mem
+    handles = [b.handle for b in item.bufs]
     if DEBUG.value < 2:  # the hot path: launch and go on
-        return program([b.handle for b in item.bufs], vals, wait=False)
+        return program(handles, vals, wait=False)
     start = time.perf_counter()
-    elapsed = program([b.handle for b in item.bufs], vals, wait=True)
+    elapsed = program(handles, vals, wait=True)
     et = elapsed if elapsed is not None else time.perf_counter() - start
     GlobalCounters.time_sum_s += et
     gflops = info.ops / et * 1e-9 if et > 0 else 0.0
