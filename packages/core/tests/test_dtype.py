@@ -254,6 +254,9 @@ def test_least_upper_weak_results_follow_default_knobs() -> None:
     with Context(DEFAULT_FLOAT="float64"):
         assert least_upper_dtype(dtypes.int8, dtypes.weakfloat) == dtypes.float64
     assert least_upper_dtype(dtypes.bool, dtypes.weakint) == dtypes.int32
+    with Context(DEFAULT_FLOAT="float64"):
+        assert sum_acc_dtype(dtypes.weakfloat) == dtypes.float64
+    assert sum_acc_dtype(dtypes.weakfloat) == dtypes.float32
 
 
 def test_least_upper_lattice_has_unique_bound_for_every_pair() -> None:

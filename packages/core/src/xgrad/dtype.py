@@ -411,6 +411,13 @@ def sum_acc_dtype(d: DType) -> DType:
     >>> sum_acc_dtype(dtypes.uint8), sum_acc_dtype(dtypes.int16), sum_acc_dtype(dtypes.bfloat16)
     (dtypes.uint32, dtypes.int32, dtypes.float32)
     """
+    return _sum_acc(d, DEFAULT_INT.value, DEFAULT_FLOAT.value)
+
+
+@functools.cache
+def _sum_acc(d: DType, default_int: str, default_float: str) -> DType:
+    """sum_acc_dtype of `d` while DEFAULT_INT and DEFAULT_FLOAT have these values (a weak `d` becomes one of them),
+    cached like `_least_upper`: every sum and matmul asks."""
     s = _concrete(d.scalar())
     if _is_bool(s) or _is_unsigned(s):
         acc = least_upper_dtype(s, dtypes.uint32)

@@ -389,5 +389,5 @@ def _is_plain_buffer(u: UOp) -> bool:
 
 
 def _np_for_py(d: DType) -> Any:
-
-    return to_np_dtype(d) if to_np_dtype(d) is not None else np.float32
+    np_dt = to_np_dtype(d)
+    return np_dt if np_dt is not None else np.float32

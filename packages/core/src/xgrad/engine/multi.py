@@ -481,13 +481,10 @@ def _shards_of(v: Lowered) -> tuple[UOp, ...]:
 ScheduleFn = Callable[[list[UOp]], tuple[list[ScheduleItem], dict[UOp, UOp]]]
 
 
-def schedule_multi(
-    roots: list[UOp], schedule: ScheduleFn, multi: bool | None = None
-) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
+def schedule_multi(roots: list[UOp], schedule: ScheduleFn) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
     """Schedule `roots`, lowering multi-device nodes first. Returns the items, what each root becomes (a realized
-    node: a buffer view, or a multi-device leaf over per-device views) and the per-device outputs to keep. `multi`:
-    whether the graph has multi-device nodes, when the caller knows (else it is looked up)."""
-    if not (is_multi_graph(roots) if multi is None else multi):
+    node: a buffer view, or a multi-device leaf over per-device views) and the per-device outputs to keep."""
+    if not is_multi_graph(roots):
         items, single = schedule(roots)
         return items, single, [single[r] for r in roots if r in single]
     memo = lower_multi(roots)

@@ -98,7 +98,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     unbound, var_vals = unbind_graph(roots) if scan.symbolic else (roots, {})
     whole_unbound = UOp(Ops.SINK, dtypes.void, tuple(unbound))
     if scan.multi:  # lowered to per-device graphs first
-        items, becomes, outputs = schedule_multi(unbound, cached_schedule, multi=True)
+        items, becomes, outputs = schedule_multi(unbound, cached_schedule)
     else:  # the scan is the schedule cache's key, unless unbinding made a new graph
         items, becomes = cached_schedule(unbound, None if scan.symbolic else scan)
         outputs = [becomes[r] for r in unbound if r in becomes]

@@ -52,11 +52,6 @@ class ElementwiseMixin(MovementMixin):
         return (y_t, x) if reverse else (x, y_t)
 
     def _binop(self, op: Ops, y: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        if type(y) is int or type(y) is float or type(y) is bool:
-            # a Python number (the common `x * 2`): what `_broadcasted` makes, without a Tensor for the constant
-            x = self._t().cast(least_upper_dtype(self.dtype, weak_dtype(y)))
-            c = UOp.const(x.dtype, y, x.device, x.shape)
-            return x._new(c.alu(op, x.uop) if reverse else x.uop.alu(op, c))
         a, b = self._broadcasted(y, reverse)
         return a._alu(op, b)
 

@@ -388,14 +388,7 @@ class ReduceMixin(UnaryMixin):
         x_shape = xs[:-1] + (1,) * min(len(ws) - 1, 1) + xs[-1:]
         w_shape = ws[:-2] + (1,) * min(len(xs) - 1, 1) + ws[k:]
         dt, static = self.dtype, all(type(s) is int and s > 0 for s in xs + ws)
-        accumulates_in_itself = dt is dtypes.float32 or _acc_dtype(dt) is dt  # float32 first: the common case
-        if (
-            static
-            and dt is w.dtype
-            and accumulates_in_itself
-            and self.device == w.device
-            and not DISALLOW_BROADCAST.value
-        ):
+        if static and dt is w.dtype and _acc_dtype(dt) is dt and self.device == w.device and not DISALLOW_BROADCAST:
             return self._new(_matmul_uop(self.uop, w.uop, x_shape, w_shape, k))
         return (self.reshape(x_shape) * w.reshape(w_shape).transpose(-1, k)).sum(-1)
 
