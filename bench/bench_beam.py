@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 import numpy as np
-from bench_cpu import Workload, best_interleaved, measure_peak, workloads, xgrad_call
+from bench_cpu import Workload, interleaved, measure_peak, workloads, xgrad_call
 
 from xgrad import Tensor
 from xgrad.helpers import Context
@@ -43,7 +43,7 @@ def row(w: Workload, arrays: list[np.ndarray], beam: int, reps: int, torch: Any)
         fns.append(functools.partial(w.numpy, *arrays))
     if w.torch is not None and torch is not None:
         fns.append(functools.partial(w.torch, *[torch.from_numpy(a) for a in arrays]))
-    times = best_interleaved(fns, reps, 0.25)
+    times = [min(ts) for ts in interleaved(fns, reps, 0.25)]
     t_heur, t_beam = times[0], times[1]
     t_np = times[2] if w.numpy is not None else nan
     t_torch = times[-1] if w.torch is not None and torch is not None else nan

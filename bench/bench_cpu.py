@@ -3,11 +3,13 @@
 Run: .venv/bin/python bench/bench_cpu.py [--quick] [--only NAME] [--beam N] [--reps N]
 Prints, per workload: best-of-N time for xgrad (heuristic opts; with --beam N also under BEAM=N), numpy and torch,
 the ratios xgrad/numpy and xgrad/torch (time over time: below 1 means xgrad is faster) and xgrad's GFLOPS or GB/s
-with the share of the measured peak. The peak is measured first: an FMA loop (one core, times the cores) and a copy
-loop on one core and on all cores, compiled by the same C compiler the CPU backend uses. The libraries take turns, and
-each timed call follows a short sleep (the other libraries' spinning threads go idle) and one untimed warm call (see
-`best_interleaved`). Asserts nothing; the machine may be shared, so compare ratios measured in the same run, not
-numbers across runs.
+with the share of the measured peak. `pair/np` is the paired ratio: the median over the rounds of xgrad's time over
+numpy's time in the same round. On a shared machine whose speed drifts in phases of seconds, the two minimums may
+come from different phases; the paired ratio compares calls made a fraction of a second apart. The peak is measured
+first: an FMA loop (one core, times the cores) and a copy loop on one core and on all cores, compiled by the same C
+compiler the CPU backend uses. The libraries take turns, and each timed call follows a short sleep (the other
+libraries' spinning threads go idle) and one untimed warm call (see `interleaved`). Asserts nothing; the machine may
+be shared, so compare ratios measured in the same run, not numbers across runs.
 """
 
 from __future__ import annotations
@@ -113,9 +115,9 @@ class Workload:
     arrays: list[np.ndarray] = field(default_factory=list)
 
 
-def best_interleaved(fns: list[Callable[[], object]], reps: int, settle: float) -> list[float]:
-    """The fastest of `reps` timed calls of each function, calling them in turn (a, b, c, a, b, c, ...) so that load
-    from other processes on a shared machine hits all of them alike.
+def interleaved(fns: list[Callable[[], object]], reps: int, settle: float) -> list[list[float]]:
+    """The times of `reps` timed calls of each function (one list per function, in round order), calling them in turn
+    (a, b, c, a, b, c, ...) so that load from other processes on a shared machine hits all of them alike.
 
     Each timed call follows `settle` seconds of sleep and one untimed call of the same function: OpenBLAS's and
     torch's worker threads busy-wait for a while after a call (OpenBLAS ~0.1 s), so on a 2-core machine the next
@@ -130,7 +132,12 @@ def best_interleaved(fns: list[Callable[[], object]], reps: int, settle: float) 
             start = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - start)
-    return [min(ts) for ts in times]
+    return times
+
+
+def paired_ratio(ts: list[float], ref: list[float]) -> float:
+    """The median over rounds of `ts[i] / ref[i]` (times of two functions measured in the same rounds)."""
+    return float(np.median(np.array(ts) / np.array(ref)))
 
 
 def xgrad_call(w: Workload, tensors: list[Tensor], **knobs: Any) -> Callable[[], object]:
@@ -248,7 +255,7 @@ def main() -> None:
         columns.append((f"BEAM={args.beam}", {"BEAM": args.beam}))
     rng = np.random.default_rng(0)
     head = f"{'workload':30s} {'numpy ms':>9s} {'torch ms':>9s}"
-    head += "".join(f" {c + ' ms':>11s} {'/numpy':>7s} {'/torch':>7s}" for c, _ in columns)
+    head += "".join(f" {c + ' ms':>11s} {'/numpy':>7s} {'/torch':>7s} {'pair/np':>7s}" for c, _ in columns)
     head += f" {'best rate':>16s} {'of peak':>7s}"
     print(head)
     for w in workloads(args.quick, torch):
@@ -261,15 +268,18 @@ def main() -> None:
             fns.append(functools.partial(w.numpy, *arrays))
         if w.torch is not None and torch is not None:
             fns.append(functools.partial(w.torch, *[torch.from_numpy(a) for a in arrays]))
-        measured = best_interleaved(fns, reps, args.settle)
-        times = measured[: len(columns)]
+        measured = interleaved(fns, reps, args.settle)
+        ours = measured[: len(columns)]
         rest = iter(measured[len(columns) :])
-        tn = next(rest) if w.numpy is not None else float("nan")
-        tt = next(rest) if w.torch is not None and torch is not None else float("nan")
+        np_times = next(rest) if w.numpy is not None else None
+        tn = min(np_times) if np_times is not None else float("nan")
+        tt = min(next(rest)) if w.torch is not None and torch is not None else float("nan")
+        times = [min(ts) for ts in ours]
+        pairs = [paired_ratio(ts, np_times) if np_times is not None else float("nan") for ts in ours]
         rate = w.work / min(times) / 1e9
         of_peak = rate / (peak.fma_all if w.unit == "GFLOPS" else peak.copy_all)
         line = f"{w.name:30s} {tn * 1e3:9.2f} {tt * 1e3:9.2f}"
-        line += "".join(f" {t * 1e3:11.2f} {t / tn:7.2f} {t / tt:7.2f}" for t in times)
+        line += "".join(f" {t * 1e3:11.2f} {t / tn:7.2f} {t / tt:7.2f} {p:7.2f}" for t, p in zip(times, pairs))
         line += f" {rate:9.1f} {w.unit:6s} {of_peak:7.0%}"
         print(line, flush=True)
         del tensors
