@@ -16,7 +16,7 @@ from xgrad_cpu.allocator import CPUAllocator, CPUBuffer
 from xgrad_cpu.compiler import CCompiler
 from xgrad_cpu.program import CPUProgram
 
-HEADER = "#define _GNU_SOURCE\n#include <math.h>\n#include <unistd.h>\n#include <sys/syscall.h>\n"
+HEADER = "#define _GNU_SOURCE\n#include <math.h>\n#include <sched.h>\n#include <unistd.h>\n#include <sys/syscall.h>\n"
 KERNELS = (
     HEADER
     + """
@@ -41,6 +41,13 @@ void cover(void** restrict bufs, const int* restrict vars, int start, int end) {
   if (hits) for (int i = start; i < end; i++) __atomic_fetch_add(&hits[i], 1, __ATOMIC_SEQ_CST);
 }
 void empty(void** restrict bufs, const int* restrict vars, int start, int end) {}
+/* bufs[0]: [ncalls, tid0, cpu0, tid1, cpu1, ...]: the thread and core that ran each chunk */
+void where(void** restrict bufs, const int* restrict vars, int start, int end) {
+  long* out = bufs[0];
+  long c = __atomic_fetch_add(&out[0], 1, __ATOMIC_SEQ_CST);
+  out[1 + 2 * c] = syscall(SYS_gettid);
+  out[2 + 2 * c] = sched_getcpu();
+}
 """
 )
 
@@ -153,6 +160,37 @@ def test_pool_runs_chunks_on_distinct_threads_caller_included(lib: bytes) -> Non
         assert len(chunks) == 4
         assert len(set(tids)) == 4
         assert threading.get_native_id() in tids
+
+
+def run_where(lib: bytes, threads: int) -> list[tuple[int, int]]:
+    """(thread id, core) of each chunk of a `threads`-thread launch."""
+    out = buffer_from(np.zeros(1 + 2 * 64, np.int64))
+    CPUProgram("where", lib)(out, global_size=threads, threads=threads)
+    got = read(out, np.int64, 1 + 2 * 64)
+    return [(int(got[1 + 2 * i]), int(got[2 + 2 * i])) for i in range(int(got[0]))]
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs Linux and 2 cores"
+)
+def test_worker_keeps_off_the_callers_core_unless_threads_outnumber_cores(lib: bytes) -> None:
+    # a worker woken on the caller's core would share it for the whole kernel (half speed)
+    allowed = os.sched_getaffinity(0)
+    me = threading.get_native_id()
+    run_where(lib, 2)  # the worker exists, with this thread's whole affinity set
+    try:
+        for core in sorted(allowed)[:2] * 2:  # the caller moves: the worker's set follows
+            os.sched_setaffinity(0, {core})  # pins this thread only
+            chunks = run_where(lib, 2)
+            assert sorted(tid == me for tid, _ in chunks) == [False, True]
+            ((worker, worker_core),) = [(tid, c) for tid, c in chunks if tid != me]
+            assert worker_core != core
+            assert os.sched_getaffinity(worker) == allowed - {core}
+        # more threads than cores: every worker may use every core again
+        workers = {tid for tid, _ in run_where(lib, len(allowed) + 1)} - {me}
+        assert all(os.sched_getaffinity(tid) == allowed for tid in workers)
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def test_wait_returns_elapsed_seconds_only_when_asked(lib: bytes) -> None:

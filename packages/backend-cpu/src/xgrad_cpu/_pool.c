@@ -8,7 +8,11 @@
  * Sleep/wake uses the "store flag, then load the other side's word" pattern with seq_cst atomics on both sides, so a
  * wakeup is never lost.
  * Calls are serialised by run_mu, which is also held across fork() so a child starts with a clean, empty pool.
+ * Placement (Linux): workers keep off the caller's core (see keep_off).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getcpu, CPU_SET */
+#endif
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -30,6 +34,11 @@ typedef struct {
   void **bufs;
   const int *vars;
   int start, end;
+#if defined(__linux__)
+  cpu_set_t base; /* the worker's affinity set when it started, and its size */
+#endif
+  int ncpu;
+  int off; /* the core the worker keeps off now (-1: none) */
 } slot_t;
 
 static slot_t slots[XGRAD_MAX_THREADS];
@@ -74,9 +83,42 @@ static int keep_spinning(spin_t *sp) {
   return 1;
 }
 
+/* The caller's core while a job is out (-1: unknown) and the job's thread count; how often a worker's affinity set
+ * changed. */
+static atomic_int caller_cpu = -1;
+static atomic_int job_threads;
+static atomic_long moves;
+
+/* A worker woken from sleep can be placed on the core of the thread that woke it: the two then share one core, and
+ * a kernel takes twice as long until the scheduler moves one of them (measured on a 2-core VM: half of the calls
+ * after an idle pause ran at half speed). So while a job has no more threads than the worker has cores, the worker
+ * may run on every core of its starting affinity set except the caller's; when the caller shows up on another core
+ * the set follows (one syscall). The caller is never pinned: the scheduler can still move it. */
+static void keep_off(slot_t *s, int cpu, int threads) {
+#if defined(__linux__)
+  if (threads > s->ncpu || cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &s->base)) cpu = -1;
+  if (cpu == s->off) return;
+  cpu_set_t mask = s->base;
+  if (cpu >= 0) CPU_CLR(cpu, &mask);
+  if (sched_setaffinity(0, sizeof mask, &mask) == 0) atomic_fetch_add(&moves, 1);
+  s->off = cpu;
+#else
+  (void)s;
+  (void)cpu;
+  (void)threads;
+#endif
+}
+
+long xgrad_pool_moves(void) { return atomic_load(&moves); }
+
 static void *worker_main(void *arg) {
   slot_t *s = (slot_t *)arg;
   unsigned seen = 0;
+  s->off = -1;
+#if defined(__linux__)
+  if (sched_getaffinity(0, sizeof s->base, &s->base) != 0) CPU_ZERO(&s->base);
+  s->ncpu = CPU_COUNT(&s->base);
+#endif
   for (;;) {
     spin_t sp = {0, 0};
     while (atomic_load_explicit(&s->gen, memory_order_acquire) == seen) {
@@ -88,6 +130,8 @@ static void *worker_main(void *arg) {
       pthread_mutex_unlock(&s->mu);
     }
     seen = atomic_load_explicit(&s->gen, memory_order_acquire);
+    keep_off(s, atomic_load_explicit(&caller_cpu, memory_order_relaxed),
+             atomic_load_explicit(&job_threads, memory_order_relaxed));
     s->fn(s->bufs, s->vars, s->start, s->end);
     if (atomic_fetch_sub(&pending, 1) == 1 && atomic_load(&caller_sleeping)) {
       pthread_mutex_lock(&done_mu);
@@ -152,6 +196,10 @@ int xgrad_pool_run(xgrad_kernel fn, void **bufs, const int *vars, int total, int
   pthread_mutex_lock(&run_mu);
   nthreads = ensure_threads(nthreads);
   atomic_store(&pending, nthreads - 1);
+  atomic_store_explicit(&job_threads, nthreads, memory_order_relaxed);
+#if defined(__linux__)
+  atomic_store_explicit(&caller_cpu, sched_getcpu(), memory_order_relaxed);
+#endif
   for (int i = 1; i < nthreads; i++) {
     slot_t *s = &slots[i];
     s->fn = fn;
