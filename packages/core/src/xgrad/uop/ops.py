@@ -164,17 +164,25 @@ class KernelInfo:
     applied: bool = False
 
 
-def _forget(key: tuple[Any, ...], ref: weakref.ref[UOp]) -> None:
+class _NodeRef(weakref.ref):  # type: ignore[type-arg]
+    """The UOp cache's weak reference to a node, carrying its cache key (set after creation: a subclass with its own
+    `__init__`, like `weakref.KeyedRef`, would add a Python-level call per node)."""
+
+    __slots__ = ("key",)
+    key: tuple[Any, ...]
+
+
+def _forget(ref: _NodeRef) -> None:
     """A node died: drop its cache entry, unless an equal node has taken the key since."""
-    if _UOpMeta._cache.get(key) is ref:
-        del _UOpMeta._cache[key]
+    if _UOpMeta._cache.get(ref.key) is ref:
+        del _UOpMeta._cache[ref.key]
 
 
 class _UOpMeta(type):
     """Hash-consing: building a UOp equal to a live one returns that same object."""
 
     # key -> a weak reference to the live node (a plain dict: WeakValueDictionary's Python-level lookup is a hot spot)
-    _cache: dict[tuple[Any, ...], weakref.ref[UOp]] = {}
+    _cache: dict[tuple[Any, ...], _NodeRef] = {}
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 in Python, but they are different constants
@@ -188,9 +196,12 @@ class _UOpMeta(type):
             ) from None
         if ref is not None and (live := ref()) is not None:
             return live
-        created: UOp = type.__call__(cls, op, dtype, src, arg)  # super() would build a proxy object per node
-        # the callback carries the key in a partial: weakref.KeyedRef would do the same with two Python-level calls
-        _UOpMeta._cache[key] = weakref.ref(created, functools.partial(_forget, key))
+        # the fields are set here rather than in an __init__: one Python-level call less per new node
+        created: UOp = object.__new__(cls)  # type: ignore[arg-type]
+        created.op, created.dtype, created.src, created.arg = op, dtype, src, arg
+        ref = _NodeRef(created, _forget)
+        ref.key = key
+        _UOpMeta._cache[key] = ref
         return created
 
 
@@ -198,12 +209,10 @@ class UOp(metaclass=_UOpMeta):
     """One node of the graph. Immutable; equal nodes are the same object, so `is` and `==` agree."""
 
     __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
-
-    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
-        self.op = op
-        self.dtype = dtype
-        self.src = src
-        self.arg = arg
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
 
     def __reduce__(self) -> tuple[Any, ...]:
         return UOp, (self.op, self.dtype, self.src, self.arg)
