@@ -19,7 +19,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xgrad.dtype import DType, dtypes, truncate
 from xgrad.helpers import prod
@@ -164,7 +164,7 @@ class KernelInfo:
     applied: bool = False
 
 
-class _NodeRef(weakref.ref):  # type: ignore[type-arg]
+class _NodeRef(weakref.ref["UOp"]):
     """The UOp cache's weak reference to a node, carrying its cache key (set after creation: a subclass with its own
     `__init__`, like `weakref.KeyedRef`, would add a Python-level call per node)."""
 
@@ -213,6 +213,10 @@ class UOp(metaclass=_UOpMeta):
     dtype: DType
     src: tuple[UOp, ...]
     arg: Any
+
+    if TYPE_CHECKING:  # the signature of `UOp(...)`, which `_UOpMeta.__call__` implements
+
+        def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> None: ...
 
     def __reduce__(self) -> tuple[Any, ...]:
         return UOp, (self.op, self.dtype, self.src, self.arg)
