@@ -35,10 +35,10 @@ typedef struct {
   const int *vars;
   int start, end;
 #if defined(__linux__)
-  cpu_set_t base; /* the worker's affinity set when it started, and its size */
+  cpu_set_t base; /* the worker's affinity set when it started */
 #endif
-  int ncpu;
-  int off; /* the core the worker keeps off now (-1: none) */
+  int ncpu;       /* the number of cores in it */
+  int off;        /* the core the worker keeps off now (-1: none) */
 } slot_t;
 
 static slot_t slots[XGRAD_MAX_THREADS];
@@ -83,11 +83,9 @@ static int keep_spinning(spin_t *sp) {
   return 1;
 }
 
-/* The caller's core while a job is out (-1: unknown) and the job's thread count; how often a worker's affinity set
- * changed. */
+/* The caller's core while a job is out (-1: unknown) and the job's thread count. */
 static atomic_int caller_cpu = -1;
 static atomic_int job_threads;
-static atomic_long moves;
 
 /* A worker woken from sleep can be placed on the core of the thread that woke it: the two then share one core, and
  * a kernel takes twice as long until the scheduler moves one of them (measured on a 2-core VM: half of the calls
@@ -100,7 +98,7 @@ static void keep_off(slot_t *s, int cpu, int threads) {
   if (cpu == s->off) return;
   cpu_set_t mask = s->base;
   if (cpu >= 0) CPU_CLR(cpu, &mask);
-  if (sched_setaffinity(0, sizeof mask, &mask) == 0) atomic_fetch_add(&moves, 1);
+  sched_setaffinity(0, sizeof mask, &mask);
   s->off = cpu;
 #else
   (void)s;
@@ -108,8 +106,6 @@ static void keep_off(slot_t *s, int cpu, int threads) {
   (void)threads;
 #endif
 }
-
-long xgrad_pool_moves(void) { return atomic_load(&moves); }
 
 static void *worker_main(void *arg) {
   slot_t *s = (slot_t *)arg;
