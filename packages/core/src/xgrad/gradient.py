@@ -181,10 +181,10 @@ pm_gradient = PatternMatcher(
 )
 
 
-def _on_path(root: UOp, targets: set[UOp]) -> dict[UOp, bool]:
-    """For every node under root: whether some target is under it (or is it)."""
+def _on_path(order: dict[UOp, None], targets: set[UOp]) -> dict[UOp, bool]:
+    """For every node of a topological `order`: whether some target is under it (or is it)."""
     on_path: dict[UOp, bool] = {}
-    for u in root.toposort:
+    for u in order:
         on_path[u] = u in targets or any(on_path[s] for s in u.src)
     return on_path
 
@@ -208,9 +208,12 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
     Walks the graph from root to leaves (reverse topological order), so a node's gradient is complete (summed over
     all its users) before its rule runs. Only nodes with a target under them are visited. Targets that no gradient
     reaches are absent from the result."""
-    on_path = _on_path(root, targets)
+    # a walk of its own rather than root.toposort: that cached dict holds root itself, which would keep the loss's
+    # graph (and the buffers it reads) alive until the cyclic garbage collector runs
+    order = root.toposort_into({})
+    on_path = _on_path(order, targets)
     grads: dict[UOp, UOp] = {root: root_grad}
-    for node in reversed(root.toposort):
+    for node in reversed(order):
         if (grad := grads.get(node)) is None or not any(on_path[s] for s in node.src):
             continue
         src_grads = pm_gradient.first_result(node, grad)
