@@ -187,8 +187,9 @@ def _input_freed_after(step) -> bool:
         lambda x: [(x * 3).realize(), (x + 1).realize()],
         lambda x: ((x * 2).sum(), (x + 5).realize()),  # a lazy tensor of x walked by the other realize
         lambda x: ((x * 2).sum() * Tensor(np.ones(64, np.float32)).is_param_()).sum().backward(),  # compute_gradient
+        lambda x: Tensor(np.zeros(64, np.float32)).realize().__setitem__(slice(None), x * 2),  # a write's checks
     ],
-    ids=["sum", "twice", "lazy-other", "backward"],
+    ids=["sum", "twice", "lazy-other", "backward", "setitem"],
 )
 def test_a_dropped_input_buffer_is_freed_without_the_cyclic_gc(step):
     """The cached `toposort` of a node holds the node itself: a walk cached on a graph the engine drops (the realize's

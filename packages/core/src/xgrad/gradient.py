@@ -208,9 +208,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
     Walks the graph from root to leaves (reverse topological order), so a node's gradient is complete (summed over
     all its users) before its rule runs. Only nodes with a target under them are visited. Targets that no gradient
     reaches are absent from the result."""
-    # a walk of its own rather than root.toposort: that cached dict holds root itself, which would keep the loss's
-    # graph (and the buffers it reads) alive until the cyclic garbage collector runs
-    order = root.toposort_into({})
+    order = root.walk()  # not cached on root: the loss is dropped after backward (see UOp.walk)
     on_path = _on_path(order, targets)
     grads: dict[UOp, UOp] = {root: root_grad}
     for node in reversed(order):

@@ -102,13 +102,6 @@ def _keep_recent(sink: UOp) -> None:
     _recent[:] = [sink]
 
 
-def _walk(u: UOp) -> dict[UOp, None]:
-    """`u.toposort`, without caching it on `u` when it is not cached yet (see `_release_walk`): for the graphs of other
-    live tensors, which a realize only looks through."""
-    cached: dict[UOp, None] | None = u.__dict__.get("toposort")
-    return cached if cached is not None else u.toposort_into({})
-
-
 def realize_tensors(tensors: list[Tensor]) -> None:
     pending = [t for t in tensors if t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN]
     if not pending:
@@ -147,7 +140,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
             if id(t) in chosen:
                 t.uop = new
         # a view of a buffer holds no computed node: no walk needed
-        elif u.base.op is not Ops.BUFFER and not _walk(u).keys().isdisjoint(becomes):
+        elif u.base.op is not Ops.BUFFER and not u.walk().keys().isdisjoint(becomes):
             t.uop = substitute(u, becomes)
             _release_walk(u)  # substitute walked it
         if settled(t.uop):
@@ -167,7 +160,7 @@ def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:
     for t in lazy_tensors.members():
         if id(t) in chosen or t.uop.base.op is Ops.BUFFER:
             continue
-        topo = _walk(t.uop)
+        topo = t.uop.walk()
         if any(b in topo for b in targets) and not any(u.op is Ops.ASSIGN for u in topo):
             readers.append(t)
     return readers

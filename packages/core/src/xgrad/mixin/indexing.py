@@ -305,7 +305,7 @@ class IndexingMixin(GatherMixin):
     def _write(self, target: Tensor, value: Tensor) -> None:
         buf = target.uop.base
         _realize_readers(buf)
-        if buf in value.uop.toposort:  # the value reads memory the write overwrites
+        if buf in value.uop.walk():  # the value reads memory the write overwrites
             value = value.contiguous()
         target.assign(value).realize()
 
@@ -372,7 +372,7 @@ def _realize_readers(buf: UOp) -> None:
     pending = [
         t
         for t in lazy_tensors.members()
-        if (t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN) and buf in t.uop.toposort
+        if (t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN) and buf in t.uop.walk()
     ]
     if pending:
         pending[0].realize(*pending[1:])

@@ -250,6 +250,13 @@ class UOp(metaclass=_UOpMeta):
                 stack.extend((s, False) for s in reversed(node.src) if s not in order)
         return order
 
+    def walk(self) -> dict[UOp, None]:
+        """`toposort` without caching it: the cached dict when there is one, else a fresh walk. The cached dict holds
+        the node itself (a reference cycle), so a node that will be dropped soon, e.g. another tensor's graph that is
+        only looked through, keeps its graph and the buffers that graph reads until the cyclic GC runs."""
+        cached: dict[UOp, None] | None = self.__dict__.get("toposort")
+        return cached if cached is not None else self.toposort_into({})
+
     def has_op(self, op: Ops) -> bool:
         return any(x.op is op for x in self.toposort)
 
