@@ -81,24 +81,17 @@ def settled(u: UOp) -> bool:
     return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 
-def _release_walk(u: UOp) -> None:
-    """Drop the cached `toposort` of a node that is about to be thrown away. That dict holds the node itself, so
-    without this the node, the graph under it and the buffers that graph reads live on until Python's cyclic garbage
-    collector runs (which a loop of cached realizes triggers rarely: a 16 MB input per iteration grew the process by
-    over 400 MB)."""
-    u.__dict__.pop("toposort", None)
-
-
 _recent: list[UOp] = []
 
 
 def _keep_recent(sink: UOp) -> None:
     """Keep the graph of the latest realize (with its cached walk) until the next one: a loop that builds the same
     graph again then finds its nodes in the UOp cache instead of building and sizing them anew (a cached 64x64
-    matmul realize: ~390K instead of ~640K instructions). The one before is released, so the buffers only a dropped
-    graph reads are freed one realize later at most."""
+    matmul realize: ~390K instead of ~640K instructions). The one before drops its walk (see `UOp.walk`), so the
+    buffers only a dropped graph reads are freed one realize later at the latest, without the cyclic GC (a loop over
+    16 MB inputs grew the process by over 400 MB before)."""
     if _recent and _recent[0] is not sink:
-        _release_walk(_recent[0])
+        _recent[0].drop_walk()
     _recent[:] = [sink]
 
 
@@ -113,7 +106,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     if scan.assigns and (readers := _readers_of_assigned(pending)):
         pending += readers
         roots = list(dict.fromkeys(t.uop for t in pending))
-        _release_walk(whole)
+        whole.drop_walk()
         whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
         scan = scan_graph(whole)
     # bound variables leave the graph (their values go to the kernels at launch): one schedule, one compiled kernel
@@ -127,7 +120,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     run_schedule(plan_memory(items, outputs), var_vals)
     _keep_recent(whole)
     if whole_unbound is not whole:
-        _release_walk(whole_unbound)
+        whole_unbound.drop_walk()
     del whole, whole_unbound
     if var_vals:  # the realized views show the bound values again
         becomes = {r: rebind(becomes[u], var_vals) for r, u in zip(roots, unbound) if u in becomes}
@@ -142,7 +135,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
         # a view of a buffer holds no computed node: no walk needed
         elif u.base.op is not Ops.BUFFER and not u.walk().keys().isdisjoint(becomes):
             t.uop = substitute(u, becomes)
-            _release_walk(u)  # substitute walked it
+            u.drop_walk()  # substitute walked it
         if settled(t.uop):
             lazy_tensors.discard(t)
 
@@ -151,8 +144,7 @@ def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:
     """Live lazy tensors that read a buffer this realize assigns to: they must read the value from before the assign,
     so they are computed in the same schedule (which runs them before the assign)."""
     sink = UOp(Ops.SINK, src=tuple(t.uop for t in pending))
-    targets = {u.src[0].base for u in sink.toposort if u.op is Ops.ASSIGN}
-    _release_walk(sink)
+    targets = {u.src[0].base for u in sink.walk() if u.op is Ops.ASSIGN}
     if not targets:
         return []
     chosen = {id(t) for t in pending}

@@ -257,6 +257,10 @@ class UOp(metaclass=_UOpMeta):
         cached: dict[UOp, None] | None = self.__dict__.get("toposort")
         return cached if cached is not None else self.toposort_into({})
 
+    def drop_walk(self) -> None:
+        """Forget the cached `toposort` (see `walk`): for a node the caller is about to drop."""
+        self.__dict__.pop("toposort", None)
+
     def has_op(self, op: Ops) -> bool:
         return any(x.op is op for x in self.toposort)
 
