@@ -125,6 +125,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     if var_vals:  # the realized views show the bound values again
         becomes = {r: rebind(becomes[u], var_vals) for r, u in zip(roots, unbound) if u in becomes}
     chosen = {id(t) for t in pending}
+    kept: dict[int, tuple[UOp, dict[UOp, None]]] = {}
     for t in lazy_tensors.members():
         u = t.uop
         if (new := becomes.get(u)) is not None:
@@ -133,11 +134,30 @@ def realize_tensors(tensors: list[Tensor]) -> None:
             if id(t) in chosen:
                 t.uop = new
         # a view of a buffer holds no computed node: no walk needed
-        elif u.base.op is not Ops.BUFFER and not u.walk().keys().isdisjoint(becomes):
+        elif u.base.op is not Ops.BUFFER and not _walk_of(t).keys().isdisjoint(becomes):
             t.uop = substitute(u, becomes)
             u.drop_walk()  # substitute walked it
         if settled(t.uop):
             lazy_tensors.discard(t)
+        elif (walked := _lazy_walks.get(id(t))) is not None and walked[0] is t.uop:
+            kept[id(t)] = walked
+    _lazy_walks.clear()
+    _lazy_walks.update(kept)
+
+
+# the walks of live lazy tensors' nodes by id(tensor), as (node, walk): each realize keeps those of the tensors that
+# stay lazy with the same node, so a realize does not walk every other lazy graph again (300 lazy parameters realized
+# one by one: 0.5 s with the walks kept, 9.7 s without), and a dropped tensor's graph is let go one realize later (a
+# walk cached on the node itself would hold it until the cyclic GC, see `UOp.walk`)
+_lazy_walks: dict[int, tuple[UOp, dict[UOp, None]]] = {}
+
+
+def _walk_of(t: Tensor) -> dict[UOp, None]:
+    u = t.uop
+    walked = _lazy_walks.get(id(t))
+    if walked is None or walked[0] is not u:
+        walked = _lazy_walks[id(t)] = (u, u.walk())
+    return walked[1]
 
 
 def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:
@@ -152,7 +172,7 @@ def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:
     for t in lazy_tensors.members():
         if id(t) in chosen or t.uop.base.op is Ops.BUFFER:
             continue
-        topo = t.uop.walk()
+        topo = _walk_of(t)
         if any(b in topo for b in targets) and not any(u.op is Ops.ASSIGN for u in topo):
             readers.append(t)
     return readers
