@@ -134,7 +134,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
             if id(t) in chosen:
                 t.uop = new
         # a view of a buffer holds no computed node: no walk needed
-        elif u.base.op is not Ops.BUFFER and not _walk_of(t).keys().isdisjoint(becomes):
+        elif u.base.op is not Ops.BUFFER and not lazy_walk(t).keys().isdisjoint(becomes):
             t.uop = substitute(u, becomes)
             u.drop_walk()  # substitute walked it
         if settled(t.uop):
@@ -152,7 +152,8 @@ def realize_tensors(tensors: list[Tensor]) -> None:
 _lazy_walks: dict[int, tuple[UOp, dict[UOp, None]]] = {}
 
 
-def _walk_of(t: Tensor) -> dict[UOp, None]:
+def lazy_walk(t: Tensor) -> dict[UOp, None]:
+    """The walk of a live lazy tensor's node, kept by tensor (see `_lazy_walks`)."""
     u = t.uop
     walked = _lazy_walks.get(id(t))
     if walked is None or walked[0] is not u:
@@ -172,7 +173,7 @@ def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:
     for t in lazy_tensors.members():
         if id(t) in chosen or t.uop.base.op is Ops.BUFFER:
             continue
-        topo = _walk_of(t)
+        topo = lazy_walk(t)
         if any(b in topo for b in targets) and not any(u.op is Ops.ASSIGN for u in topo):
             readers.append(t)
     return readers

@@ -367,12 +367,12 @@ def _is_writable_view(u: UOp) -> bool:
 
 def _realize_readers(buf: UOp) -> None:
     """Compute every live lazy tensor that reads `buf`, so it keeps the values from before a write."""
-    from xgrad.engine.realize import lazy_tensors
+    from xgrad.engine.realize import lazy_tensors, lazy_walk
 
     pending = [
         t
         for t in lazy_tensors.members()
-        if (t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN) and buf in t.uop.walk()
+        if (t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN) and buf in lazy_walk(t)
     ]
     if pending:
         pending[0].realize(*pending[1:])
