@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from xgrad.buffer import ProgramInfo
-from xgrad_codegen.device import CompiledDevice, eval_size
+from xgrad_codegen.device import CompiledDevice, launch_args
 from xgrad_cpu.allocator import CPUAllocator
 from xgrad_cpu.compiler import CCompiler
 from xgrad_cpu.program import CPUProgram
@@ -26,7 +26,6 @@ class CPUDevice(CompiledDevice):
         self._programs = _PROGRAMS
 
     def launch(self, raw: Any, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool) -> float | None:
-        gs = info.global_size if type(info.global_size) is int else eval_size(info.global_size, vals)
-        args = tuple([vals[n] for n in info.var_names]) if info.var_names else ()
+        gs, args = launch_args(info, vals)
         result: float | None = raw.launch(bufs, gs, args, wait, 1 if info.ops + info.mem < SMALL_KERNEL else None)
         return result

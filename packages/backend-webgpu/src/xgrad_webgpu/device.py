@@ -32,7 +32,7 @@ from typing import Any
 from xgrad.buffer import ProgramInfo
 from xgrad.errors import CompileError, DeviceError
 from xgrad.uop.ops import Ops, UOp
-from xgrad_codegen.device import CompiledDevice, eval_size
+from xgrad_codegen.device import CompiledDevice, launch_args
 from xgrad_webgpu.parallel import merge_output_ranges
 from xgrad_webgpu.renderer import F16_FEATURE, WORKGROUP_SIZE, WGSLRenderer
 
@@ -238,7 +238,7 @@ class WebGPUDevice(CompiledDevice):
     def launch(
         self, raw: WebGPUProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool
     ) -> float | None:
-        gs = info.global_size if isinstance(info.global_size, int) else eval_size(info.global_size, vals)
+        gs, args = launch_args(info, vals)
         if gs <= 0:
             return 0.0 if wait else None
         groups = -(-gs // WORKGROUP_SIZE)
@@ -248,7 +248,7 @@ class WebGPUDevice(CompiledDevice):
             raise DeviceError(f"kernel {raw.name}: {gs} work items exceed the WebGPU dispatch limit")
         entries = [_binding(i, b) for i, b in enumerate(bufs[: raw.nbufs])]
         if raw.has_vars:
-            data = struct.pack(f"<{len(info.var_names)}i", *(vals[n] for n in info.var_names))
+            data = struct.pack(f"<{len(args)}i", *args)
             usage = self._wgpu.BufferUsage.STORAGE
             var_buffer = self.device.create_buffer_with_data(data=data, usage=usage)
             entries.append({"binding": raw.nbufs, "resource": {"buffer": var_buffer}})

@@ -131,12 +131,18 @@ class CompiledDevice:
         self, raw: RawProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool
     ) -> float | None:
         """Default launch: the raw program takes buffers, the parallel size and the variable values."""
-        gs = info.global_size if isinstance(info.global_size, int) else eval_size(info.global_size, vals)
-        result: float | None = raw(*bufs, global_size=gs, vals=tuple(vals[n] for n in info.var_names), wait=wait)
+        gs, args = launch_args(info, vals)
+        result: float | None = raw(*bufs, global_size=gs, vals=args, wait=wait)
         return result
 
     def synchronize(self) -> None:
         pass
+
+
+def launch_args(info: ProgramInfo, vals: dict[str, int]) -> tuple[int, tuple[int, ...]]:
+    """The parallel size of one launch of `info` and its variables' values in the kernel's order, under `vals`."""
+    gs = info.global_size if type(info.global_size) is int else eval_size(info.global_size, vals)
+    return gs, tuple([vals[n] for n in info.var_names]) if info.var_names else ()
 
 
 def eval_size(expr: UOp, vals: dict[str, int]) -> int:

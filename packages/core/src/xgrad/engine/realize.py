@@ -127,7 +127,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
         scan = scan_graph(whole)
     # bound variables leave the graph (their values go to the kernels at launch): one schedule, one compiled kernel
     unbound, var_vals = unbind_graph(roots) if scan.symbolic else (roots, {})
-    whole_unbound = UOp(Ops.SINK, dtypes.void, tuple(unbound))
+    whole_unbound = UOp(Ops.SINK, dtypes.void, tuple(unbound)) if scan.symbolic else whole
     if scan.multi:  # lowered to per-device graphs first
         items, becomes, outputs = schedule_multi(unbound, cached_schedule)
     else:  # the scan is the schedule cache's key, unless unbinding made a new graph
