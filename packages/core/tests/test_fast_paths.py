@@ -1,5 +1,5 @@
 """The engine's fast paths give the same answers as the general ones: TinyJit's plain-buffer replay, the schedule cache
-key, the shared simplify memo and the hash-consing cache of UOps."""
+key, the realize's reuse of a repeated graph's scan, the shared simplify memo and the hash-consing cache of UOps."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import gc
 import numpy as np
 import pytest
 
+import xgrad.engine.realize as realize
 from xgrad import TinyJit
 from xgrad.dtype import dtypes
-from xgrad.engine.schedule_cache import scan_graph
+from xgrad.engine.schedule_cache import GraphScan, scan_graph
 from xgrad.errors import JitError
 from xgrad.tensor import Tensor
 from xgrad.uop.ops import Ops, UOp
@@ -279,3 +280,22 @@ def test_graph_scan_finds_assigns_symbolic_shapes_and_multi_device_nodes():
     n = UOp.variable("n", 1, 4).bind(3)
     assert facts(Tensor.ones(4).shrink(((0, n),)) * 2) == (False, True, False)
     assert facts(Tensor.ones(4, 4).shard(("CPU", "CPU:1"), axis=0) + 1) == (False, False, True)
+
+
+def test_the_same_graph_realized_again_reuses_its_scan_and_reads_the_new_contents(xgrad_device, monkeypatch):
+    scans: list[UOp] = []
+
+    def counting_scan(sink: UOp) -> GraphScan:
+        scans.append(sink)
+        return scan_graph(sink)
+
+    monkeypatch.setattr(realize, "scan_graph", counting_scan)
+    x, y = data(8, 8), data(8, 8)
+    a, b = Tensor(x, device=xgrad_device).realize(), Tensor(y, device=xgrad_device).realize()
+    for _ in range(3):
+        np.testing.assert_allclose((a @ b).realize().numpy(), x @ y, rtol=1e-4, atol=1e-5)
+    assert len(scans) == 1  # the later realizes of the same (hash-consed) SINK reuse the first one's scan
+    x = x + 1
+    a.assign(Tensor(x, device=xgrad_device)).realize()  # the same buffer with new contents
+    np.testing.assert_allclose((a @ b).realize().numpy(), x @ y, rtol=1e-4, atol=1e-5)
+    assert len(scans) == 3  # the assign, then the matmul again: another graph was realized in between

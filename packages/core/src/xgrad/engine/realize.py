@@ -17,7 +17,7 @@ from xgrad.engine.jit import record
 from xgrad.engine.memory import plan_memory
 from xgrad.engine.multi import schedule_multi
 from xgrad.engine.schedule import ScheduleItem
-from xgrad.engine.schedule_cache import cached_schedule, scan_graph
+from xgrad.engine.schedule_cache import GraphScan, cached_schedule, scan_graph
 from xgrad.helpers import DEBUG
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
@@ -81,18 +81,20 @@ def settled(u: UOp) -> bool:
     return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 
-_recent: list[UOp] = []
+_recent: list[tuple[UOp, GraphScan]] = []  # the SINK of the latest realize, and its scan
 
 
-def _keep_recent(sink: UOp) -> None:
-    """Keep the graph of the latest realize (with its cached walk) until the next one: a loop that builds the same
-    graph again then finds its nodes in the UOp cache instead of building and sizing them anew (a cached 64x64
-    matmul realize: ~390K instead of ~640K instructions). The one before drops its walk (see `UOp.walk`), so the
+def _keep_recent(sink: UOp, scan: GraphScan) -> None:
+    """Keep the graph of the latest realize (with its cached walk) and its scan until the next one: a loop that builds
+    the same graph again then finds its nodes in the UOp cache instead of building and sizing them anew (a cached
+    64x64 matmul realize: ~390K instead of ~640K instructions), and the same SINK (hash-consed) reuses the scan
+    instead of walking the graph again (after a big kernel, when the walk's memory has gone cold: ~35 us of ~315 us
+    per call). The one before drops its walk (see `UOp.walk`), so the
     buffers only a dropped graph reads are freed one realize later at the latest, without the cyclic GC (a loop over
     16 MB inputs grew the process by over 400 MB before)."""
-    if _recent and _recent[0] is not sink:
-        _recent[0].drop_walk()
-    _recent[:] = [sink]
+    if _recent and _recent[0][0] is not sink:
+        _recent[0][0].drop_walk()
+    _recent[:] = [(sink, scan)]
 
 
 # the walks of live lazy tensors' nodes by id(tensor), as (node, walk): each realize keeps those of the tensors that
@@ -118,7 +120,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     roots = list(dict.fromkeys(t.uop for t in pending))
     # held for the whole call: the passes below each build this (hash-consed) SINK and reuse its cached toposort
     whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
-    scan = scan_graph(whole)
+    scan = _recent[0][1] if _recent and _recent[0][0] is whole else scan_graph(whole)
     if scan.assigns and (readers := _readers_of_assigned(pending)):
         pending += readers
         roots = list(dict.fromkeys(t.uop for t in pending))
@@ -134,7 +136,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
         items, becomes = cached_schedule(unbound, None if scan.symbolic else scan)
         outputs = [becomes[r] for r in unbound if r in becomes]
     run_schedule(plan_memory(items, outputs), var_vals)
-    _keep_recent(whole)
+    _keep_recent(whole, scan)
     if whole_unbound is not whole:
         whole_unbound.drop_walk()
     del whole, whole_unbound
