@@ -62,13 +62,14 @@ def main() -> None:
     reps = 3 if args.quick else 5
     cores = len(os.sched_getaffinity(0))
     peak = measure_peak(cores)
-    print(f"peak: FMA {peak.fma_core:.1f} GFLOPS/core ({peak.fma_all:.1f} on {cores} cores)")
+    print(f"peak: FMA {peak.fma_core:.1f} GFLOPS on 1 core, {peak.fma_all:.1f} on {cores}")
+    torch: Any = None
     try:
         import torch
 
         torch.set_num_threads(cores)
     except ImportError:
-        torch = None
+        pass
     head = f"{'workload':28s} {'heur ms':>9s} {'BEAM ms':>9s} {'numpy ms':>9s} {'torch ms':>9s}"
     print(f"{head} {'B/numpy':>8s} {'B/torch':>8s} {'heur GF':>8s} {'BEAM GF':>8s} {'search s':>9s}")
     rng = np.random.default_rng(0)

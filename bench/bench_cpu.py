@@ -63,18 +63,15 @@ def best(fn: Callable[[], object], reps: int, warmup: bool = True) -> float:
 @dataclass
 class Peak:
     fma_core: float  # GFLOPS of one core
+    fma_all: float  # GFLOPS of all cores together (the clock may be lower with every core busy)
     copy_core: float  # GB/s (read + write) of one core
     copy_all: float  # GB/s of all cores together
     cores: int
 
-    @property
-    def fma_all(self) -> float:
-        return self.fma_core * self.cores
-
 
 def measure_peak(cores: int) -> Peak:
-    """An FMA loop on one core (8 independent vector chains) and a 64 MiB copy on one core and on all cores (ctypes
-    drops the GIL, so Python threads run the C copy in parallel)."""
+    """An FMA loop (8 independent vector chains) and a 64 MiB copy, each on one core and on all cores at once (ctypes
+    drops the GIL, so Python threads run the C loops in parallel)."""
     lib = load_library(CCompiler().compile(PEAK_SRC))
     lib.fma_loop.restype = ctypes.c_float
     lib.fma_loop.argtypes = [ctypes.c_long]
@@ -89,6 +86,12 @@ def measure_peak(cores: int) -> Peak:
     chunk = n // cores
     with ThreadPoolExecutor(cores) as pool:
 
+        def fma_all() -> None:
+            for j in [pool.submit(lib.fma_loop, iters) for _ in range(cores)]:
+                j.result()
+
+        t_fma = best(fma_all, 3)
+
         def copy_all() -> None:
             jobs = [
                 pool.submit(lib.copy_loop, dst.ctypes.data + i * chunk * 4, src.ctypes.data + i * chunk * 4, chunk)
@@ -98,7 +101,7 @@ def measure_peak(cores: int) -> Peak:
                 j.result()
 
         t = best(copy_all, 5)
-    return Peak(fma, copy_core, 2 * chunk * cores * 4 / t / 1e9, cores)
+    return Peak(fma, iters * 8 * 8 * 2 * cores / t_fma / 1e9, copy_core, 2 * chunk * cores * 4 / t / 1e9, cores)
 
 
 @dataclass
@@ -239,7 +242,7 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     peak = measure_peak(cores)
     print(
-        f"peak: FMA {peak.fma_core:.1f} GFLOPS/core ({peak.fma_all:.1f} on {cores} cores); "
+        f"peak: FMA {peak.fma_core:.1f} GFLOPS on 1 core, {peak.fma_all:.1f} on {cores}; "
         f"copy {peak.copy_core:.1f} GB/s on 1 core, {peak.copy_all:.1f} GB/s on {cores}"
     )
     torch: Any = None
