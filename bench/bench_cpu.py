@@ -120,7 +120,9 @@ class Workload:
 
 def interleaved(fns: list[Callable[[], object]], reps: int, settle: float) -> list[list[float]]:
     """The times of `reps` timed calls of each function (one list per function, in round order), calling them in turn
-    (a, b, c, a, b, c, ...) so that load from other processes on a shared machine hits all of them alike.
+    so that load from other processes on a shared machine hits all of them alike. Each round starts one function
+    later (a, b, c, then b, c, a, ...): no function always takes the same slot of a round, which a disturbance with
+    about the period of a round would otherwise hit every time.
 
     Each timed call follows `settle` seconds of sleep and one untimed call of the same function: OpenBLAS's and
     torch's worker threads busy-wait for a while after a call (OpenBLAS ~0.1 s), so on a 2-core machine the next
@@ -128,13 +130,14 @@ def interleaved(fns: list[Callable[[], object]], reps: int, settle: float) -> li
     with cold caches (25-50% slower for every library here). Each library is timed warm, on otherwise idle cores, as
     in a loop that calls it back to back."""
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, ts in zip(fns, times):
+    for r in range(reps):
+        for i in range(len(fns)):
+            k = (i + r) % len(fns)  # each round starts at the next function (see the docstring)
             time.sleep(settle)
-            fn()
+            fns[k]()
             start = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - start)
+            fns[k]()
+            times[k].append(time.perf_counter() - start)
     return times
 
 
