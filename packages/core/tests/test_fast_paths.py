@@ -13,6 +13,7 @@ from xgrad import TinyJit
 from xgrad.dtype import dtypes
 from xgrad.engine.schedule_cache import GraphScan, scan_graph
 from xgrad.errors import JitError
+from xgrad.helpers import Context
 from xgrad.tensor import Tensor
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import graph_rewrite
@@ -166,6 +167,11 @@ def test_a_dropped_result_frees_its_buffer_without_the_cyclic_gc(calls):
         gc.enable()
 
 
+def _without_schedule_cache(fn):
+    with Context(SCACHE=0):  # every realize runs the scheduler itself
+        return fn()
+
+
 def _input_freed_after(step) -> bool:
     """Whether a dropped input's buffer is freed (by reference counting alone) once `step(x)` has run on it and one
     more realize has happened (the engine keeps the latest realize's graph until the next one)."""
@@ -189,8 +195,10 @@ def _input_freed_after(step) -> bool:
         lambda x: ((x * 2).sum(), (x + 5).realize()),  # a lazy tensor of x walked by the other realize
         lambda x: ((x * 2).sum() * Tensor(np.ones(64, np.float32)).is_param_()).sum().backward(),  # compute_gradient
         lambda x: Tensor(np.zeros(64, np.float32)).realize().__setitem__(slice(None), x * 2),  # a write's checks
+        lambda x: (x.shard(("CPU", "CPU:1"), 0) * 2).realize(),  # the per-device graph's schedule-cache walk
+        lambda x: _without_schedule_cache(lambda: x.reshape(8, 8).softmax(1).argmax(0).realize()),  # the scheduler's
     ],
-    ids=["sum", "twice", "lazy-other", "backward", "setitem"],
+    ids=["sum", "twice", "lazy-other", "backward", "setitem", "multi-device", "scheduler"],
 )
 def test_a_dropped_input_buffer_is_freed_without_the_cyclic_gc(step):
     """The cached `toposort` of a node holds the node itself: a walk cached on a graph the engine drops (the realize's

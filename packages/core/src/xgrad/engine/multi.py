@@ -76,7 +76,7 @@ def devices_of(u: UOp) -> tuple[str, ...] | None:
 def is_multi_graph(roots: list[UOp]) -> bool:
     """Whether any node under `roots` lives on a device tuple."""
     sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
-    return any(u.op is Ops.DEVICE and devices_of(u) is not None for u in sink.toposort)
+    return any(u.op is Ops.DEVICE and devices_of(u) is not None for u in sink.walk())
 
 
 def leaf_of(u: UOp) -> MultiLeaf | None:

@@ -109,7 +109,7 @@ def is_realized(u: UOp) -> bool:
 
 
 def find_realizes(roots: list[UOp]) -> set[UOp]:
-    sink_order = list(UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort)[:-1]
+    sink_order = list(UOp(Ops.SINK, dtypes.void, tuple(roots)).walk())[:-1]
     users: dict[UOp, set[UOp]] = {u: set() for u in sink_order}
     for u in sink_order:
         for s in u.src:
@@ -447,7 +447,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     if SPLIT_REDUCEOP:
         roots = list(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(roots)), pm_split_reduce, name="split reduce").src)
     boundaries = find_realizes(roots)
-    order = assigns_after_readers([u for u in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort if u in boundaries])
+    order = assigns_after_readers([u for u in UOp(Ops.SINK, dtypes.void, tuple(roots)).walk() if u in boundaries])
     realizes: dict[UOp, UOp] = {}
     items: list[ScheduleItem] = []
     for node in order:
@@ -515,12 +515,13 @@ def assigns_after_readers(order: list[UOp]) -> list[UOp]:
     """Move each ASSIGN after the kernels that read the old value of its buffer (and what depends on the ASSIGN after
     it), keeping every other order: readers never depend on the assign, so this is still a valid order."""
     position = {u: float(i) for i, u in enumerate(order)}
+    walks = {u: u.walk() for u in order}  # not cached on the nodes: the user may drop them (see `UOp.walk`)
     for u in order:
         if u.op is Ops.ASSIGN:
             target = u.src[0].base
-            readers = [position[r] for r in order if r is not u and u not in r.toposort and target in r.toposort]
+            readers = [position[r] for r in order if r is not u and u not in walks[r] and target in walks[r]]
             position[u] = max([position[u], *(p + 0.5 for p in readers)])
-        deps = [position[d] for d in order if d is not u and d in u.toposort]
+        deps = [position[d] for d in order if d is not u and d in walks[u]]
         if deps and max(deps) >= position[u]:
             position[u] = max(deps) + 0.25
     return sorted(order, key=position.__getitem__)

@@ -155,13 +155,20 @@ def cached_schedule(roots: list[UOp], scan: GraphScan | None = None) -> tuple[li
     """The schedule of `roots`; `scan`: their graph's scan, when the caller has made it already."""
     if not SCACHE:
         return create_schedule(roots)
-    rows, inputs = (scan or scan_graph(UOp(Ops.SINK, dtypes.void, tuple(roots))))[:2]
+    own = None  # a graph only this call walks (e.g. the per-device graph of a multi-device realize)
+    if scan is None:
+        own = UOp(Ops.SINK, dtypes.void, tuple(roots))
+        scan = scan_graph(own)
+    rows, inputs = scan[:2]
     key = (rows, MAX_KERNEL_BUFFERS.value)  # the knob changes the kernel boundaries
     if (tpl := _cache.get(key)) is not None:
         ScheduleStats.calls += 1
-        return _instantiate(tpl, roots, inputs)
-    items, becomes = create_schedule(roots)
-    _cache[key] = _make_template(roots, inputs, items, becomes)
+        items, becomes = _instantiate(tpl, roots, inputs)
+    else:
+        items, becomes = create_schedule(roots)
+        _cache[key] = _make_template(roots, inputs, items, becomes)
+    if own is not None:  # its cached walk would hold the graph and its buffers until the cyclic GC (see `UOp.walk`)
+        own.drop_walk()
     return items, becomes
 
 

@@ -123,7 +123,7 @@ def check_tensor_graph(root: UOp) -> None:
 
 
 def check(root: UOp, spec: PatternMatcher, stage: str) -> None:
-    for u in root.toposort:
+    for u in root.walk():  # not cached on `root`: a checked graph may be dropped right after (see `UOp.walk`)
         if spec.first_result(u) is not True:
             raise SpecError(f"illegal {u.op} in {stage}:\n{u}")
 
