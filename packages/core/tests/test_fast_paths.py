@@ -196,7 +196,8 @@ def _input_freed_after(step) -> bool:
         lambda x: ((x * 2).sum() * Tensor(np.ones(64, np.float32)).is_param_()).sum().backward(),  # compute_gradient
         lambda x: Tensor(np.zeros(64, np.float32)).realize().__setitem__(slice(None), x * 2),  # a write's checks
         lambda x: (x.shard(("CPU", "CPU:1"), 0) * 2).realize(),  # the per-device graph's schedule-cache walk
-        lambda x: _without_schedule_cache(lambda: x.reshape(8, 8).softmax(1).argmax(0).realize()),  # the scheduler's
+        # the scheduler's own walks (a schedule-cache miss each time)
+        lambda x: _without_schedule_cache(lambda: x.reshape(8, 8).softmax(1).argmax(0).realize()),
     ],
     ids=["sum", "twice", "lazy-other", "backward", "setitem", "multi-device", "scheduler"],
 )
