@@ -10,6 +10,8 @@ import pytest
 
 import xgrad.engine.realize as realize
 from xgrad import TinyJit
+from xgrad.buffer import HostVisible, host_visible
+from xgrad.device import Device
 from xgrad.dtype import dtypes
 from xgrad.engine.schedule_cache import GraphScan, scan_graph
 from xgrad.errors import JitError
@@ -308,3 +310,23 @@ def test_the_same_graph_realized_again_reuses_its_scan_and_reads_the_new_content
     a.assign(Tensor(x, device=xgrad_device)).realize()  # the same buffer with new contents
     np.testing.assert_allclose((a @ b).realize().numpy(), x @ y, rtol=1e-4, atol=1e-5)
     assert len(scans) == 3  # the assign, then the matmul again: another graph was realized in between
+
+
+def test_host_visible_agrees_with_the_protocol_isinstance():
+    class Mapped:
+        def as_memoryview(self, handle: object) -> memoryview:
+            return memoryview(b"")
+
+    class Opaque:
+        pass
+
+    for alloc in (Device["CPU"].allocator, Mapped(), Opaque(), Mapped(), Opaque()):  # the second time: remembered
+        assert host_visible(alloc) == isinstance(alloc, HostVisible)
+
+
+def test_a_new_buffer_node_knows_the_shape_and_device_its_rules_give(xgrad_device):
+    out = (Tensor(data(3, 5), device=xgrad_device) @ Tensor(data(5, 2), device=xgrad_device)).realize()
+    buf = out.uop.base
+    assert buf.op is Ops.BUFFER
+    for name in ("shape", "device"):  # set when the node was made; the cached properties' own rules agree
+        assert getattr(buf, name) == vars(UOp)[name].func(buf)

@@ -36,8 +36,10 @@ def new_buffer_uop(device: str, size: int, dtype: DType) -> UOp:
     """A BUFFER node with a fresh Buffer attached (allocated when first used)."""
     uop = UOp.buffer(device, size, dtype, next(_buffer_ids))
     uop.__dict__["buffer"] = Buffer(device, size, dtype)
-    # its shape, known here: computing it on first use (a cached_property miss) cost ~10 us of a cold cached realize
+    # its shape and device, known here: computing them on first use (cached_property misses) cost ~10 us of a cold
+    # cached realize, and reading the result (`Tensor.numpy()`) asks for the device
     uop.__dict__["shape"] = (int(size),)
+    uop.__dict__["device"] = device
     return uop
 
 

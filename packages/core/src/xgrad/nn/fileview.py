@@ -15,7 +15,7 @@ import pickle
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xgrad.buffer import Buffer, HostVisible
+from xgrad.buffer import Buffer, host_visible
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError, XgradError
 from xgrad.helpers import prod
@@ -110,7 +110,7 @@ def byte_source(fn: Tensor | str | os.PathLike[str]) -> ByteSource:
     if not (is_realized(t.uop) and (off := contiguous_range(t.uop)) is not None):
         t, off = t.contiguous().realize(), 0
     buf = buffer_of(t.uop)
-    if not isinstance(buf.allocator, HostVisible):  # e.g. a GPU: read it once rather than through many small views
+    if not host_visible(buf.allocator):  # e.g. a GPU: read it once rather than through many small views
         return ByteSource(None, 0, t.numel(), bytes(t.data()), name)
     return ByteSource(buf, off, t.numel(), name=name)
 
