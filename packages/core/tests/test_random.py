@@ -136,6 +136,29 @@ def test_rand_matches_reference_stream(xgrad_device: str) -> None:
     assert Tensor._device_rng_counters[xgrad_device].tolist() == [6, 0]
 
 
+def test_repeated_draws_from_a_kept_graph_follow_the_reference_stream(xgrad_device: str) -> None:
+    """Later draws of a size copy the graph the first one built (over placeholder key and counter buffers) onto the
+    new counter snapshot: the numbers must be those of the stream, draw after draw, for words and for blocks."""
+    Tensor.manual_seed(77)
+    key = ref_key(77)
+    got = [Tensor.rand(7, device=xgrad_device).tolist() for _ in range(4)]  # 4 blocks a draw
+    for i, draw in enumerate(got):
+        assert draw == [(w >> 8) * 2.0**-24 for w in ref_words(key, 4 * i, 7)]
+    blocks = [Tensor._random_blocks(3, xgrad_device) for _ in range(2)]  # counters 16.. and 19..
+    for i, (x0, x1) in enumerate(blocks):
+        words = ref_words(key, 16 + 3 * i, 6)
+        assert x0.tolist() == words[0::2] and x1.tolist() == words[1::2]
+
+
+def test_kept_draw_graphs_are_bounded(xgrad_device: str) -> None:
+    import xgrad.mixin.random as random_mixin
+
+    Tensor.rand(1, device=xgrad_device).realize()  # the key is realized: later draws use kept graphs
+    for n in range(1, random_mixin.DRAW_GRAPHS_KEPT + 10):
+        Tensor.rand(n, device=xgrad_device)
+    assert len(random_mixin._DRAW_GRAPHS) == random_mixin.DRAW_GRAPHS_KEPT
+
+
 def test_float64_and_randn_take_both_words_of_a_block(xgrad_device: str) -> None:
     skip_unsupported(xgrad_device, dtypes.float64)
     Tensor.manual_seed(99)

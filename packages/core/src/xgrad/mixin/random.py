@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from xgrad.device import Device
@@ -27,6 +28,7 @@ from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.helpers import TRAINING, argfix, ceildiv, prod
 from xgrad.mixin.common import canonical_device
 from xgrad.mixin.creation import CreationMixin
+from xgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -83,6 +85,56 @@ def _blocks(key: Tensor, counter: Tensor, index: Tensor) -> tuple[Tensor, Tensor
     lo = base_lo + index
     hi = base_hi + (lo < base_lo).cast(dtypes.uint32)
     return threefry2x32(lo, hi, _word(key, 0).reshape(1), _word(key, 1).reshape(1))
+
+
+# the graphs of recent draws, built over placeholder key and counter buffers: (kind, device, size) -> (key slot,
+# counter slot, outputs). See `_drawn`
+_DRAW_GRAPHS: dict[tuple[str, str, int], tuple[UOp, UOp, tuple[UOp, ...]]] = {}
+DRAW_GRAPHS_KEPT = 64
+
+
+def _drawn(
+    kind: str, key: Tensor, counter: Tensor, num: int, build: Callable[[Tensor, Tensor], tuple[Tensor, ...]]
+) -> tuple[Tensor, ...]:
+    """`build(key, counter)` for a draw of `num` values. Every draw reads a new counter snapshot, so none of the ~250
+    nodes of its Threefry graph is in the UOp cache, and building them through Tensor ops (broadcasting, constants,
+    sizing each node) took ~4 ms a draw. For a realized key and counter the graph is built once per (kind, device,
+    num) over placeholder buffers, then copied onto the real ones node for node, with the shapes and devices the
+    template knows: the same graph, the same numbers."""
+    plain = all(
+        t.uop.shape == (2,) and (t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER))
+        for t in (key, counter)
+    )
+    if not plain:
+        return build(key, counter)
+    tc = key._tensor_cls()
+    entry = _DRAW_GRAPHS.pop((kind, key.device, num), None)  # popped and put back: the dict keeps recent use order
+    if entry is None:
+        k_slot, c_slot = (UOp.buffer(key.device, 2, dtypes.uint32, -1 - i) for i in range(2))  # never allocated
+        entry = (k_slot, c_slot, tuple(out.uop for out in build(tc(k_slot), tc(c_slot))))
+        if len(_DRAW_GRAPHS) >= DRAW_GRAPHS_KEPT:
+            del _DRAW_GRAPHS[next(iter(_DRAW_GRAPHS))]
+    _DRAW_GRAPHS[(kind, key.device, num)] = entry
+    k_slot, c_slot, outs = entry
+    memo = {k_slot: key.uop, c_slot: counter.uop}
+    return tuple(tc(_copy_onto(out, memo)) for out in outs)
+
+
+def _copy_onto(root: UOp, memo: dict[UOp, UOp]) -> UOp:
+    """`root`'s graph with the nodes in `memo` replaced (and `memo` filled), each new node given the shape and device
+    of the node it copies (the replacements have the same shapes and devices as what they replace)."""
+    for u in root.toposort:
+        if u in memo:
+            continue
+        src = tuple(memo[s] for s in u.src)
+        if all(a is b for a, b in zip(src, u.src)):
+            memo[u] = u
+            continue
+        new = memo[u] = UOp(u.op, u.dtype, src, u.arg)
+        for attr in ("shape", "device"):
+            if attr in u.__dict__ and attr not in new.__dict__:
+                new.__dict__[attr] = u.__dict__[attr]
+    return memo[root]
 
 
 def _unit_float(words: Tensor, dtype: DType) -> Tensor:
@@ -215,14 +267,18 @@ class RandomMixin(CreationMixin):
     def _random_words(cls, num: int, device: str) -> Tensor:
         """`num` fresh random uint32 words on `device` (advances its counter)."""
         base = cls._reserve_blocks(device, ceildiv(num, 2))
-        return cls.random_bits(cls._rng_key(device), base, num)
+        return _drawn("words", cls._rng_key(device), base, num, lambda k, c: (cls.random_bits(k, c, num),))[0]
 
     @classmethod
     def _random_blocks(cls, num: int, device: str) -> tuple[Tensor, Tensor]:
         """Both words of `num` fresh blocks: words 2i and 2i+1 of the stream, computed by one chain per element."""
         base = cls._reserve_blocks(device, num)
-        index = cls._tensor_cls().arange(num, device=device, dtype=dtypes.uint32)
-        return _blocks(cls._rng_key(device), base, index)
+
+        def build(key: Tensor, counter: Tensor) -> tuple[Tensor, Tensor]:
+            return _blocks(key, counter, cls._tensor_cls().arange(num, device=device, dtype=dtypes.uint32))
+
+        x0, x1 = _drawn("blocks", cls._rng_key(device), base, num, build)
+        return x0, x1
 
     # ---- uniform and normal ----
     @classmethod
