@@ -102,7 +102,9 @@ def _drawn(
     num) over placeholder buffers, then copied onto the real ones node for node, with the shapes and devices the
     template knows: the same graph, the same numbers."""
     plain = all(
-        t.uop.shape == (2,) and (t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER))
+        t.dtype == dtypes.uint32
+        and t.uop.shape == (2,)
+        and (t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER))
         for t in (key, counter)
     )
     if not plain:
@@ -112,8 +114,9 @@ def _drawn(
     if entry is None:
         k_slot, c_slot = (UOp.buffer(key.device, 2, dtypes.uint32, -1 - i) for i in range(2))  # never allocated
         entry = (k_slot, c_slot, tuple(out.uop for out in build(tc(k_slot), tc(c_slot))))
-        if len(_DRAW_GRAPHS) >= DRAW_GRAPHS_KEPT:
-            del _DRAW_GRAPHS[next(iter(_DRAW_GRAPHS))]
+        if len(_DRAW_GRAPHS) >= DRAW_GRAPHS_KEPT:  # the least recently used goes, with its cached walks
+            for out in _DRAW_GRAPHS.pop(next(iter(_DRAW_GRAPHS)))[2]:
+                out.drop_walk()
     _DRAW_GRAPHS[(kind, key.device, num)] = entry
     k_slot, c_slot, outs = entry
     memo = {k_slot: key.uop, c_slot: counter.uop}
