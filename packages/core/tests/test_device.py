@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -55,6 +56,18 @@ def test_default_follows_dev_knob_inside_context() -> None:
 def test_default_picks_highest_priority_runnable_device(test_devices: ModuleType) -> None:
     # TESTOFF (50) is unavailable, TESTNORUN (99) runs no kernels, TESTRAISES (98) has a raising check
     assert Device.DEFAULT == "TESTHIGH"
+
+
+def test_default_is_found_again_in_a_rebuilt_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DEFAULT is remembered per registry: a registry with other plugins answers anew."""
+    with Context(DEV=""):
+        installed = Device.DEFAULT
+        monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugins"))
+        with Context(XGRAD_PLUGINS="xgrad_test_devices", XGRAD_DISABLE_PLUGIN_AUTOLOAD=1, XGRAD_BLOCK_PLUGINS=""):
+            reset_registry()
+            assert Device.DEFAULT == "TESTHIGH"
+        reset_registry()
+        assert Device.DEFAULT == installed
 
 
 def test_default_setter_sets_dev_knob(test_devices: ModuleType) -> None:

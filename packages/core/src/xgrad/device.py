@@ -108,6 +108,7 @@ class _Device:
         self._opened: dict[str, Any] = {}
         self._opened_from: Registry | None = None
         self._by_name: dict[str, tuple[Registry | None, Any]] = {}  # the name as given -> (registry, device)
+        self._default: tuple[Registry, str] | None = None  # the registry DEFAULT was found in, and the name
         self._lock = threading.RLock()
 
     @staticmethod
@@ -164,9 +165,13 @@ class _Device:
         """The DEV knob if set, else the available device that runs kernels with the highest priority."""
         if DEV.value:
             return self.canonicalize(DEV.value)
+        registry = _registry()
+        if self._default is not None and self._default[0] is registry:  # availability is checked once per registry
+            return self._default[1]
         candidates = self.get_available_devices(runs_kernels_only=True)
         if not candidates:
-            raise DeviceError(no_default_reason(_registry()))
+            raise DeviceError(no_default_reason(registry))
+        self._default = (registry, candidates[0])
         return candidates[0]
 
     @DEFAULT.setter

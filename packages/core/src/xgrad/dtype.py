@@ -506,6 +506,9 @@ def to_np_dtype(d: DType) -> np.dtype[Any] | None:
     return None if s.fmt is None else np.dtype(s.fmt)
 
 
+_FROM_NP: dict[Any, DType] = {}  # numpy dtype -> the DType found for it
+
+
 def from_np_dtype(np_dtype: Any) -> DType:
     """The DType of a numpy dtype (or scalar type); ml_dtypes' bfloat16 and float8 types are recognised by name.
 
@@ -516,10 +519,14 @@ def from_np_dtype(np_dtype: Any) -> DType:
         npd = np.dtype(np_dtype)
     except TypeError:
         raise DTypeError(f"{np_dtype!r} is not a numpy dtype") from None
+    if (hit := _FROM_NP.get(npd)) is not None:  # numpy's dtype.name is Python code: ~10 us a Tensor(ndarray)
+        return hit
     if npd.name in _NP_EXTENSION_NAMES:
-        return _NP_EXTENSION_NAMES[npd.name]
+        found = _FROM_NP[npd] = _NP_EXTENSION_NAMES[npd.name]
+        return found
     for d in dtypes.all:
         if d.fmt is not None and np.dtype(d.fmt) == npd:
+            _FROM_NP[npd] = d
             return d
     supported = ", ".join(d.name for d in dtypes.all if d.fmt is not None)
     raise DTypeError(f"numpy dtype {npd.name} is not supported; supported: {supported} (and ml_dtypes bfloat16/float8)")
