@@ -89,7 +89,7 @@ class MovementMixin(SymbolicShapeMixin):
             raise ShapeError(f"shrink {tuple(arg)} has {len(arg)} entries for {self.ndim} dimensions")
         full = tuple((0, s) if a is None else (as_size(a[0]), as_size(a[1])) for a, s in zip(arg, self.shape))
         for (b, e), s in zip(full, self.shape):
-            check_in_range(f"shrink {pairs_str(full)}", self.shape, b, e, s)
+            check_in_range(lambda: f"shrink {pairs_str(full)}", self.shape, b, e, s)
         return self._new(self.uop.shrink(full))
 
     def flip(self, axis: Any, *args: int) -> Tensor:

@@ -5,7 +5,7 @@ compiled kernel serves all of them. See `xgrad.uop.symshape` for how bound value
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from xgrad.dtype import dtypes
@@ -64,17 +64,18 @@ def pairs_str(pairs: Sequence[tuple[sint, sint]]) -> str:
     return "(" + ", ".join(shape_str(p) for p in pairs) + ")"
 
 
-def check_in_range(what: str, shape: tuple[sint, ...], b: sint, e: sint, n: sint) -> None:
+def check_in_range(what: Callable[[], str], shape: tuple[sint, ...], b: sint, e: sint, n: sint) -> None:
     """0 <= b <= e <= n now (at the bound values) and, for symbolic bounds, over the variables' whole ranges: a
-    kernel compiled for the range must never read outside the buffer."""
+    kernel compiled for the range must never read outside the buffer. `what()` describes the operation for an error
+    (called only then: formatting it on every slice cost more than the check)."""
     if not 0 <= sint_value(b) <= sint_value(e) <= sint_value(n):
-        raise ShapeError(f"{what} is out of range for shape {shape_str(shape)}")
+        raise ShapeError(f"{what()} is out of range for shape {shape_str(shape)}")
     if any(isinstance(x, UOp) for x in (b, e, n)):
         lo, hi = sint_min(b), sint_max(e)
         room = sint_min(n)
         if lo < 0 or (hi > room and not sym_equal(e, n)) or sint_min(size_diff(e, b)) < 0:
             raise ShapeError(
-                f"{what} can leave the shape {shape_str(shape)} for some values of its variables (start >= {lo}, "
+                f"{what()} can leave the shape {shape_str(shape)} for some values of its variables (start >= {lo}, "
                 f"end <= {hi}, size >= {room}); narrow the Variable ranges so that every value fits"
             )
 
