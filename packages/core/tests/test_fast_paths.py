@@ -330,3 +330,27 @@ def test_a_new_buffer_node_knows_the_shape_and_device_its_rules_give(xgrad_devic
     assert buf.op is Ops.BUFFER
     for name in ("shape", "device"):  # set when the node was made; the cached properties' own rules agree
         assert getattr(buf, name) == vars(UOp)[name].func(buf)
+
+
+def test_live_set_holds_members_weakly_by_identity():
+    from xgrad.engine.realize import LiveSet
+
+    class Member:
+        def __eq__(self, other: object) -> bool:  # like Tensor: == is not identity
+            raise AssertionError("a LiveSet must not compare members")
+
+        __hash__ = object.__hash__
+
+    live = LiveSet()
+    a, b = Member(), Member()
+    live.add(a)
+    live.add(b)
+    live.add(a)
+    assert a in live and b in live and len(live.members()) == 2
+    live.discard(b)
+    assert b not in live and [id(m) for m in live.members()] == [id(a)]
+    live.add(b)
+    del a  # reference counting alone drops it: no cyclic GC needed
+    assert [id(m) for m in live.members()] == [id(b)]
+    del b
+    assert live.members() == []

@@ -6,7 +6,6 @@ buffer, and every later graph that reaches the same node reads that buffer inste
 
 from __future__ import annotations
 
-import functools
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -42,20 +41,32 @@ class GlobalCounters:
         GlobalCounters.time_sum_s = 0.0
 
 
+class _MemberRef(weakref.ref[Any]):
+    """A LiveSet's weak reference to a member, carrying the member's id (its key in the set)."""
+
+    __slots__ = ("key",)
+    key: int
+
+
 class LiveSet:
     """Objects held weakly and told apart by identity (a WeakSet compares members with ==, which Tensor overloads
-    elementwise)."""
+    elementwise). Adding and forgetting a member costs ~0.6 us (with a `functools.partial` callback per member:
+    ~1.1 us); every Tensor joins one or two sets."""
 
     def __init__(self) -> None:
-        self._refs: dict[int, weakref.ref[Any]] = {}
+        refs: dict[int, _MemberRef] = {}
 
-    def _forget(self, key: int, ref: weakref.ref[Any]) -> None:
-        if self._refs.get(key) is ref:
-            del self._refs[key]
+        def forget(ref: _MemberRef) -> None:  # closes over the dict, not the set: no reference cycle
+            if refs.get(ref.key) is ref:
+                del refs[ref.key]
+
+        self._refs = refs
+        self._forget = forget
 
     def add(self, x: Any) -> None:
         if (key := id(x)) not in self._refs:
-            self._refs[key] = weakref.ref(x, functools.partial(self._forget, key))
+            ref = self._refs[key] = _MemberRef(x, self._forget)
+            ref.key = key
 
     def discard(self, x: Any) -> None:
         self._refs.pop(id(x), None)
