@@ -12,6 +12,7 @@ import math
 import os
 import pathlib
 import tempfile
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -190,6 +191,15 @@ def write_atomic(path: pathlib.Path, data: bytes) -> None:
 
 
 # ---- small generic helpers ----
+class KeyedRef(weakref.ref[T]):
+    """A weak reference that carries the key of the table entry holding it, for a callback shared by the whole table
+    (set after creation: a subclass with its own `__init__`, like `weakref.KeyedRef`, costs a Python-level call per
+    reference, and a `functools.partial` callback per entry twice that)."""
+
+    __slots__ = ("key",)
+    key: Any
+
+
 def prod(xs: Iterable[Any], start: Any = 1) -> Any:
     return functools.reduce(lambda a, b: a * b, xs, start)
 

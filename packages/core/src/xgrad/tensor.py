@@ -24,7 +24,7 @@ from xgrad.dtype import (
     to_np_dtype,
 )
 from xgrad.engine.jit import capturing
-from xgrad.engine.realize import all_tensors, lazy_tensors, realize_tensors, settled
+from xgrad.engine.realize import all_tensors, lazy_tensors, realize_tensors
 from xgrad.engine.schedule import buffer_of, new_buffer_uop
 from xgrad.errors import DTypeError, JitError, ShapeError, XgradError
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
@@ -114,7 +114,7 @@ class Tensor(MultiMixin):
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-        if name == "uop" and not settled(value):
+        if name == "uop" and not value.plain_buffer:
             lazy_tensors.add(self)  # a later realize may have to point it at a buffer
 
     def _new(self, uop: UOp) -> Tensor:
@@ -124,7 +124,7 @@ class Tensor(MultiMixin):
         _set(t, "grad", None)
         _set(t, "is_param", False)
         all_tensors.add(t)
-        if not settled(uop):
+        if not uop.plain_buffer:
             lazy_tensors.add(t)
         return t
 

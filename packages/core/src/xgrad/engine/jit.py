@@ -112,7 +112,7 @@ def _spec_of(t: Tensor, index: int) -> InputSpec:
     u = unbind_graph([t.uop])[0][0]  # symbolic views compare without their values
     placeholder = UOp(Ops.BUFFER, t.dtype, u.base.src, (-1, u.base.arg[1]))
     view = _replace_base(u, placeholder)
-    plain = u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+    plain = u.plain_buffer
     assert u.shape is not None
     return InputSpec(tuple(u.shape), t.dtype, t.device, view, plain)
 
@@ -248,8 +248,8 @@ class TinyJit(Generic[R]):
             raise JitError(f"TinyJit was captured with {len(self.specs)} tensor inputs, now called with {len(inputs)}")
         for i, (t, spec) in enumerate(zip(inputs, self.specs)):
             u = t.uop
-            plain = u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
-            if plain and spec.plain and u.dtype == spec.dtype and u.shape == spec.shape and t.device == spec.device:
+            plain = u.plain_buffer and spec.plain
+            if plain and u.dtype == spec.dtype and u.shape == spec.shape and t.device == spec.device:
                 continue  # the common case, checked without building the view
             got = _spec_of(t, i)
             for what in ("shape", "dtype", "device", "view"):

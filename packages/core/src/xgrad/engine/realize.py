@@ -7,7 +7,6 @@ buffer, and every later graph that reaches the same node reads that buffer inste
 from __future__ import annotations
 
 import time
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device
@@ -17,7 +16,7 @@ from xgrad.engine.memory import plan_memory
 from xgrad.engine.multi import schedule_multi
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.engine.schedule_cache import GraphScan, cached_schedule, scan_graph
-from xgrad.helpers import DEBUG
+from xgrad.helpers import DEBUG, KeyedRef
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
 from xgrad.uop.symshape import rebind, unbind_graph
@@ -41,22 +40,15 @@ class GlobalCounters:
         GlobalCounters.time_sum_s = 0.0
 
 
-class _MemberRef(weakref.ref[Any]):
-    """A LiveSet's weak reference to a member, carrying the member's id (its key in the set)."""
-
-    __slots__ = ("key",)
-    key: int
-
-
 class LiveSet:
     """Objects held weakly and told apart by identity (a WeakSet compares members with ==, which Tensor overloads
     elementwise). Adding and forgetting a member costs ~0.6 us (with a `functools.partial` callback per member:
     ~1.1 us); every Tensor joins one or two sets."""
 
     def __init__(self) -> None:
-        refs: dict[int, _MemberRef] = {}
+        refs: dict[int, KeyedRef[Any]] = {}
 
-        def forget(ref: _MemberRef) -> None:  # closes over the dict, not the set: no reference cycle
+        def forget(ref: KeyedRef[Any]) -> None:  # closes over the dict, not the set: no reference cycle
             if refs.get(ref.key) is ref:
                 del refs[ref.key]
 
@@ -65,7 +57,7 @@ class LiveSet:
 
     def add(self, x: Any) -> None:
         if (key := id(x)) not in self._refs:
-            ref = self._refs[key] = _MemberRef(x, self._forget)
+            ref = self._refs[key] = KeyedRef(x, self._forget)
             ref.key = key
 
     def discard(self, x: Any) -> None:
@@ -82,14 +74,9 @@ class LiveSet:
 # every live Tensor (backward looks for the ones in a graph)
 all_tensors = LiveSet()
 # the live Tensors whose node may be more than a realized buffer: after a realize, each one whose graph contains a
-# computed node reads its buffer instead. Tensor adds itself whenever its node is set to one that is not `settled`;
-# a realize drops the settled ones, so it never walks the (many) realized parameters and data
+# computed node reads its buffer instead. Tensor adds itself whenever its node is set to one that is not a
+# `plain_buffer`; a realize drops those, so it never walks the (many) realized parameters and data
 lazy_tensors = LiveSet()
-
-
-def settled(u: UOp) -> bool:
-    """A realized buffer or a reshape of one: a node no realize replaces."""
-    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 
 _recent: list[tuple[UOp, GraphScan]] = []  # the SINK of the latest realize, and its scan
@@ -166,7 +153,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
         elif u.base.op is not Ops.BUFFER and not lazy_walk(t).keys().isdisjoint(becomes):
             t.uop = substitute(u, becomes)
             u.drop_walk()  # substitute walked it
-        if settled(t.uop):
+        if t.uop.plain_buffer:
             lazy_tensors.discard(t)
         elif (walked := _lazy_walks.get(id(t))) is not None and walked[0] is t.uop:
             kept[id(t)] = walked

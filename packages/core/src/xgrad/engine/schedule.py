@@ -112,8 +112,9 @@ def is_realized(u: UOp) -> bool:
     return u.base.op is Ops.BUFFER
 
 
-def find_realizes(roots: list[UOp]) -> set[UOp]:
-    sink_order = list(UOp(Ops.SINK, dtypes.void, tuple(roots)).walk())[:-1]
+def find_realizes(roots: list[UOp], walk: dict[UOp, None]) -> set[UOp]:
+    """The kernel boundaries of the graph under `roots`; `walk` is its SINK's topological order."""
+    sink_order = list(walk)[:-1]
     users: dict[UOp, set[UOp]] = {u: set() for u in sink_order}
     for u in sink_order:
         for s in u.src:
@@ -450,8 +451,9 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     original = roots
     if SPLIT_REDUCEOP:
         roots = list(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(roots)), pm_split_reduce, name="split reduce").src)
-    boundaries = find_realizes(roots)
-    order = assigns_after_readers([u for u in UOp(Ops.SINK, dtypes.void, tuple(roots)).walk() if u in boundaries])
+    walk = UOp(Ops.SINK, dtypes.void, tuple(roots)).walk()  # once: not cached on a graph the caller may drop
+    boundaries = find_realizes(roots, walk)
+    order = assigns_after_readers([u for u in walk if u in boundaries])
     realizes: dict[UOp, UOp] = {}
     items: list[ScheduleItem] = []
     for node in order:

@@ -29,6 +29,7 @@ from xgrad.helpers import TRAINING, argfix, ceildiv, prod
 from xgrad.mixin.common import canonical_device
 from xgrad.mixin.creation import CreationMixin
 from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.pattern import substitute
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -88,8 +89,8 @@ def _blocks(key: Tensor, counter: Tensor, index: Tensor) -> tuple[Tensor, Tensor
 
 
 # the graphs of recent draws, built over placeholder key and counter buffers: (kind, device, size) -> (key slot,
-# counter slot, outputs). See `_drawn`
-_DRAW_GRAPHS: dict[tuple[str, str, int], tuple[UOp, UOp, tuple[UOp, ...]]] = {}
+# counter slot, a SINK of the outputs). See `_drawn`
+_DRAW_GRAPHS: dict[tuple[str, str, int], tuple[UOp, UOp, UOp]] = {}
 DRAW_GRAPHS_KEPT = 64
 
 
@@ -101,43 +102,19 @@ def _drawn(
     sizing each node) took ~4 ms a draw. For a realized key and counter the graph is built once per (kind, device,
     num) over placeholder buffers, then copied onto the real ones node for node, with the shapes and devices the
     template knows: the same graph, the same numbers."""
-    plain = all(
-        t.dtype == dtypes.uint32
-        and t.uop.shape == (2,)
-        and (t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER))
-        for t in (key, counter)
-    )
-    if not plain:
+    if not all(t.dtype == dtypes.uint32 and t.uop.shape == (2,) and t.uop.plain_buffer for t in (key, counter)):
         return build(key, counter)
     tc = key._tensor_cls()
     entry = _DRAW_GRAPHS.pop((kind, key.device, num), None)  # popped and put back: the dict keeps recent use order
     if entry is None:
         k_slot, c_slot = (UOp.buffer(key.device, 2, dtypes.uint32, -1 - i) for i in range(2))  # never allocated
-        entry = (k_slot, c_slot, tuple(out.uop for out in build(tc(k_slot), tc(c_slot))))
-        if len(_DRAW_GRAPHS) >= DRAW_GRAPHS_KEPT:  # the least recently used goes, with its cached walks
-            for out in _DRAW_GRAPHS.pop(next(iter(_DRAW_GRAPHS)))[2]:
-                out.drop_walk()
+        entry = (k_slot, c_slot, UOp(Ops.SINK, dtypes.void, tuple(out.uop for out in build(tc(k_slot), tc(c_slot)))))
+        if len(_DRAW_GRAPHS) >= DRAW_GRAPHS_KEPT:  # the least recently used goes, with its cached walk
+            _DRAW_GRAPHS.pop(next(iter(_DRAW_GRAPHS)))[2].drop_walk()
     _DRAW_GRAPHS[(kind, key.device, num)] = entry
     k_slot, c_slot, outs = entry
-    memo = {k_slot: key.uop, c_slot: counter.uop}
-    return tuple(tc(_copy_onto(out, memo)) for out in outs)
-
-
-def _copy_onto(root: UOp, memo: dict[UOp, UOp]) -> UOp:
-    """`root`'s graph with the nodes in `memo` replaced (and `memo` filled), each new node given the shape and device
-    of the node it copies (the replacements have the same shapes and devices as what they replace)."""
-    for u in root.toposort:
-        if u in memo:
-            continue
-        src = tuple(memo[s] for s in u.src)
-        if all(a is b for a, b in zip(src, u.src)):
-            memo[u] = u
-            continue
-        new = memo[u] = UOp(u.op, u.dtype, src, u.arg)
-        for attr in ("shape", "device"):
-            if attr in u.__dict__ and attr not in new.__dict__:
-                new.__dict__[attr] = u.__dict__[attr]
-    return memo[root]
+    drawn = substitute(outs, {k_slot: key.uop, c_slot: counter.uop}, same_sizes=True)
+    return tuple(tc(u) for u in drawn.src)
 
 
 def _unit_float(words: Tensor, dtype: DType) -> Tensor:

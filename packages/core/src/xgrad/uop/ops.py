@@ -16,13 +16,12 @@ from __future__ import annotations
 import enum
 import functools
 import math
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xgrad.dtype import DType, dtypes, truncate
-from xgrad.helpers import prod
+from xgrad.helpers import KeyedRef, prod
 
 
 class Ops(enum.Enum):
@@ -164,15 +163,7 @@ class KernelInfo:
     applied: bool = False
 
 
-class _NodeRef(weakref.ref["UOp"]):
-    """The UOp cache's weak reference to a node, carrying its cache key (set after creation: a subclass with its own
-    `__init__`, like `weakref.KeyedRef`, would add a Python-level call per node)."""
-
-    __slots__ = ("key",)
-    key: tuple[Any, ...]
-
-
-def _forget(ref: _NodeRef) -> None:
+def _forget(ref: KeyedRef[UOp]) -> None:
     """A node died: drop its cache entry, unless an equal node has taken the key since."""
     if _UOpMeta._cache.get(ref.key) is ref:
         del _UOpMeta._cache[ref.key]
@@ -182,7 +173,7 @@ class _UOpMeta(type):
     """Hash-consing: building a UOp equal to a live one returns that same object."""
 
     # key -> a weak reference to the live node (a plain dict: WeakValueDictionary's Python-level lookup is a hot spot)
-    _cache: dict[tuple[Any, ...], _NodeRef] = {}
+    _cache: dict[tuple[Any, ...], KeyedRef[UOp]] = {}
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 in Python, but they are different constants
@@ -199,7 +190,7 @@ class _UOpMeta(type):
         # the fields are set here rather than in an __init__: one Python-level call less per new node
         created: UOp = object.__new__(cls)  # type: ignore[arg-type]
         created.op, created.dtype, created.src, created.arg = op, dtype, src, arg
-        ref = _NodeRef(created, _forget)
+        ref = KeyedRef(created, _forget)
         ref.key = key
         _UOpMeta._cache[key] = ref
         return created
@@ -291,6 +282,11 @@ class UOp(metaclass=_UOpMeta):
             if (d := s.device) is not None:
                 return d
         return None
+
+    @property
+    def plain_buffer(self) -> bool:
+        """A BUFFER or a reshape of one: what a realized tensor's node is (no realize replaces it)."""
+        return self.op is Ops.BUFFER or (self.op is Ops.RESHAPE and self.src[0].op is Ops.BUFFER)
 
     @property
     def base(self) -> UOp:

@@ -246,15 +246,24 @@ def graph_rewrite(
     return replace[root]
 
 
-def substitute(root: UOp, mapping: dict[UOp, UOp], name: str = "substitute") -> UOp:
-    """Replace nodes by identity (no pattern matching)."""
+def substitute(root: UOp, mapping: dict[UOp, UOp], name: str = "substitute", same_sizes: bool = False) -> UOp:
+    """Replace nodes by identity (no pattern matching). `same_sizes`: every replacement has the shape and device of
+    the node it replaces, so each new node takes the shape and device its original has already computed (sizing a
+    few hundred new nodes one cached-property miss at a time costs milliseconds)."""
     memo: dict[UOp, UOp] = {}
     for u in root.toposort:
         if u in mapping:
             memo[u] = mapping[u]
             continue
         new_src = tuple(memo[s] for s in u.src)
-        memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+        if all(a is b for a, b in zip(new_src, u.src)):
+            memo[u] = u
+            continue
+        new = memo[u] = u.replace(src=new_src)
+        if same_sizes:
+            for attr in ("shape", "device"):
+                if attr in u.__dict__ and attr not in new.__dict__:
+                    new.__dict__[attr] = u.__dict__[attr]
     return memo[root]
 
 
