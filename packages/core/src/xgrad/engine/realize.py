@@ -86,7 +86,7 @@ def _keep_recent(sink: UOp, scan: GraphScan) -> None:
     """Keep the graph of the latest realize (with its cached walk) and its scan until the next one. A loop that builds
     the same graph again then finds its nodes in the UOp cache instead of building and sizing them anew, and gets the
     same (hash-consed) SINK, whose scan it reuses instead of walking the graph again: a cached 64x64 matmul realize
-    costs ~305K instructions, ~640K without the kept graph; the kept scan saves ~35 of ~315 us per call after a big
+    costs ~295K instructions, ~640K without the kept graph; the kept scan saves ~35 of ~315 us per call after a big
     kernel has left the walk's memory cold. The one before drops its walk (see `UOp.walk`), so the buffers only a
     dropped graph reads are freed one realize later at the latest, without the cyclic GC (a loop over 16 MB inputs
     grew the process by over 400 MB before)."""
