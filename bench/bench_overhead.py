@@ -5,8 +5,9 @@ Run: .venv/bin/python bench/bench_overhead.py   (prints times next to numpy's fo
 The realize loop runs `(a @ b).realize()` on the same 256x256 inputs; the kernel time alone is measured by launching
 the compiled program directly and the graph build by building it without realizing, so what is left is the engine's
 Python cost on a cached schedule (finding the cached schedule, binding buffers, launching). Best of twelve runs each:
-the machine may be shared. New-kernel compile
-time is the wall time of realizing graphs the process has not seen, with an empty cache directory (clang included).
+the machine may be shared. Then everyday calls (making, slicing, reading back tensors, `Tensor.rand`). New-kernel
+compile time is the wall time of realizing graphs the process has not seen, with an empty cache directory (clang
+included).
 """
 
 from __future__ import annotations
@@ -72,6 +73,20 @@ def main() -> None:
         f"(graph build {small_build_us:.0f} "
         f"us); numpy {numpy_small_us:.2f} us/call"
     )
+
+    # everyday calls around the kernels: making tensors, reading results back, slicing, drawing random numbers
+    xs = rng.standard_normal((64, 64), dtype=np.float32)
+    t64 = Tensor(xs).realize()
+    calls: list[tuple[str, Callable[[], object], Callable[[], object]]] = [
+        ("Tensor(64x64 ndarray)", lambda: Tensor(xs), lambda: np.array(xs)),
+        ("t[3] (lazy view)", lambda: t64[3], lambda: xs[3]),
+        ("(t + 1).realize().numpy()", lambda: (t64 + 1).realize().numpy(), lambda: xs + 1),
+        ("Tensor.rand(64, 64).realize()", lambda: Tensor.rand(64, 64).realize(), lambda: rng.random((64, 64))),
+    ]
+    for name, ours, theirs in calls:
+        print(
+            f"{name}: {per_call_us(ours, 20, runs=6):.0f} us/call; numpy {per_call_us(theirs, 20, runs=6):.1f} us/call"
+        )
 
     compiled_before = dev.compiled_count
     start = time.perf_counter()
