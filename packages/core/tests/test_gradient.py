@@ -408,6 +408,88 @@ def test_backward_skips_0d_constants_unless_marked_param(xgrad_device: str) -> N
     np.testing.assert_allclose(p.grad.numpy(), x.numpy().sum(), rtol=1e-6)
 
 
+def test_requires_grad_false_keeps_a_tensor_out_of_backward(xgrad_device: str) -> None:
+    # tinygrad's and torch's flag: a frozen input gets no gradient, the others are as torch computes them
+    a, b = rand((3, 4)), rand((4,))
+    x = Tensor(a, device=xgrad_device, requires_grad=False)
+    w = Tensor(b, device=xgrad_device, requires_grad=True)
+    frozen = Tensor(b, device=xgrad_device).requires_grad_(False)
+    (x * w * frozen).sum().backward()
+    assert x.grad is None and frozen.grad is None
+    tx, tw = torch.tensor(a), torch.tensor(b, requires_grad=True)
+    (tx * tw * torch.tensor(b)).sum().backward()
+    assert w.grad is not None and tw.grad is not None
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5)
+
+
+def test_requires_grad_true_gives_a_0d_constant_a_gradient(xgrad_device: str) -> None:
+    x = Tensor(rand((3,)), device=xgrad_device)
+    c = Tensor(2.0, device=xgrad_device, requires_grad=True)
+    (x * c).sum().backward()
+    assert c.grad is not None
+    np.testing.assert_allclose(c.grad.numpy(), x.numpy().sum(), rtol=1e-6)
+
+
+def test_a_frozen_input_no_longer_accumulates_a_gradient_each_step() -> None:
+    # without the flag, every backward adds into the input's grad (an assign realized at the next backward)
+    x = Tensor(rand((4, 3)), requires_grad=False)
+    w = Tensor(rand((3,))).is_param_()
+    for _ in range(2):
+        w.grad = None
+        (x @ w).sum().backward()
+    assert x.grad is None and w.grad is not None
+    np.testing.assert_allclose(w.grad.numpy(), x.numpy().sum(0), rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda rg: Tensor([1.0, 2.0], requires_grad=rg),
+        lambda rg: Tensor.empty(2, requires_grad=rg),
+        lambda rg: Tensor.zeros(2, 3, requires_grad=rg),
+        lambda rg: Tensor.ones(2, requires_grad=rg),
+        lambda rg: Tensor.full((2,), 3.0, requires_grad=rg),
+        lambda rg: Tensor.arange(4.0, requires_grad=rg),
+        lambda rg: Tensor.arange(1.0, 4.0, 0.5, requires_grad=rg),
+        lambda rg: Tensor.linspace(0, 1, 5, requires_grad=rg),
+        lambda rg: Tensor.eye(3, requires_grad=rg),
+        lambda rg: Tensor.rand(2, requires_grad=rg),
+        lambda rg: Tensor.randn(2, requires_grad=rg),
+        lambda rg: Tensor.normal(2, mean=1.0, requires_grad=rg),
+        lambda rg: Tensor.uniform(2, low=-1.0, requires_grad=rg),
+        lambda rg: Tensor.scaled_uniform(2, 2, requires_grad=rg),
+        lambda rg: Tensor.glorot_uniform(2, 2, requires_grad=rg),
+        lambda rg: Tensor.kaiming_uniform(2, 2, requires_grad=rg),
+        lambda rg: Tensor.kaiming_normal(2, 2, requires_grad=rg),
+        lambda rg: Tensor([1.0]).zeros_like(requires_grad=rg),
+        lambda rg: Tensor([1.0]).ones_like(requires_grad=rg),
+        lambda rg: Tensor([1.0]).full_like(2.0, requires_grad=rg),
+        lambda rg: Tensor([1.0]).empty_like(requires_grad=rg),
+        lambda rg: Tensor([1.0]).rand_like(requires_grad=rg),
+        lambda rg: Tensor([1.0]).randn_like(requires_grad=rg),
+    ],
+)
+@pytest.mark.parametrize("flag", [True, False])
+def test_creation_methods_take_requires_grad(make: Callable[[bool], Tensor], flag: bool) -> None:
+    t = make(flag)
+    assert t.requires_grad is flag
+    out = (t * 2).sum()
+    assert out.requires_grad is None  # results of ops leave it unset
+    out.backward()
+    assert (t.grad is not None) is flag
+
+
+def test_requires_grad_defaults_to_none_and_detach_sets_false() -> None:
+    t = Tensor([1.0])
+    assert t.requires_grad is None and t.detach().requires_grad is False
+    assert t.requires_grad_() is t and t.requires_grad is True
+
+
+def test_like_methods_refuse_an_unknown_keyword() -> None:
+    with pytest.raises(TypeError, match="colour"):
+        Tensor([1.0]).zeros_like(colour="red")
+
+
 def mlp_backward_against_torch(device: str, with_bias: bool) -> None:
     inputs = rand((8, 4))
     onehot = np.eye(3, dtype=np.float32)[rng.integers(0, 3, size=8)]

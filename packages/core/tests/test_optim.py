@@ -316,6 +316,21 @@ def test_optimizer_raises_without_params() -> None:
         SGD([Tensor(INIT[0])])
 
 
+def test_requires_grad_marks_what_an_optimizer_trains() -> None:
+    # tinygrad code: leaves made with requires_grad=True are trained; requires_grad=False freezes even a layer weight
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    frozen = Tensor([3.0, 4.0]).is_param_().requires_grad_(False)
+    opt = SGD([w, frozen], lr=0.5)
+    assert opt.params == [w] and opt.buffers == [frozen]
+    (w * w * frozen).sum().backward()
+    assert frozen.grad is None
+    with Context(TRAINING=1):
+        opt.step()
+    assert w.tolist() == [1.0 - 0.5 * 2 * 3.0, 2.0 - 0.5 * 2 * 2.0 * 4.0] and frozen.tolist() == [3.0, 4.0]
+    with pytest.raises(OptimizerError, match="requires_grad"):
+        SGD([Tensor([1.0]).is_param_().requires_grad_(False)])
+
+
 def test_optimizer_keeps_params_and_realizes_buffers() -> None:
     ws = make_params("CPU")
     running = Tensor([0.0, 0.0]).contiguous().realize()

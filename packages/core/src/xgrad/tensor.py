@@ -60,7 +60,10 @@ class Tensor(MultiMixin):
     """A lazy tensor.
 
     Attributes: `uop` is the graph node the tensor stands for (a BUFFER once realized); `grad` holds the gradient
-    that `backward()` accumulated (None before); `is_param` marks a trainable parameter (set it with `is_param_()`).
+    that `backward()` accumulated (None before); `is_param` marks a trainable parameter (set it with `is_param_()`);
+    `requires_grad` is None unless set (`Tensor(..., requires_grad=True)`, `requires_grad_()`, the `requires_grad=`
+    of the creation methods): False keeps the tensor out of `backward()` and out of an optimizer's training, True
+    makes it trainable like `is_param` (tinygrad's and torch's flag; the results of ops leave it None).
 
     >>> Tensor([1, 2, 3]).tolist()
     [1, 2, 3]
@@ -70,11 +73,19 @@ class Tensor(MultiMixin):
     >>> _ = (x * x).sum().backward()
     >>> x.grad.tolist()
     [6.0]
+    >>> Tensor([1.0]).requires_grad, Tensor([1.0], requires_grad=False).requires_grad
+    (None, False)
     """
 
-    __slots__ = ("uop", "grad", "is_param", "__weakref__")
+    __slots__ = ("uop", "grad", "is_param", "requires_grad", "__weakref__")
 
-    def __init__(self, data: Any = None, device: str | None = None, dtype: DType | str | None = None):
+    def __init__(
+        self,
+        data: Any = None,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
+    ):
         dt = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, UOp):
             self.uop = data
@@ -110,6 +121,7 @@ class Tensor(MultiMixin):
                 self.uop = self.uop.cast(dt)
         self.grad: Tensor | None = None
         self.is_param: bool = False
+        self.requires_grad: bool | None = requires_grad
         all_tensors.add(self)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -123,6 +135,7 @@ class Tensor(MultiMixin):
         _set(t, "uop", uop)
         _set(t, "grad", None)
         _set(t, "is_param", False)
+        _set(t, "requires_grad", None)
         all_tensors.add(t)
         if not uop.plain_buffer:
             lazy_tensors.add(t)
@@ -152,7 +165,7 @@ class Tensor(MultiMixin):
         >>> _ = (x * x.detach()).sum().backward()
         >>> x.grad.tolist()  # d(x * c)/dx = c = 2
         [2.0]"""
-        return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+        return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
 
     def to(self, device: str | tuple[str, ...] | None) -> Tensor:
         """A copy on `device` (self when already there); a tuple of devices replicates onto each.
@@ -273,6 +286,29 @@ class Tensor(MultiMixin):
         self.is_param = is_param
         return self
 
+    def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
+        """Set `requires_grad` in place (see the class docstring); returns self. False freezes a tensor: `backward()`
+        gives it no gradient and optimizers only realize it.
+
+        >>> w, frozen = Tensor([2.0]).requires_grad_(), Tensor([3.0]).requires_grad_(False)
+        >>> _ = (w * frozen).sum().backward()
+        >>> w.grad.tolist(), frozen.grad
+        ([3.0], None)
+        """
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def trainable(self) -> bool:
+        """What an optimizer trains: marked `is_param` or `requires_grad=True`, and not `requires_grad=False`.
+
+        >>> Tensor([1.0]).trainable, Tensor([1.0], requires_grad=True).trainable
+        (False, True)
+        >>> Tensor([1.0]).is_param_().requires_grad_(False).trainable
+        False
+        """
+        return self.requires_grad is True or (self.is_param and self.requires_grad is not False)
+
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """The gradients of this tensor with respect to `targets`, as new lazy tensors (nothing is mutated).
 
@@ -309,8 +345,9 @@ class Tensor(MultiMixin):
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Compute the gradient of this tensor for every live floating-point tensor in its graph and store it in
         `.grad`, or add it to an existing `.grad` (with `assign`). Skipped: what is only reached through `detach()`,
-        and bare 0-d constants such as `Tensor(2.0)` unless marked `is_param`. A non-scalar tensor needs `gradient`.
-        Returns self.
+        tensors with `requires_grad=False` (e.g. the input batches of a training loop, whose gradients would
+        otherwise be computed and added up every step), and bare 0-d constants such as `Tensor(2.0)` unless marked
+        `is_param` or `requires_grad=True`. A non-scalar tensor needs `gradient`. Returns self.
 
         >>> w = Tensor([1.0, 2.0, 3.0])
         >>> (w * w).sum().backward().item()
@@ -328,7 +365,8 @@ class Tensor(MultiMixin):
             and dtypes.is_float(t.dtype)
             and t.dtype not in dtypes.weaks
             and t.uop.device is not None
-            and (t.uop.op is not Ops.CONST or t.is_param)
+            and t.requires_grad is not False
+            and (t.uop.op is not Ops.CONST or t.is_param or t.requires_grad)
         ]
         for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
             if t.grad is None:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from xgrad.device import Device
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import ShapeError
+
+if TYPE_CHECKING:
+    from xgrad.tensor import Tensor
 
 Scalar = int | float | bool
 
@@ -35,3 +40,10 @@ def scalar_dtype(x: Scalar) -> DType:
     if isinstance(x, bool):
         return dtypes.bool
     return dtypes.default_int() if isinstance(x, int) else dtypes.default_float()
+
+
+def with_requires_grad(t: Tensor, requires_grad: bool | None) -> Tensor:
+    """`t` with its `requires_grad` set when one is given: the creation methods' `requires_grad=`."""
+    if requires_grad is not None:
+        t.requires_grad = requires_grad
+    return t

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 from xgrad.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.helpers import argfix, prod
-from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
+from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype, with_requires_grad
 from xgrad.mixin.reduce import ReduceMixin
 from xgrad.uop.ops import Ops, UOp, ssimplify
 from xgrad.uop.symshape import is_symbolic, shape_str, sint_max, sint_min, sym_prod
@@ -32,7 +32,13 @@ class CreationMixin(ReduceMixin):
 
     # ---- creation ----
     @classmethod
-    def empty(cls, *shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+    def empty(
+        cls,
+        *shape: Any,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
         """A new, uninitialized buffer of `shape` (its values are whatever the memory held).
 
         >>> Tensor.empty(2, 3).shape
@@ -46,8 +52,10 @@ class CreationMixin(ReduceMixin):
             from xgrad.engine.schedule import buffer_view
 
             buf = new_buffer_uop(canonical_device(device), sint_max(sym_prod(sh)), dt)
-            return cls._tensor_cls()(buffer_view(buf, sh))
-        return cls._tensor_cls()(new_buffer_uop(canonical_device(device), prod(sh), dt).reshape(sh))
+            return cls._tensor_cls()(buffer_view(buf, sh), requires_grad=requires_grad)
+        return cls._tensor_cls()(
+            new_buffer_uop(canonical_device(device), prod(sh), dt).reshape(sh), requires_grad=requires_grad
+        )
 
     @classmethod
     def invalids(cls, *shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
@@ -60,7 +68,12 @@ class CreationMixin(ReduceMixin):
 
     @classmethod
     def full(
-        cls, shape: Sequence[int] | int, fill_value: Scalar, device: str | None = None, dtype: DType | str | None = None
+        cls,
+        shape: Sequence[int] | int,
+        fill_value: Scalar,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
     ) -> Tensor:
         """A tensor of `shape` holding `fill_value` everywhere; dtype from the value unless given. It is a broadcast
         constant (no memory) until it is realized.
@@ -70,7 +83,7 @@ class CreationMixin(ReduceMixin):
         """
         sh = _shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else scalar_dtype(fill_value)
-        return cls._tensor_cls()(UOp.const(dt, fill_value, canonical_device(device), sh))
+        return cls._tensor_cls()(UOp.const(dt, fill_value, canonical_device(device), sh), requires_grad=requires_grad)
 
     @classmethod
     def zeros(cls, *shape: Any, **kwargs: Any) -> Tensor:
@@ -98,6 +111,7 @@ class CreationMixin(ReduceMixin):
         step: Scalar = 1,
         device: str | None = None,
         dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
     ) -> Tensor:
         """`start, start + step, ...` up to (not including) `stop`; `arange(n)` counts from 0. `stop` (and, with step
         1, `start`) may be symbolic: a bound Variable or an int expression of bound Variables.
@@ -110,13 +124,13 @@ class CreationMixin(ReduceMixin):
         if step == 0:
             raise XgradError("arange step must not be 0")
         if isinstance(start, UOp) or isinstance(stop, UOp):
-            return cls._arange_symbolic(start, stop, step, device, dtype)
+            return with_requires_grad(cls._arange_symbolic(start, stop, step, device, dtype), requires_grad)
         dt = (
             to_dtype(dtype) if dtype is not None else least_upper_dtype(*(scalar_dtype(x) for x in (start, stop, step)))
         )
         n = max(0, math.ceil((stop - start) / step))
         iota = cls._tensor_cls()(UOp(Ops.IOTA, dt, (UOp(Ops.DEVICE, arg=canonical_device(device)),), n))
-        return iota * step + start if (step != 1 or start != 0) else iota
+        return with_requires_grad(iota * step + start if (step != 1 or start != 0) else iota, requires_grad)
 
     @classmethod
     def _arange_symbolic(
@@ -160,6 +174,7 @@ class CreationMixin(ReduceMixin):
         steps: int,
         device: str | None = None,
         dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
     ) -> Tensor:
         """`steps` evenly spaced values from `start` to `stop`, both included (default float dtype).
 
@@ -176,15 +191,22 @@ class CreationMixin(ReduceMixin):
             raise ShapeError(f"linspace needs steps >= 0, got {steps}")
         compute = dtypes.float64 if dt == dtypes.float64 else dtypes.float32
         if steps <= 1:
-            return cls.full((steps,), start, device=device, dtype=compute).cast(dt)
+            return with_requires_grad(cls.full((steps,), start, device=device, dtype=compute).cast(dt), requires_grad)
         step = (stop - start) / (steps - 1)
         i = cls.arange(steps, device=device, dtype=compute)
         up = i * step + start
         down = (steps - 1 - i) * -step + stop
-        return (i < steps // 2).where(up, down).cast(dt)
+        return with_requires_grad((i < steps // 2).where(up, down).cast(dt), requires_grad)
 
     @classmethod
-    def eye(cls, n: int, m: int | None = None, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+    def eye(
+        cls,
+        n: int,
+        m: int | None = None,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
         """An `n` x `m` matrix (`m` defaults to `n`) with ones on the diagonal and zeros elsewhere.
 
         >>> Tensor.eye(2, 3).tolist()
@@ -196,18 +218,19 @@ class CreationMixin(ReduceMixin):
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float()
         rows = cls.arange(n, device=device, dtype=dtypes.int32).reshape(n, 1)
         diagonal = rows == cls.arange(cols, device=device, dtype=dtypes.int32).reshape(1, cols)
-        return diagonal.cast(dt)
+        return with_requires_grad(diagonal.cast(dt), requires_grad)
 
     # ---- *_like: same shape (and by default dtype and device) as self ----
     def full_like(self, fill_value: Scalar, **kwargs: Any) -> Tensor:
-        """A tensor like self (shape, dtype, device unless given) holding `fill_value`.
+        """A tensor like self (shape, dtype, device unless given) holding `fill_value`; the other keywords go to
+        `full` (`requires_grad=`).
 
         >>> Tensor([1.0, 2.0]).full_like(3).tolist()
         [3.0, 3.0]
         """
-        return self._tensor_cls().full(
-            self.shape, fill_value, dtype=kwargs.get("dtype", self.dtype), device=kwargs.get("device", self.device)
-        )
+        kwargs.setdefault("dtype", self.dtype)
+        kwargs.setdefault("device", self.device)
+        return self._tensor_cls().full(self.shape, fill_value, **kwargs)
 
     def zeros_like(self, **kwargs: Any) -> Tensor:
         """Zeros shaped like self (its dtype and device unless `dtype=` / `device=` are given).
@@ -225,14 +248,19 @@ class CreationMixin(ReduceMixin):
         """
         return self.full_like(1, **kwargs)
 
-    def empty_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def empty_like(
+        self, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
         """A new uninitialized buffer shaped like self (its dtype and device unless given).
 
         >>> Tensor([[1, 2, 3]]).empty_like().shape
         (1, 3)
         """
         return self._tensor_cls().empty(
-            self.shape, device=device if device is not None else self.device, dtype=dtype or self.dtype
+            self.shape,
+            device=device if device is not None else self.device,
+            dtype=dtype or self.dtype,
+            requires_grad=requires_grad,
         )
 
     def const_like(self, b: Scalar, dtype: DType | str | None = None) -> Tensor:

@@ -26,7 +26,7 @@ from xgrad.device import Device
 from xgrad.dtype import DType, dtypes, to_dtype
 from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.helpers import TRAINING, argfix, ceildiv, prod
-from xgrad.mixin.common import canonical_device
+from xgrad.mixin.common import canonical_device, with_requires_grad
 from xgrad.mixin.creation import CreationMixin
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
@@ -263,7 +263,12 @@ class RandomMixin(CreationMixin):
     # ---- uniform and normal ----
     @classmethod
     def rand(
-        cls, *shape: Any, device: str | None = None, dtype: DType | str | None = None, contiguous: bool = True
+        cls,
+        *shape: Any,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        contiguous: bool = True,
+        requires_grad: bool | None = None,
     ) -> Tensor:
         """Uniform random floats in [0, 1) of `shape` (default float dtype). `contiguous=False` leaves the result
         lazy, to be computed inside the kernels that use it. Not differentiable: a random tensor is a constant.
@@ -278,14 +283,14 @@ class RandomMixin(CreationMixin):
         tc = cls._tensor_cls()
         n = int(prod(sh))
         if n == 0:
-            return tc.full(sh, 0.0, device=dev, dtype=dt)
+            return tc.full(sh, 0.0, device=dev, dtype=dt, requires_grad=requires_grad)
         out = (
             _unit_float64(*cls._random_blocks(n, dev))
             if dt == dtypes.float64
             else _unit_float(cls._random_words(n, dev), dt)
         )
         out = out.reshape(sh).detach()
-        return out.contiguous() if contiguous else out
+        return with_requires_grad(out.contiguous() if contiguous else out, requires_grad)
 
     def rand_like(self, **kwargs: Any) -> Tensor:
         """Uniform [0, 1) random floats shaped like self (its float dtype and device unless given).
@@ -300,7 +305,12 @@ class RandomMixin(CreationMixin):
 
     @classmethod
     def randn(
-        cls, *shape: Any, device: str | None = None, dtype: DType | str | None = None, contiguous: bool = False
+        cls,
+        *shape: Any,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        contiguous: bool = False,
+        requires_grad: bool | None = None,
     ) -> Tensor:
         """Standard normal random floats (mean 0, variance 1) of `shape`: Box-Muller from two uniforms
         `u1, u2` as `sqrt(-2 log(1 - u1)) * cos(2 pi u2)`.
@@ -311,7 +321,7 @@ class RandomMixin(CreationMixin):
         sh, dt, dev = _shape_of(shape), _float_dtype(dtype, "randn"), canonical_device(device)
         n = int(prod(sh))
         if n == 0:
-            return cls._tensor_cls().full(sh, 0.0, device=dev, dtype=dt)
+            return cls._tensor_cls().full(sh, 0.0, device=dev, dtype=dt, requires_grad=requires_grad)
         if dt == dtypes.float64:
             u = cls.rand(*sh, 2, device=dev, dtype=dt, contiguous=False)
             u1, u2 = _word(u, 0), _word(u, 1)
@@ -320,7 +330,7 @@ class RandomMixin(CreationMixin):
             u1, u2 = (_unit_float(x, dtypes.float32).reshape(sh).detach() for x in (x0, x1))
         z = ((1 - u1).log() * -2).sqrt() * (u2 * (2 * math.pi)).cos()
         out = z.cast(dt)
-        return out.contiguous() if contiguous else out
+        return with_requires_grad(out.contiguous() if contiguous else out, requires_grad)
 
     def randn_like(self, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
         """Standard normal random floats shaped like self (its float dtype and device unless given).
@@ -333,17 +343,25 @@ class RandomMixin(CreationMixin):
         return self._tensor_cls().randn(*self.shape, dtype=dt, **kwargs)
 
     @classmethod
-    def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+    def normal(
+        cls, *shape: Any, mean: float = 0.0, std: float = 1.0, requires_grad: bool | None = None, **kwargs: Any
+    ) -> Tensor:
         """Normal random floats with `mean` and standard deviation `std`.
 
         >>> Tensor.normal(2, 2, mean=3.0, std=0.0).tolist()
         [[3.0, 3.0], [3.0, 3.0]]
         """
-        return cls.randn(*shape, **kwargs) * std + mean
+        return with_requires_grad(cls.randn(*shape, **kwargs) * std + mean, requires_grad)
 
     @classmethod
     def uniform(
-        cls, *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None, **kwargs: Any
+        cls,
+        *shape: Any,
+        low: float = 0.0,
+        high: float = 1.0,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
+        **kwargs: Any,
     ) -> Tensor:
         """Uniform random floats in [low, high).
 
@@ -352,19 +370,20 @@ class RandomMixin(CreationMixin):
         True
         """
         dt = _float_dtype(dtype, "uniform")
-        return (cls.rand(*shape, dtype=dt, **kwargs) * (high - low) + low).cast(dt)
+        return with_requires_grad((cls.rand(*shape, dtype=dt, **kwargs) * (high - low) + low).cast(dt), requires_grad)
 
     @classmethod
-    def scaled_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
+    def scaled_uniform(cls, *shape: Any, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
         """Uniform in [-1, 1) scaled by `1 / sqrt(numel)`.
 
         >>> bool((Tensor.scaled_uniform(4, 4).abs() <= 0.25).all().item())
         True
         """
-        return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) / math.sqrt(max(1, int(prod(_shape_of(shape)))))
+        scale = math.sqrt(max(1, int(prod(_shape_of(shape)))))
+        return with_requires_grad(cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) / scale, requires_grad)
 
     @classmethod
-    def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
+    def glorot_uniform(cls, *shape: Any, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
         """Glorot (Xavier) uniform init: uniform in [-b, b) with `b = sqrt(6 / (shape[0] + prod(shape[1:])))`.
 
         >>> bool((Tensor.glorot_uniform(3, 3).abs() <= 1.0).all().item())
@@ -372,7 +391,7 @@ class RandomMixin(CreationMixin):
         """
         sh = _shape_of(shape)
         fans = max(1, (sh[0] if sh else 1) + _fan_in(sh))
-        return cls.uniform(*sh, low=-1.0, high=1.0, **kwargs) * math.sqrt(6 / fans)
+        return with_requires_grad(cls.uniform(*sh, low=-1.0, high=1.0, **kwargs) * math.sqrt(6 / fans), requires_grad)
 
     @classmethod
     def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:

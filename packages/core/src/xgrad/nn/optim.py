@@ -44,8 +44,9 @@ class OptimizerError(XgradError):
 class Optimizer:
     """Base of the optimizers: holds the parameters, the learning rate and the state; subclasses give the update.
 
-    Of `params`, the tensors with `is_param` set are trained; the others (e.g. running statistics) are only realized
-    with each step, so updates assigned to them happen in the same run.
+    Of `params`, the `trainable` tensors are trained (marked `is_param`, as nn layers do, or `requires_grad=True`;
+    `requires_grad=False` freezes one); the others (e.g. running statistics) are only realized with each step, so
+    updates assigned to them happen in the same run.
 
     >>> from xgrad import Context
     >>> w = Tensor([1.0, 2.0]).is_param_()
@@ -59,12 +60,13 @@ class Optimizer:
 
     def __init__(self, params: Sequence[Tensor], lr: float, device: str | None = None, fused: bool | None = None):
         given = dedup(params)
-        self.params: list[Tensor] = [t for t in given if t.is_param]
-        self.buffers: list[Tensor] = [t for t in given if not t.is_param]
+        self.params: list[Tensor] = [t for t in given if t.trainable]
+        self.buffers: list[Tensor] = [t for t in given if not t.trainable]
         if not self.params:
             raise OptimizerError(
                 "the optimizer got no trainable tensors; mark parameters with `t.is_param_()` (nn layers do this) "
-                "before passing them, e.g. `SGD(nn.state.get_parameters(model))`"
+                "or make them with `requires_grad=True`, and leave out those with `requires_grad=False`, "
+                "e.g. `SGD(nn.state.get_parameters(model))`"
             )
         for p in self.params:
             if not dtypes.is_float(p.dtype):
