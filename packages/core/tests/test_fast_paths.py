@@ -7,6 +7,7 @@ import gc
 
 import numpy as np
 import pytest
+import torch
 
 import xgrad.engine.realize as realize
 from xgrad import TinyJit
@@ -16,6 +17,7 @@ from xgrad.dtype import dtypes
 from xgrad.engine.schedule_cache import GraphScan, scan_graph
 from xgrad.errors import JitError
 from xgrad.helpers import Context
+from xgrad.nn.optim import SGD
 from xgrad.tensor import Tensor
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import graph_rewrite
@@ -310,6 +312,38 @@ def test_the_same_graph_realized_again_reuses_its_scan_and_reads_the_new_content
     a.assign(Tensor(x, device=xgrad_device)).realize()  # the same buffer with new contents
     np.testing.assert_allclose((a @ b).realize().numpy(), x @ y, rtol=1e-4, atol=1e-5)
     assert len(scans) == 3  # the assign, then the matmul again: another graph was realized in between
+
+
+def test_a_repeated_training_step_reuses_both_scans_of_its_update(monkeypatch):
+    # an optimizer step scans the SINK of the update, then (it assigns) a larger one with the lazy loss that reads the
+    # parameters; the next step builds the same two SINKs and reuses both scans. The values follow torch's SGD.
+    scans: list[UOp] = []
+
+    def counting_scan(sink: UOp) -> GraphScan:
+        scans.append(sink)
+        return scan_graph(sink)
+
+    monkeypatch.setattr(realize, "scan_graph", counting_scan)
+    x0, w0 = data(4, 3), data(3, 2)
+    x, w = Tensor(x0, requires_grad=False), Tensor(w0).is_param_()
+    opt = SGD([w], lr=0.1)
+    tw = torch.tensor(w0, requires_grad=True)
+    topt = torch.optim.SGD([tw], lr=0.1)
+    for step in range(3):
+        opt.zero_grad()
+        loss = (x @ w).square().mean()
+        loss.backward()
+        with Context(TRAINING=1):
+            opt.step()  # realizes the loss with it: it reads w from before the update
+        topt.zero_grad()
+        tloss = (torch.tensor(x0) @ tw).square().mean()
+        tloss.backward()
+        topt.step()
+        np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-5)
+        np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+        if step == 0:
+            first = len(scans)
+    assert first == 2 and len(scans) == 2  # the update, then the update with the loss; none in the later steps
 
 
 def test_host_visible_agrees_with_the_protocol_isinstance():

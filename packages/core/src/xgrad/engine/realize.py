@@ -79,20 +79,32 @@ all_tensors = LiveSet()
 lazy_tensors = LiveSet()
 
 
-_recent: list[tuple[UOp, GraphScan]] = []  # the SINK of the latest realize, and its scan
+_recent: list[tuple[UOp, GraphScan]] = []  # the SINKs the latest realize scanned (at most two), with their scans
 
 
-def _keep_recent(sink: UOp, scan: GraphScan) -> None:
-    """Keep the graph of the latest realize (with its cached walk) and its scan until the next one. A loop that builds
-    the same graph again then finds its nodes in the UOp cache instead of building and sizing them anew, and gets the
-    same (hash-consed) SINK, whose scan it reuses instead of walking the graph again: a cached 64x64 matmul realize
-    costs ~295K instructions, ~640K without the kept graph; the kept scan saves ~35 of ~315 us per call after a big
-    kernel has left the walk's memory cold. The one before drops its walk (see `UOp.walk`), so the buffers only a
-    dropped graph reads are freed one realize later at the latest, without the cyclic GC (a loop over 16 MB inputs
+def _scan(sink: UOp) -> GraphScan:
+    """The scan of `sink`: the latest realize's when it scanned this very (hash-consed) SINK, else a new one."""
+    for kept, scan in _recent:
+        if kept is sink:
+            return scan
+    return scan_graph(sink)
+
+
+def _keep_recent(scanned: list[tuple[UOp, GraphScan]]) -> None:
+    """Keep the graphs of the latest realize (with their cached walks) and their scans until the next one: the SINK
+    of the tensors asked for and, when it assigns, the larger one with the lazy tensors that read the assigned buffers
+    (see `_readers_of_assigned`). A loop that builds the same graph again then finds its nodes in the UOp cache
+    instead of building and sizing them anew, and gets the same (hash-consed) SINKs, whose scans it reuses instead of
+    walking the graph again: a cached 64x64 matmul realize costs ~295K instructions, ~640K without the kept graph;
+    the kept scan saves ~35 of ~315 us per call after a big kernel has left the walk's memory cold, and both scans of
+    a small MLP's optimizer step ~1 of ~5 ms. The ones before drop their walks (see `UOp.walk`), so the buffers only
+    a dropped graph reads are freed one realize later at the latest, without the cyclic GC (a loop over 16 MB inputs
     grew the process by over 400 MB before)."""
-    if _recent and _recent[0][0] is not sink:
-        _recent[0][0].drop_walk()
-    _recent[:] = [(sink, scan)]
+    keep = {id(sink) for sink, _ in scanned}
+    for sink, _ in _recent:
+        if id(sink) not in keep:
+            sink.drop_walk()
+    _recent[:] = scanned
 
 
 # the walks of live lazy tensors' nodes by id(tensor), as (node, walk): each realize keeps those of the tensors that
@@ -118,13 +130,13 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     roots = list(dict.fromkeys(t.uop for t in pending))
     # held for the whole call: the passes below each build this (hash-consed) SINK and reuse its cached toposort
     whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
-    scan = _recent[0][1] if _recent and _recent[0][0] is whole else scan_graph(whole)
-    if scan.assigns and (readers := _readers_of_assigned(pending)):
+    scanned = [(whole, _scan(whole))]
+    if scanned[0][1].assigns and (readers := _readers_of_assigned(pending)):
         pending += readers
         roots = list(dict.fromkeys(t.uop for t in pending))
-        whole.drop_walk()
         whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
-        scan = scan_graph(whole)
+        scanned.append((whole, _scan(whole)))
+    scan = scanned[-1][1]
     # bound variables leave the graph (their values go to the kernels at launch): one schedule, one compiled kernel
     unbound, var_vals = unbind_graph(roots) if scan.symbolic else (roots, {})
     whole_unbound = UOp(Ops.SINK, dtypes.void, tuple(unbound)) if scan.symbolic else whole
@@ -134,10 +146,10 @@ def realize_tensors(tensors: list[Tensor]) -> None:
         items, becomes = cached_schedule(unbound, None if scan.symbolic else scan)
         outputs = [becomes[r] for r in unbound if r in becomes]
     run_schedule(plan_memory(items, outputs), var_vals)
-    _keep_recent(whole, scan)
+    _keep_recent(scanned)
     if whole_unbound is not whole:
         whole_unbound.drop_walk()
-    del whole, whole_unbound
+    del whole, whole_unbound, scanned
     if var_vals:  # the realized views show the bound values again
         becomes = {r: rebind(becomes[u], var_vals) for r, u in zip(roots, unbound) if u in becomes}
     chosen = {id(t) for t in pending}
