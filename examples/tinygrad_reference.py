@@ -2,12 +2,12 @@
 
 Everything below the imports is written the way a tinygrad user writes it: a small CNN with BatchNorm feeds a
 transformer block (multi-head self-attention, LayerNorm, a gelu MLP, residuals); the model is trained for a few
-steps with `nn.optim.Adam` inside a `TinyJit` step under `Context(TRAINING=1)`, its weights are saved with
+steps with `nn.optim.Adam` inside a `TinyJit` step under `Tensor.train()`, its weights are saved with
 `safe_save`, loaded back into a fresh model with `safe_load` + `load_state_dict`, and both are run in eval mode.
 
 The only lines changed from the tinygrad original are the two import lines marked `# was: ...`:
 
-    from tinygrad import Tensor, nn, TinyJit, dtypes, Device, Context
+    from tinygrad import Tensor, nn, TinyJit, dtypes, Device
     from tinygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 
 Run: python examples/tinygrad_reference.py [--steps 12] [--batch 32]
@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from xgrad import Context, Device, Tensor, TinyJit, dtypes, nn  # was: from tinygrad import ...
+from xgrad import Device, Tensor, TinyJit, dtypes, nn  # was: from tinygrad import ...
 from xgrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save  # was: tinygrad...
 
 
@@ -96,7 +96,7 @@ def train(model: Model, steps: int = 12, batch: int = 32, lr: float = 3e-3, seed
 
     @TinyJit
     def train_step(x: Tensor, y: Tensor) -> Tensor:
-        with Context(TRAINING=1):
+        with Tensor.train():
             opt.zero_grad()
             loss = model(x).sparse_categorical_crossentropy(y).backward()
             opt.step()

@@ -331,6 +331,33 @@ def test_requires_grad_marks_what_an_optimizer_trains() -> None:
         SGD([Tensor([1.0]).is_param_().requires_grad_(False)])
 
 
+def test_tensor_train_is_tinygrads_training_mode() -> None:
+    # tinygrad code steps its optimizer under `with Tensor.train():` or with `Tensor.training = True`
+    ws = make_params("CPU")
+    opt = SGD(ws, lr=0.1)
+    assert Tensor.training is False
+    xgrad_loss(ws, Tensor(X), Tensor(Y)).backward()
+    with Tensor.train():
+        assert Tensor.training is True
+        opt.step()
+    assert Tensor.training is False
+    tws = [torch.tensor(w, dtype=torch.float64, requires_grad=True) for w in INIT]
+    torch_loss(tws).backward()
+    for w, tw in zip(ws, tws):
+        assert tw.grad is not None
+        np.testing.assert_allclose(w.numpy(), tw.detach().numpy() - 0.1 * tw.grad.numpy(), **TOL)
+    Tensor.training = True
+    try:
+        opt.zero_grad()
+        xgrad_loss(ws, Tensor(X), Tensor(Y)).backward()
+        opt.step()  # would raise outside training mode
+        train_step = Tensor.train(False)(opt.step)
+        with pytest.raises(OptimizerError, match="TRAINING=1"):
+            train_step()
+    finally:
+        Tensor.training = False
+
+
 def test_optimizer_keeps_params_and_realizes_buffers() -> None:
     ws = make_params("CPU")
     running = Tensor([0.0, 0.0]).contiguous().realize()

@@ -27,6 +27,7 @@ from xgrad.engine.jit import capturing
 from xgrad.engine.realize import all_tensors, lazy_tensors, realize_tensors
 from xgrad.engine.schedule import buffer_of, new_buffer_uop
 from xgrad.errors import DTypeError, JitError, ShapeError, XgradError
+from xgrad.helpers import TRAINING, Context
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
 from xgrad.mixin.multi import MultiMixin
 from xgrad.uop.ops import Ops, UOp
@@ -56,7 +57,19 @@ def _np_to_uop(arr: np.ndarray, device: str, dtype: DType | None) -> UOp:
     return buf.reshape(tuple(int(s) for s in arr.shape))
 
 
-class Tensor(MultiMixin):
+class _TensorType(type):
+    """Tensor's metaclass, for tinygrad's class-level `Tensor.training`: the TRAINING knob, read and set."""
+
+    @property
+    def training(cls) -> bool:
+        return bool(TRAINING)
+
+    @training.setter
+    def training(cls, mode: bool) -> None:
+        TRAINING.value = int(mode)
+
+
+class Tensor(MultiMixin, metaclass=_TensorType):
     """A lazy tensor.
 
     Attributes: `uop` is the graph node the tensor stands for (a BUFFER once realized); `grad` holds the gradient
@@ -285,6 +298,20 @@ class Tensor(MultiMixin):
         """
         self.is_param = is_param
         return self
+
+    @staticmethod
+    def train(mode: bool = True) -> Context:
+        """Training mode (`mode=False`: out of it) for a `with` block or a decorated function, as tinygrad's
+        `Tensor.train()`: the same as `Context(TRAINING=1)`, which optimizer steps, dropout and BatchNorm statistics
+        read. `Tensor.training` says whether it is on (setting it sets the knob, as in tinygrad).
+
+        >>> with Tensor.train():
+        ...     Tensor.training
+        True
+        >>> Tensor.training
+        False
+        """
+        return Context(TRAINING=int(mode))
 
     def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
         """Set `requires_grad` in place (see the class docstring); returns self. False freezes a tensor: `backward()`

@@ -122,7 +122,7 @@ class Optimizer:
         if not TRAINING:
             raise OptimizerError(
                 f"{type(self).__name__}.step() outside training mode; wrap the training step in "
-                "`with Context(TRAINING=1):` (from xgrad import Context)"
+                "`with Tensor.train():` or `with Context(TRAINING=1):` (from xgrad import Context)"
             )
         missing = [i for i, p in enumerate(self.params) if p.grad is None]
         if missing:
