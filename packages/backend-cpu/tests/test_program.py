@@ -41,6 +41,14 @@ void cover(void** restrict bufs, const int* restrict vars, int start, int end) {
   if (hits) for (int i = start; i < end; i++) __atomic_fetch_add(&hits[i], 1, __ATOMIC_SEQ_CST);
 }
 void empty(void** restrict bufs, const int* restrict vars, int start, int end) {}
+/* bufs[0]: the thread that ran each index; bufs[1]: set once the second half (a worker's share) has begun. That half
+ * runs slowly (2 ms a call); the first waits for it to begin, so the caller is free to help only once it has. */
+void lopsided(void** restrict bufs, const int* restrict vars, int start, int end) {
+  long* who = bufs[0]; int* begun = bufs[1];
+  if (start >= vars[0]) { __atomic_store_n(begun, 1, __ATOMIC_SEQ_CST); usleep(2000); }
+  else for (long spins = 0; !__atomic_load_n(begun, __ATOMIC_SEQ_CST) && spins < 2000000000L; spins++) {}
+  for (int i = start; i < end; i++) who[i] = syscall(SYS_gettid);
+}
 /* bufs[0]: [ncalls, tid0, cpu0, tid1, cpu1, ...]: the thread and core that ran each chunk */
 void where(void** restrict bufs, const int* restrict vars, int start, int end) {
   long* out = bufs[0];
@@ -115,18 +123,32 @@ def test_math_kernel_links_libm_functions(lib: bytes) -> None:
         assert math.isclose(y, math.exp(x) + math.sin(x), rel_tol=1e-5)
 
 
+GRAINS_PER_SHARE = 16  # as _pool.c: each thread's share runs in grains of about 1/16 of it
+
+
+def grain_of(global_size: int, threads: int) -> int:
+    per_share = global_size // max(1, min(threads, global_size))
+    return -(-per_share // GRAINS_PER_SHARE) if per_share > GRAINS_PER_SHARE else 1
+
+
+def assert_tiles(chunks: list[tuple[int, int]], total: int, grain: int) -> None:
+    """The chunks (sorted) cover [0, total) in order, without gaps or overlaps, each non-empty and at most a grain."""
+    edges = [0]
+    for start, end in chunks:
+        assert start == edges[-1] and (0 < end - start <= grain or total == 0)
+        edges.append(end)
+    assert edges[-1] == total
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3, 4, 7, 16])
 @pytest.mark.parametrize("global_size", [0, 1, 2, 3, 5, 7, 8, 16, 100, 1001])
 def test_split_covers_every_index_once_any_size_and_threads(lib: bytes, global_size: int, threads: int) -> None:
     hits, chunks, _ = run_cover(lib, global_size, threads)
     assert hits.tolist() == [1] * global_size
-    assert len(chunks) <= max(1, min(threads, global_size))
-    # contiguous, in order, no gaps or overlaps, each chunk non-empty
-    edges = [0]
-    for start, end in chunks:
-        assert start == edges[-1] and (end > start or global_size == 0)
-        edges.append(end)
-    assert edges[-1] == global_size
+    if threads == 1 or global_size <= 1:
+        assert chunks == [(0, global_size)]  # inline, one call
+    else:
+        assert_tiles(chunks, global_size, grain_of(global_size, threads))
 
 
 @pytest.mark.parametrize("threads", [2, 3, 7])
@@ -137,9 +159,11 @@ def test_split_chunk_bounds_exact_when_global_size_near_int_max(lib: bytes, thre
     null = CPUBuffer(0, 0, memoryview(b""))
     with Context(NUM_CPU_THREADS=threads):
         CPUProgram("cover", lib)(null, calls, tids, global_size=total)
-    c = read(calls, np.int32, 1 + 2 * threads)
+    c = read(calls, np.int32, 1 + 2 * 512)
     chunks = sorted((int(c[1 + 2 * i]), int(c[2 + 2 * i])) for i in range(int(c[0])))
-    assert chunks == [(total * i // threads, total * (i + 1) // threads) for i in range(threads)]
+    assert_tiles(chunks, total, grain_of(total, threads))
+    # every share starts exactly where the int64 arithmetic puts it (no 32-bit overflow on the way)
+    assert {total * i // threads for i in range(threads)} <= {start for start, _ in chunks}
 
 
 def test_inline_runs_in_caller_thread_when_one_thread(lib: bytes) -> None:
@@ -156,10 +180,25 @@ def test_inline_runs_in_caller_thread_when_global_size_1(lib: bytes) -> None:
 
 def test_pool_runs_chunks_on_distinct_threads_caller_included(lib: bytes) -> None:
     for _ in range(3):  # again once the workers exist
-        _, chunks, tids = run_cover(lib, 64, 4)
-        assert len(chunks) == 4
-        assert len(set(tids)) == 4
+        hits, chunks, tids = run_cover(lib, 64, 4)
+        assert hits.tolist() == [1] * 64
+        assert len(set(tids)) == 4  # every thread runs at least its share's first grain
         assert threading.get_native_id() in tids
+
+
+def test_idle_threads_help_with_a_slow_share_from_its_back(lib: bytes) -> None:
+    # the worker's share runs slowly (another tenant's load on its core): the caller, done with its own, takes grains
+    # from the back of the worker's share instead of waiting for it
+    who = buffer_from(np.zeros(64, np.int64))
+    begun = buffer_from(np.zeros(1, np.int32))
+    CPUProgram("lopsided", lib)(who, begun, global_size=64, vals=(32,), threads=2)
+    tids = read(who, np.int64, 64).tolist()
+    me = threading.get_native_id()
+    assert all(t == me for t in tids[:32])
+    worker = {t for t in tids[32:]} - {me}
+    assert len(worker) == 1 and tids[32] in worker  # the worker ran the front of its share
+    helped = [i for i in range(32, 64) if tids[i] == me]
+    assert helped and helped == list(range(64 - len(helped), 64))  # the caller took its back, in one piece
 
 
 def run_where(lib: bytes, threads: int) -> list[tuple[int, int]]:
@@ -248,8 +287,8 @@ def test_pool_works_in_forked_child_after_parent_used_it(lib: bytes) -> None:
     pid = os.fork()
     if pid == 0:
         try:
-            child_hits, chunks, _ = run_cover(lib, 50, 4)
-            os._exit(0 if child_hits.tolist() == [1] * 50 and len(chunks) == 4 else 1)
+            child_hits, _, tids = run_cover(lib, 50, 4)
+            os._exit(0 if child_hits.tolist() == [1] * 50 and len(set(tids)) == 4 else 1)
         except BaseException:
             os._exit(2)
     for _ in range(300):  # a deadlocked child must fail the test, not hang it

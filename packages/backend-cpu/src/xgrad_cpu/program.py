@@ -3,8 +3,9 @@
 Kernel ABI (emitted by the C renderer):
     void <name>(void** restrict bufs, const int* restrict vars, int start, int end)
 `bufs[i]` is buffer i's data pointer, `vars[j]` the j-th symbolic int, `[start, end)` the slice of the outermost
-parallel loop one call runs. A launch splits `range(global_size)` into contiguous chunks, one per thread, and runs
-them on the persistent pthread pool of `_pool.c` with a single ctypes call (ctypes drops the GIL for its duration).
+parallel loop one call runs. A launch splits `range(global_size)` into contiguous shares, one per thread, and runs
+them on the persistent pthread pool of `_pool.c` with a single ctypes call (ctypes drops the GIL for its duration);
+a thread done with its share helps with the others' (see `_pool.c`).
 """
 
 from __future__ import annotations
