@@ -6,8 +6,9 @@ the ratios xgrad/numpy and xgrad/torch (time over time: below 1 means xgrad is f
 with the share of the measured peak. `pair/np` is the paired ratio: the median over the rounds of xgrad's time over
 numpy's time in the same round. On a shared machine whose speed drifts in phases of seconds, the two minimums may
 come from different phases; the paired ratio compares calls made a fraction of a second apart. The peak is measured
-first: an FMA loop (one core, times the cores) and a copy loop on one core and on all cores, compiled by the same C
-compiler the CPU backend uses. The libraries take turns, and each timed call follows a short sleep (the other
+first and again before each workload (its "of peak" is against the peak of that moment, so a slow phase does not
+show as over 100%): an FMA loop and a copy loop on one core and on all cores, compiled by the same C compiler the CPU
+backend uses. The libraries take turns, and each timed call follows a short sleep (the other
 libraries' spinning threads go idle) and one untimed warm call (see `interleaved`). Asserts nothing; the machine may
 be shared, so compare ratios measured in the same run, not numbers across runs.
 """
@@ -267,6 +268,7 @@ def main() -> None:
     for w in workloads(args.quick, torch):
         if args.only and args.only not in w.name:
             continue
+        peak = measure_peak(cores)  # the machine's speed now: other tenants' load comes and goes in phases
         arrays = [rng.standard_normal(s).astype(np.float32) for s in w.shapes]
         tensors = [Tensor(a).realize() for a in arrays]
         fns = [xgrad_call(w, tensors, **knobs) for _, knobs in columns]
