@@ -7,9 +7,10 @@
  * by taking grains from the back of shares whose owners have started: on a shared VM one core often runs slower for
  * a while (another tenant's load), and a static split would wait for it (2048^2 matmul under such load: paired
  * median 0.94-0.96 of the static split's time, best 99-102 ms against 109-117). A share whose owner has not started
- * yet (a worker still waking) is left to it, so every thread gets its own first grain. A waiter spins for SPIN_NS and then sleeps on a condition
- * variable: 1 ms covers the Python work between two kernels of a step (building and scheduling a graph takes
- * 0.2-0.5 ms), and waking a sleeping worker costs 40-100 us here (a VM), more than a small kernel itself.
+ * yet (a worker still waking) is left to it, so every thread gets its own first grain.
+ * A waiter spins for SPIN_NS and then sleeps on a condition variable: 1 ms covers the Python work between two
+ * kernels of a step (building and scheduling a graph takes 0.2-0.5 ms), and waking a sleeping worker costs 40-100 us
+ * here (a VM), more than a small kernel itself.
  * Sleep/wake uses the "store flag, then load the other side's word" pattern with seq_cst atomics on both sides, so a
  * wakeup is never lost.
  * Calls are serialised by run_mu, which is also held across fork() so a child starts with a clean, empty pool.
