@@ -479,9 +479,9 @@ def test_creation_methods_take_requires_grad(make: Callable[[bool], Tensor], fla
     assert (t.grad is not None) is flag
 
 
-def test_requires_grad_defaults_to_none_and_detach_sets_false() -> None:
+def test_requires_grad_defaults_to_none() -> None:
     t = Tensor([1.0])
-    assert t.requires_grad is None and t.detach().requires_grad is False
+    assert t.requires_grad is None
     assert t.requires_grad_() is t and t.requires_grad is True
 
 

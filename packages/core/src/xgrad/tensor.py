@@ -178,7 +178,7 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         >>> _ = (x * x.detach()).sum().backward()
         >>> x.grad.tolist()  # d(x * c)/dx = c = 2
         [2.0]"""
-        return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
+        return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
 
     def to(self, device: str | tuple[str, ...] | None) -> Tensor:
         """A copy on `device` (self when already there); a tuple of devices replicates onto each.
