@@ -202,3 +202,33 @@ def test_like_gradient_does_not_reach_the_source(xgrad_device: str) -> None:
     np.testing.assert_allclose(g.numpy(), wg.numpy())
     (g0,) = x.zeros_like().sum().gradient(x)
     assert g0.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
+def test_clone_has_its_own_buffer_like_torch_clone(xgrad_device: str) -> None:
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = Tensor(a, device=xgrad_device).realize()
+    t.grad = Tensor(a * 2, device=xgrad_device)
+    c = t.clone()
+    tt = torch.tensor(a)
+    tc = tt.clone()
+    t.assign(t + 10).realize()
+    tt += 10
+    np.testing.assert_array_equal(c.numpy(), tc.numpy())
+    np.testing.assert_array_equal(t.numpy(), tt.numpy())
+    assert c.grad is not None and c.grad is not t.grad
+    np.testing.assert_array_equal(c.grad.numpy(), a * 2)
+    lazy = (t * 2).clone()  # a graph: computed into the clone's own buffer
+    np.testing.assert_array_equal(lazy.numpy(), (a + 10) * 2)
+
+
+def test_clone_to_another_device() -> None:
+    c = Tensor([1.0, 2.0], device="CPU").clone("CPU:1")
+    assert c.device == "CPU:1" and c.tolist() == [1.0, 2.0]
+
+
+def test_replace_swaps_the_graph_in_place_and_checks_the_shape() -> None:
+    t = Tensor([1.0, 2.0])
+    x = Tensor([3.0, 4.0]) * 2
+    assert t.replace(x) is t and t.tolist() == [6.0, 8.0]
+    with pytest.raises(ShapeError, match="same shape"):
+        t.replace(Tensor([1.0, 2.0, 3.0]))

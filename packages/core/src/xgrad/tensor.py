@@ -180,6 +180,34 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         [2.0]"""
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
 
+    def clone(self, device: str | tuple[str, ...] | None = None) -> Tensor:
+        """A copy with a buffer of its own (on `device` when given), and a clone of `grad` when there is one: later
+        assigns to either leave the other alone.
+
+        >>> t = Tensor([1.0, 2.0]).realize()
+        >>> c = t.clone()
+        >>> _ = t.assign(Tensor([5.0, 6.0])).realize()
+        >>> c.tolist(), t.tolist()
+        ([1.0, 2.0], [5.0, 6.0])
+        """
+        out = (self if device is None else self.to(device)).contiguous()
+        if self.grad is not None:
+            out.grad = self.grad.clone(device)
+        return out
+
+    def replace(self, x: Tensor) -> Tensor:
+        """Make this tensor stand for `x`'s values (its graph, dtype and device; the shapes must match), in place,
+        without computing anything; returns self. Unlike `assign`, nothing is written into this tensor's buffer.
+
+        >>> t = Tensor([1.0, 2.0])
+        >>> t.replace(Tensor([3, 4])).tolist()
+        [3, 4]
+        """
+        if x.shape != self.shape:
+            raise ShapeError(f"replace needs the same shape: this tensor has {self.shape}, the new value {x.shape}")
+        self.uop = x.uop
+        return self
+
     def to(self, device: str | tuple[str, ...] | None) -> Tensor:
         """A copy on `device` (self when already there); a tuple of devices replicates onto each.
 
