@@ -4,12 +4,14 @@ key, the realize's reuse of a repeated graph's scan, the shared simplify memo an
 from __future__ import annotations
 
 import gc
+import math
 
 import numpy as np
 import pytest
 import torch
 
 import xgrad.engine.realize as realize
+import xgrad.uop.ops as ops
 from xgrad import TinyJit
 from xgrad.buffer import HostVisible, host_visible
 from xgrad.device import Device
@@ -388,3 +390,31 @@ def test_live_set_holds_members_weakly_by_identity():
     assert [id(m) for m in live.members()] == [id(b)]
     del b
     assert live.members() == []
+
+
+def test_remembered_constants_keep_the_sign_of_zero_and_skip_nan():
+    # UOp.const remembers its answers by value: -0.0 == 0.0 (one hash) must still give its own constant
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    t = Tensor(x)
+    for value in (0.0, -0.0, 0.0, math.nan, math.nan, 2, 2.0, True):
+        want = x * np.float32(value)
+        got = (t * value).numpy()
+        np.testing.assert_array_equal(got, want)
+        assert np.array_equal(np.signbit(got), np.signbit(want)), value
+    assert all(k[2] == k[2] for k in ops._CONSTS)  # no NaN kept
+
+
+def test_remembered_constants_stay_bounded(monkeypatch):
+    monkeypatch.setattr(ops, "_CONSTS_KEPT", 8)
+    for i in range(50):
+        assert UOp.const(dtypes.float32, float(i), "CPU", (2,)).src[0].src[0].arg == float(i)
+    assert len(ops._CONSTS) <= 8
+
+
+def test_a_scalar_operand_joins_no_live_set():
+    # `x * 2` makes one Tensor the user sees; the broadcast 2 is consumed at once and costs no bookkeeping
+    x = Tensor(data(4)).realize()
+    before = len(realize.all_tensors.members())
+    y = x * 2
+    assert len(realize.all_tensors.members()) == before + 1 and y in realize.all_tensors
+    np.testing.assert_allclose(y.numpy(), x.numpy() * 2)

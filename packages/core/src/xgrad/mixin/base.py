@@ -38,6 +38,10 @@ class TensorBase:
         """A Tensor for a new graph node."""
         return self._tensor_cls()(uop)
 
+    def _operand(self, uop: UOp) -> Tensor:
+        """A Tensor for a node the op making it consumes at once (Tensor makes it without bookkeeping)."""
+        return self._new(uop)
+
     def _t(self) -> Tensor:
         """self, typed as the Tensor it is."""
         return self  # type: ignore[return-value]  # every TensorBase is a Tensor

@@ -163,17 +163,21 @@ class KernelInfo:
     applied: bool = False
 
 
-def _forget(ref: KeyedRef[UOp]) -> None:
-    """A node died: drop its cache entry, unless an equal node has taken the key since."""
-    if _UOpMeta._cache.get(ref.key) is ref:
-        del _UOpMeta._cache[ref.key]
+# key -> a weak reference to the live node (a plain dict: WeakValueDictionary's Python-level lookup is a hot spot)
+_LIVE: dict[tuple[Any, ...], KeyedRef[UOp]] = {}
+
+
+def _forget(ref: KeyedRef[UOp], live: dict[tuple[Any, ...], KeyedRef[UOp]] = _LIVE) -> None:
+    """A node died: drop its cache entry, unless an equal node has taken the key since. The dict is bound as a
+    default: nodes kept by this module (UOp.const's) die while the interpreter clears the module's globals."""
+    if live.get(ref.key) is ref:
+        del live[ref.key]
 
 
 class _UOpMeta(type):
     """Hash-consing: building a UOp equal to a live one returns that same object."""
 
-    # key -> a weak reference to the live node (a plain dict: WeakValueDictionary's Python-level lookup is a hot spot)
-    _cache: dict[tuple[Any, ...], KeyedRef[UOp]] = {}
+    _cache = _LIVE
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 in Python, but they are different constants
@@ -299,11 +303,25 @@ class UOp(metaclass=_UOpMeta):
     # ---- construction helpers ----
     @staticmethod
     def const(dtype: DType, value: Any, device: str | None = None, shape: tuple[sint, ...] | None = None) -> UOp:
-        value = _cast_const(dtype.scalar(), value)
+        """A constant, on `device` and broadcast to `shape` when given. The answers are remembered (up to
+        _CONSTS_KEPT of them): every `x * 2` makes one, and building the CONST, its DEVICE and the reshape and expand
+        to the shape (with their checks) cost ~8 of ~18 us of the op."""
+        kind = type(value)
+        key = None
+        scalar = kind is int or kind is bool or kind is float
+        if scalar and value == value and (shape is None or type(shape) is tuple):
+            # -0.0 == 0.0 with one hash: floats are told apart by their sign too (NaN is never kept)
+            key = (dtype, kind, value, math.copysign(1.0, value) if kind is float else 0, device, shape)
+            if (hit := _CONSTS.get(key)) is not None:
+                return hit
         src = (UOp(Ops.DEVICE, arg=device),) if device is not None else ()
-        ret = UOp(Ops.CONST, dtype, src, value)
+        ret = UOp(Ops.CONST, dtype, src, _cast_const(dtype.scalar(), value))
         if shape is not None:
             ret = ret.reshape((1,) * len(shape)).expand(shape) if shape else ret
+        if key is not None:
+            if len(_CONSTS) >= _CONSTS_KEPT:
+                _CONSTS.clear()
+            _CONSTS[key] = ret
         return ret
 
     def const_like(self, value: Any) -> UOp:
@@ -554,6 +572,9 @@ def _elementwise_shape(u: UOp) -> tuple[sint, ...] | None:
 
 # op -> its node's shape from its arg and its sources' shapes (ops not here have none). A table: it is looked up for
 # every node a Tensor op builds, and reading an Enum member off its class costs ~100 ns on Python 3.11
+_CONSTS_KEPT = 4096
+_CONSTS: dict[tuple[Any, ...], UOp] = {}  # UOp.const's answers by (dtype, type and value, sign, device, shape)
+
 _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[sint, ...] | None]] = {
     Ops.BUFFER: lambda u: _sizes((u.arg[1],)),
     Ops.IOTA: lambda u: _sizes((u.arg,)),
