@@ -297,14 +297,20 @@ def test_graph_scan_finds_assigns_symbolic_shapes_and_multi_device_nodes():
     assert facts(Tensor.ones(4, 4).shard(("CPU", "CPU:1"), axis=0) + 1) == (False, False, True)
 
 
-def test_the_same_graph_realized_again_reuses_its_scan_and_reads_the_new_contents(xgrad_device, monkeypatch):
-    scans: list[UOp] = []
+@pytest.fixture
+def scans(monkeypatch) -> list[UOp]:
+    """The SINKs the engine scans from now on (realize's `scan_graph`, counted)."""
+    seen: list[UOp] = []
 
     def counting_scan(sink: UOp) -> GraphScan:
-        scans.append(sink)
+        seen.append(sink)
         return scan_graph(sink)
 
     monkeypatch.setattr(realize, "scan_graph", counting_scan)
+    return seen
+
+
+def test_the_same_graph_realized_again_reuses_its_scan_and_reads_the_new_contents(xgrad_device, scans):
     x, y = data(8, 8), data(8, 8)
     a, b = Tensor(x, device=xgrad_device).realize(), Tensor(y, device=xgrad_device).realize()
     for _ in range(3):
@@ -316,16 +322,9 @@ def test_the_same_graph_realized_again_reuses_its_scan_and_reads_the_new_content
     assert len(scans) == 3  # the assign, then the matmul again: another graph was realized in between
 
 
-def test_a_repeated_training_step_reuses_both_scans_of_its_update(monkeypatch):
+def test_a_repeated_training_step_reuses_both_scans_of_its_update(scans):
     # an optimizer step scans the SINK of the update, then (it assigns) a larger one with the lazy loss that reads the
     # parameters; the next step builds the same two SINKs and reuses both scans. The values follow torch's SGD.
-    scans: list[UOp] = []
-
-    def counting_scan(sink: UOp) -> GraphScan:
-        scans.append(sink)
-        return scan_graph(sink)
-
-    monkeypatch.setattr(realize, "scan_graph", counting_scan)
     x0, w0 = data(4, 3), data(3, 2)
     x, w = Tensor(x0, requires_grad=False), Tensor(w0).is_param_()
     opt = SGD([w], lr=0.1)
