@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 import numpy as np
-from bench_cpu import Workload, interleaved, measure_peak, workloads, xgrad_call
+from bench_cpu import Probes, Workload, interleaved, measure_peak, workloads, xgrad_call
 
 from xgrad import Tensor
 from xgrad.helpers import Context
@@ -61,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     reps = 3 if args.quick else 5
     cores = len(os.sched_getaffinity(0))
-    peak = measure_peak(cores)
+    peak = measure_peak(Probes(cores))
     print(f"peak: FMA {peak.fma_core:.1f} GFLOPS on 1 core, {peak.fma_all:.1f} on {cores}")
     torch: Any = None
     try:

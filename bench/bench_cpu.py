@@ -5,10 +5,10 @@ Prints, per workload: best-of-N time for xgrad (heuristic opts; with --beam N al
 the ratios xgrad/numpy and xgrad/torch (time over time: below 1 means xgrad is faster) and xgrad's GFLOPS or GB/s
 with the share of the measured peak. `pair/np` is the paired ratio: the median over the rounds of xgrad's time over
 numpy's time in the same round. On a shared machine whose speed drifts in phases of seconds, the two minimums may
-come from different phases; the paired ratio compares calls made a fraction of a second apart. The peak is measured
-first and again before each workload (its "of peak" is against the peak of that moment, so a slow phase does not
-show as over 100%): an FMA loop and a copy loop on one core and on all cores, compiled by the same C compiler the CPU
-backend uses. The libraries take turns, and each timed call follows a short sleep (the other
+come from different phases; the paired ratio compares calls made a fraction of a second apart. The peak (an FMA loop
+and a copy loop on one core and on all cores, compiled by the same C compiler the CPU backend uses) is printed
+first, and each workload's rounds also run the all-core loop of its unit: its "of peak" is against the best of those,
+the machine's speed in the same rounds. The libraries take turns, and each timed call follows a short sleep (the other
 libraries' spinning threads go idle) and one untimed warm call (see `interleaved`). Asserts nothing; the machine may
 be shared, so compare ratios measured in the same run, not numbers across runs.
 """
@@ -70,39 +70,56 @@ class Peak:
     cores: int
 
 
-def measure_peak(cores: int) -> Peak:
-    """An FMA loop (8 independent vector chains) and a 64 MiB copy, each on one core and on all cores at once (ctypes
-    drops the GIL, so Python threads run the C loops in parallel)."""
-    lib = load_library(CCompiler().compile(PEAK_SRC))
-    lib.fma_loop.restype = ctypes.c_float
-    lib.fma_loop.argtypes = [ctypes.c_long]
-    iters = 20_000_000
-    t = best(lambda: lib.fma_loop(iters), 3)
-    fma = iters * 8 * 8 * 2 / t / 1e9
-    n = 1 << 24
-    src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
-    lib.copy_loop.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
-    t = best(lambda: lib.copy_loop(dst.ctypes.data, src.ctypes.data, n), 5)
-    copy_core = 2 * n * 4 / t / 1e9
-    chunk = n // cores
-    with ThreadPoolExecutor(cores) as pool:
+class Probes:
+    """The peak loops, ready to run on all cores at once (ctypes drops the GIL, so Python threads run the C loops in
+    parallel): an FMA loop (8 independent vector chains per core) and a 64 MiB copy split over the cores. Each
+    workload's rounds also run the probe of its unit, so its "of peak" is against the machine's speed in those same
+    rounds (other tenants' load comes and goes in phases of seconds)."""
 
-        def fma_all() -> None:
-            for j in [pool.submit(lib.fma_loop, iters) for _ in range(cores)]:
-                j.result()
+    ITERS = 20_000_000  # FMA loop iterations per core (~25 ms)
 
-        t_fma = best(fma_all, 3)
+    def __init__(self, cores: int) -> None:
+        self.cores = cores
+        self.lib = load_library(CCompiler().compile(PEAK_SRC))
+        self.lib.fma_loop.restype = ctypes.c_float
+        self.lib.fma_loop.argtypes = [ctypes.c_long]
+        self.lib.copy_loop.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
+        self.n = 1 << 24
+        self.src, self.dst = np.ones(self.n, np.float32), np.empty(self.n, np.float32)
+        self.chunk = self.n // cores
+        self.pool = ThreadPoolExecutor(cores)
+        self.fma_flops = self.ITERS * 8 * 8 * 2 * cores  # the flops of one `fma_all`
+        self.copy_bytes = 2 * self.chunk * cores * 4  # the bytes read and written by one `copy_all`
 
-        def copy_all() -> None:
-            jobs = [
-                pool.submit(lib.copy_loop, dst.ctypes.data + i * chunk * 4, src.ctypes.data + i * chunk * 4, chunk)
-                for i in range(cores)
-            ]
-            for j in jobs:
-                j.result()
+    def fma_core(self) -> None:
+        self.lib.fma_loop(self.ITERS)
 
-        t = best(copy_all, 5)
-    return Peak(fma, iters * 8 * 8 * 2 * cores / t_fma / 1e9, copy_core, 2 * chunk * cores * 4 / t / 1e9, cores)
+    def copy_core(self) -> None:
+        self.lib.copy_loop(self.dst.ctypes.data, self.src.ctypes.data, self.n)
+
+    def fma_all(self) -> None:
+        for j in [self.pool.submit(self.lib.fma_loop, self.ITERS) for _ in range(self.cores)]:
+            j.result()
+
+    def copy_all(self) -> None:
+        step = self.chunk * 4
+        jobs = [
+            self.pool.submit(
+                self.lib.copy_loop, self.dst.ctypes.data + i * step, self.src.ctypes.data + i * step, self.chunk
+            )
+            for i in range(self.cores)
+        ]
+        for j in jobs:
+            j.result()
+
+
+def measure_peak(probes: Probes) -> Peak:
+    """Each probe on one core and on all cores at once, best of a few calls."""
+    fma = probes.fma_flops / probes.cores / best(probes.fma_core, 3) / 1e9
+    copy_core = 2 * probes.n * 4 / best(probes.copy_core, 5) / 1e9
+    fma_all = probes.fma_flops / best(probes.fma_all, 3) / 1e9
+    copy_all = probes.copy_bytes / best(probes.copy_all, 5) / 1e9
+    return Peak(fma, fma_all, copy_core, copy_all, probes.cores)
 
 
 @dataclass
@@ -244,7 +261,8 @@ def main() -> None:
     args = parser.parse_args()
     reps = args.reps or (3 if args.quick else 7)
     cores = len(os.sched_getaffinity(0))
-    peak = measure_peak(cores)
+    probes = Probes(cores)
+    peak = measure_peak(probes)
     print(
         f"peak: FMA {peak.fma_core:.1f} GFLOPS on 1 core, {peak.fma_all:.1f} on {cores}; "
         f"copy {peak.copy_core:.1f} GB/s on 1 core, {peak.copy_all:.1f} GB/s on {cores}"
@@ -268,7 +286,6 @@ def main() -> None:
     for w in workloads(args.quick, torch):
         if args.only and args.only not in w.name:
             continue
-        peak = measure_peak(cores)  # the machine's speed now: other tenants' load comes and goes in phases
         arrays = [rng.standard_normal(s).astype(np.float32) for s in w.shapes]
         tensors = [Tensor(a).realize() for a in arrays]
         fns = [xgrad_call(w, tensors, **knobs) for _, knobs in columns]
@@ -276,7 +293,9 @@ def main() -> None:
             fns.append(functools.partial(w.numpy, *arrays))
         if w.torch is not None and torch is not None:
             fns.append(functools.partial(w.torch, *[torch.from_numpy(a) for a in arrays]))
+        fns.append(probes.fma_all if w.unit == "GFLOPS" else probes.copy_all)  # the peak in the same rounds
         measured = interleaved(fns, reps, args.settle)
+        peak_now = (probes.fma_flops if w.unit == "GFLOPS" else probes.copy_bytes) / min(measured.pop()) / 1e9
         ours = measured[: len(columns)]
         rest = iter(measured[len(columns) :])
         np_times = next(rest) if w.numpy is not None else None
@@ -285,7 +304,7 @@ def main() -> None:
         times = [min(ts) for ts in ours]
         pairs = [paired_ratio(ts, np_times) if np_times is not None else float("nan") for ts in ours]
         rate = w.work / min(times) / 1e9
-        of_peak = rate / (peak.fma_all if w.unit == "GFLOPS" else peak.copy_all)
+        of_peak = rate / peak_now
         line = f"{w.name:30s} {tn * 1e3:9.2f} {tt * 1e3:9.2f}"
         line += "".join(f" {t * 1e3:11.2f} {t / tn:7.2f} {t / tt:7.2f} {p:7.2f}" for t, p in zip(times, pairs))
         line += f" {rate:9.1f} {w.unit:6s} {of_peak:7.0%}"
