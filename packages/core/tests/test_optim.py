@@ -316,6 +316,25 @@ def test_optimizer_raises_without_params() -> None:
         SGD([Tensor(INIT[0])])
 
 
+def test_adam_adds_no_zero_weight_decay_term_like_torch() -> None:
+    # Adam has no weight decay; a `+ 0 * p` term would turn an infinite parameter into NaN, torch leaves it infinite
+    w0 = np.array([np.inf, 1.0, -2.0], np.float32)
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    w = Tensor(w0).is_param_()
+    opt = Adam([w], lr=0.1)
+    tw = torch.tensor(w0, requires_grad=True)
+    topt = torch.optim.Adam([tw], lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        (w * Tensor(x)).sum().backward()
+        with Context(TRAINING=1):
+            opt.step()
+        topt.zero_grad()
+        (tw * torch.tensor(x)).sum().backward()
+        topt.step()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5)
+
+
 def test_requires_grad_marks_what_an_optimizer_trains() -> None:
     # tinygrad code: leaves made with requires_grad=True are trained; requires_grad=False freezes even a layer weight
     w = Tensor([1.0, 2.0], requires_grad=True)

@@ -398,17 +398,22 @@ class LAMB(Optimizer):
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> list[Tensor]:
         self.b1_t.assign(self.b1_t * self.b1)
         self.b2_t.assign(self.b2_t * self.b2)
+        # the bias corrections and the learning rate, once per (device, dtype) rather than once per parameter: each
+        # is a few Tensor ops, and a step of a small model spends most of its time building such graphs
+        shared: dict[tuple[str, DType], tuple[Tensor, Tensor, Tensor]] = {}
         new = []
         for i, (p, g) in enumerate(zip(params, grads)):
             cdt = p.dtype
-            b1_t = self.b1_t.reshape(()).to(p.device).cast(cdt)
-            b2_t = self.b2_t.reshape(()).to(p.device).cast(cdt)
+            if (p.device, cdt) not in shared:
+                b1_t = self.b1_t.reshape(()).to(p.device).cast(cdt)
+                b2_t = self.b2_t.reshape(()).to(p.device).cast(cdt)
+                shared[(p.device, cdt)] = (1.0 - b1_t, 1.0 - b2_t, self._lr_on(p.device, cdt))
+            bias1, bias2, lr = shared[(p.device, cdt)]
             m = self.m[i].assign((self.b1 * self.m[i].cast(cdt) + (1.0 - self.b1) * g).cast(self.state_dtype))
             v = self.v[i].assign((self.b2 * self.v[i].cast(cdt) + (1.0 - self.b2) * g * g).cast(self.state_dtype))
-            m_hat = m.cast(cdt) / (1.0 - b1_t)
-            v_hat = v.cast(cdt) / (1.0 - b2_t)
-            update = m_hat / (v_hat.sqrt() + self.eps) + self.wd * p
-            lr = self._lr_on(p.device, cdt)
+            update = (m.cast(cdt) / bias1) / ((v.cast(cdt) / bias2).sqrt() + self.eps)
+            if self.wd:  # Adam has none: no `+ 0 * p` (torch's Adam leaves it out too)
+                update = update + self.wd * p
             if not self.adam:
                 p_norm, u_norm = p.square().sum().sqrt(), update.square().sum().sqrt()
                 lr = lr * (p_norm > 0).where((u_norm > 0).where(p_norm / u_norm, 1.0), 1.0)
