@@ -44,7 +44,7 @@ static xgrad_kernel job_fn;
 static void **job_bufs;
 static const int *job_vars;
 static uint32_t job_grain;
-static int job_nthreads;
+static int job_nthreads; /* the job's thread count (the caller included) */
 
 static inline uint64_t pack_span(uint32_t front, uint32_t back) { return (uint64_t)back << 32 | front; }
 
@@ -130,9 +130,8 @@ static int keep_spinning(spin_t *sp) {
   return 1;
 }
 
-/* The caller's core while a job is out (-1: unknown) and the job's thread count. */
+/* The caller's core while a job is out (-1: unknown). */
 static atomic_int caller_cpu = -1;
-static atomic_int job_threads;
 
 /* A worker woken from sleep can be placed on the core of the thread that woke it: the two then share one core, and
  * a kernel takes twice as long until the scheduler moves one of them (measured on a 2-core VM: half of the calls
@@ -174,7 +173,7 @@ static void *worker_main(void *arg) {
     }
     seen = atomic_load_explicit(&s->gen, memory_order_acquire);
     keep_off(s, atomic_load_explicit(&caller_cpu, memory_order_relaxed),
-             atomic_load_explicit(&job_threads, memory_order_relaxed));
+             job_nthreads);
     run_share(s->index);
     if (atomic_fetch_sub(&pending, 1) == 1 && atomic_load(&caller_sleeping)) {
       pthread_mutex_lock(&done_mu);
@@ -240,7 +239,6 @@ int xgrad_pool_run(xgrad_kernel fn, void **bufs, const int *vars, int total, int
   pthread_mutex_lock(&run_mu);
   nthreads = ensure_threads(nthreads);
   atomic_store(&pending, nthreads - 1);
-  atomic_store_explicit(&job_threads, nthreads, memory_order_relaxed);
 #if defined(__linux__)
   atomic_store_explicit(&caller_cpu, sched_getcpu(), memory_order_relaxed);
 #endif

@@ -141,5 +141,8 @@ class TensorBase:
             raise ShapeError(f"cannot broadcast shape {self.shape} to {shape}")
         return self._new(self.uop.reshape(padded).expand(shape))
 
-    def _const(self, value: Scalar, dtype: DType | None = None) -> Tensor:
-        return self._new(UOp.const(dtype or self.dtype, value, self.device, self.shape))
+    def _const(self, value: Scalar, dtype: DType | None = None, operand: bool = False) -> Tensor:
+        """`value` broadcast to self's shape, on self's device; `operand`: only to be consumed at once by an op (see
+        `_operand`)."""
+        uop = UOp.const(dtype or self.dtype, value, self.device, self.shape)
+        return self._operand(uop) if operand else self._new(uop)

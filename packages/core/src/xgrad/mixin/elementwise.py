@@ -37,7 +37,7 @@ class ElementwiseMixin(MovementMixin):
                 raise DTypeError(f"cannot combine a Tensor with {type(y).__name__}")
             out_dt = least_upper_dtype(x.dtype, weak_dtype(y))
             x = x.cast(out_dt)
-            y_t = x._operand(UOp.const(out_dt, y, x.device, x.shape))
+            y_t = x._const(y, operand=True)
         else:
             y_t = y
             if x.device != y_t.device:

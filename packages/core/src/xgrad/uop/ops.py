@@ -177,14 +177,11 @@ def _forget(ref: KeyedRef[UOp], live: dict[tuple[Any, ...], KeyedRef[UOp]] = _LI
 class _UOpMeta(type):
     """Hash-consing: building a UOp equal to a live one returns that same object."""
 
-    _cache = _LIVE
-
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        # -0.0 == 0.0 in Python, but they are different constants
         # 1, 1.0 and True are equal in Python but are different constants, and so are -0.0 and 0.0
         key = (op, dtype, src, arg, type(arg), math.copysign(1.0, arg) if type(arg) is float else 0.0)
         try:
-            ref = _UOpMeta._cache.get(key)
+            ref = _LIVE.get(key)
         except TypeError:
             raise TypeError(
                 f"UOp src must be a tuple of UOps and arg hashable, got {src!r}, {arg!r} for {op}"
@@ -196,7 +193,7 @@ class _UOpMeta(type):
         created.op, created.dtype, created.src, created.arg = op, dtype, src, arg
         ref = KeyedRef(created, _forget)
         ref.key = key
-        _UOpMeta._cache[key] = ref
+        _LIVE[key] = ref
         return created
 
 
@@ -570,11 +567,11 @@ def _elementwise_shape(u: UOp) -> tuple[sint, ...] | None:
     return None
 
 
-# op -> its node's shape from its arg and its sources' shapes (ops not here have none). A table: it is looked up for
-# every node a Tensor op builds, and reading an Enum member off its class costs ~100 ns on Python 3.11
 _CONSTS_KEPT = 4096
 _CONSTS: dict[tuple[Any, ...], UOp] = {}  # UOp.const's answers by (dtype, type and value, sign, device, shape)
 
+# op -> its node's shape from its arg and its sources' shapes (ops not here have none). A table: it is looked up for
+# every node a Tensor op builds, and reading an Enum member off its class costs ~100 ns on Python 3.11
 _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[sint, ...] | None]] = {
     Ops.BUFFER: lambda u: _sizes((u.arg[1],)),
     Ops.IOTA: lambda u: _sizes((u.arg,)),
