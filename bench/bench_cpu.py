@@ -33,19 +33,27 @@ from xgrad.helpers import Context
 from xgrad_cpu.compiler import CCompiler
 from xgrad_cpu.program import load_library
 
-PEAK_SRC = """
-typedef float float8 __attribute__((vector_size(32)));
-float fma_loop(long iters) {
-  float8 a0 = {1,1,1,1,1,1,1,1}, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-  const float8 m = {0.999999f,0.999999f,0.999999f,0.999999f,0.999999f,0.999999f,0.999999f,0.999999f};
-  const float8 c = {1e-7f,1e-7f,1e-7f,1e-7f,1e-7f,1e-7f,1e-7f,1e-7f};
-  for (long i = 0; i < iters; i++) {
-    a0 = a0*m+c; a1 = a1*m+c; a2 = a2*m+c; a3 = a3*m+c; a4 = a4*m+c; a5 = a5*m+c; a6 = a6*m+c; a7 = a7*m+c;
-  }
-  float8 s = a0+a1+a2+a3+a4+a5+a6+a7;
-  return s[0]+s[7];
-}
-void copy_loop(float* restrict dst, const float* restrict src, long n) { for (long i = 0; i < n; i++) dst[i] = src[i]; }
+FMA_CHAINS = 12  # independent accumulators: enough to cover FMA latency x issue width (8 left Zen 5 a third short)
+
+
+def peak_source(lanes: int) -> str:
+    """The probe loops in C: an FMA loop over FMA_CHAINS vectors of `lanes` floats (the widest registers the CPU
+    backend's kernels use: 16 with AVX-512) and a copy loop."""
+    chains = range(FMA_CHAINS)
+    return f"""
+typedef float floatv __attribute__((vector_size({lanes * 4})));
+float fma_loop(long iters) {{
+  const floatv zero = {{0}}, m = zero + 0.999999f, c = zero + 1e-7f;
+  floatv {", ".join(f"a{i} = zero + 1.0f" for i in chains)};
+  for (long i = 0; i < iters; i++) {{
+    {" ".join(f"a{i} = a{i} * m + c;" for i in chains)}
+  }}
+  floatv s = {" + ".join(f"a{i}" for i in chains)};
+  return s[0] + s[{lanes - 1}];
+}}
+void copy_loop(float* restrict dst, const float* restrict src, long n) {{
+  for (long i = 0; i < n; i++) dst[i] = src[i];
+}}
 """
 
 
@@ -72,15 +80,18 @@ class Peak:
 
 class Probes:
     """The peak loops, ready to run on all cores at once (ctypes drops the GIL, so Python threads run the C loops in
-    parallel): an FMA loop (8 independent vector chains per core) and a 64 MiB copy split over the cores. Each
+    parallel): an FMA loop (FMA_CHAINS independent vector chains per core, as wide as the generated kernels'
+    vectors) and a 64 MiB copy split over the cores. Each
     workload's rounds also run the probe of its unit, so its "of peak" is against the machine's speed in those same
     rounds (other tenants' load comes and goes in phases of seconds)."""
 
-    ITERS = 20_000_000  # FMA loop iterations per core (~25 ms)
+    ITERS = 20_000_000  # FMA loop iterations per core (~20-40 ms)
 
     def __init__(self, cores: int) -> None:
         self.cores = cores
-        self.lib = load_library(CCompiler().compile(PEAK_SRC))
+        compiler = CCompiler()
+        self.lanes = compiler.vector_bytes() // 4
+        self.lib = load_library(compiler.compile(peak_source(self.lanes)))
         self.lib.fma_loop.restype = ctypes.c_float
         self.lib.fma_loop.argtypes = [ctypes.c_long]
         self.lib.copy_loop.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
@@ -88,7 +99,7 @@ class Probes:
         self.src, self.dst = np.ones(self.n, np.float32), np.empty(self.n, np.float32)
         self.chunk = self.n // cores
         self.pool = ThreadPoolExecutor(cores)
-        self.fma_flops = self.ITERS * 8 * 8 * 2 * cores  # the flops of one `fma_all`
+        self.fma_flops = self.ITERS * FMA_CHAINS * self.lanes * 2 * cores  # the flops of one `fma_all`
         self.copy_bytes = 2 * self.chunk * cores * 4  # the bytes read and written by one `copy_all`
 
     def fma_core(self) -> None:
@@ -264,7 +275,7 @@ def main() -> None:
     probes = Probes(cores)
     peak = measure_peak(probes)
     print(
-        f"peak: FMA {peak.fma_core:.1f} GFLOPS on 1 core, {peak.fma_all:.1f} on {cores}; "
+        f"peak: FMA ({probes.lanes}-lane vectors) {peak.fma_core:.1f} GFLOPS on 1 core, {peak.fma_all:.1f} on {cores}; "
         f"copy {peak.copy_core:.1f} GB/s on 1 core, {peak.copy_all:.1f} GB/s on {cores}"
     )
     torch: Any = None

@@ -1,15 +1,20 @@
+import ctypes
 import multiprocessing
 import re
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from xgrad import Device
 from xgrad.errors import CompileError, XgradError
 from xgrad.helpers import Context
 from xgrad_cpu.compiler import CCompiler, CompilerNotFoundError
 from xgrad_cpu.plugin import COMPILER_CANDIDATES
+from xgrad_cpu.program import load_library
 
 SRC = "void k(void** restrict bufs, const int* restrict vars, int start, int end) { ((int*)bufs[0])[0] = 42; }\n"
 
@@ -47,6 +52,58 @@ def test_compiler_uses_cc_knob_when_set() -> None:
 def test_name_has_family_and_major_version_any_compiler() -> None:
     c = CCompiler()
     assert re.fullmatch(r"(gcc|clang)-\d+", c.name), c.name
+
+
+# a vector WHERE split into lanes and summed into an accumulator, as codegen renders interpolate's gathers: gcc 12
+# with AVX-512VL miscompiled it at -O2 (its SLP vectorizer), so the CPU backend turns SLP off for gcc there
+LANE_SELECT_SRC = """
+typedef float float4 __attribute__((vector_size(16)));
+typedef unsigned char bool4 __attribute__((vector_size(4)));
+void k(void** restrict bufs, const int* restrict vars, int start, int end) {
+  float* restrict out = (float*)bufs[0];
+  const float* restrict a = (const float*)bufs[1];
+  const float* restrict b = (const float*)bufs[2];
+  const int* restrict pick = (const int*)bufs[3];
+  for (int row = start; row < end; row++) {
+    const float w = row * 0.25f;
+    const float4 w0 = {w, w, w, w}, w1 = {1.0f - w, 1.0f - w, 1.0f - w, 1.0f - w}, zero = {0.0f, 0.0f, 0.0f, 0.0f};
+    float4 acc = zero;
+    for (int j = 0; j < 2; j++) {
+      const _Bool hit = (pick[row] == j);
+      const bool4 m = {hit, hit, hit, hit};
+      float4 va, vb;
+      __builtin_memcpy(&va, a + j * 4, 16);
+      __builtin_memcpy(&vb, b + j * 4, 16);
+      const float4 v = va * w0 + vb * w1;
+      acc = acc + (float4){(m[0] ? v[0] : zero[0]), (m[1] ? v[1] : zero[1]), (m[2] ? v[2] : zero[2]),
+                           (m[3] ? v[3] : zero[3])};
+    }
+    __builtin_memcpy(out + row * 4, &acc, 16);
+  }
+}
+"""
+
+
+def test_per_lane_select_summed_into_a_vector_is_compiled_right() -> None:
+    rows = 12
+    a, b = np.arange(1, 9, dtype=np.float32).reshape(2, 4), np.arange(10, 90, 10, dtype=np.float32).reshape(2, 4)
+    pick = (np.arange(rows) % 3).astype(np.int32)  # 2 picks nothing: zeros
+    out = np.full((rows, 4), np.nan, np.float32)
+    fn = load_library(CCompiler().compile(LANE_SELECT_SRC)).k
+    ptrs = (ctypes.c_void_p * 4)(out.ctypes.data, a.ctypes.data, b.ctypes.data, pick.ctypes.data)
+    fn(ptrs, None, 0, rows)
+    w = (np.arange(rows, dtype=np.float32) * 0.25)[:, None]
+    want = np.stack([a[p] * w[r] + b[p] * (1 - w[r]) if p < 2 else np.zeros(4, np.float32) for r, p in enumerate(pick)])
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+def test_vector_width_follows_the_compilers_target() -> None:
+    c = CCompiler()
+    macros = subprocess.run(
+        [*c.cmd, *c.flags, "-dM", "-E", "-x", "c", "/dev/null"], capture_output=True, text=True, check=True
+    ).stdout
+    assert c.vector_bytes() == (64 if "#define __AVX512F__ 1" in macros else 32)
+    assert Device["CPU"].renderer.max_vector_width == c.vector_bytes() // 4
 
 
 def test_compile_hits_disk_cache_second_time() -> None:

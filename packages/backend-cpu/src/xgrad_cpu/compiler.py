@@ -93,6 +93,25 @@ def machine_key() -> str:
     return f"{platform.machine()}\n{flags}"
 
 
+@functools.cache
+def predefined_macros(cmd: tuple[str, ...], flags: tuple[str, ...]) -> str:
+    """What the compiler predefines for these flags (`-dM -E` of empty source): the instruction sets `-march=native`
+    enables show as `__AVX2__`, `__AVX512F__`, ... Empty if the compiler cannot say (its errors surface on the first
+    compile)."""
+    try:
+        out = subprocess.run(
+            [*cmd, *flags, "-dM", "-E", "-x", "c", "-"],
+            input="",
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except OSError:
+        return ""
+    return out.stdout if out.returncode == 0 else ""
+
+
 def _name_from_version(path: str, version: str) -> str:
     first = version.splitlines()[0] if version else ""
     if "clang" in version:
@@ -117,10 +136,20 @@ class CCompiler:
         self.flags: tuple[str, ...] = (*BASE_FLAGS, *extra_flags)
         self.version: str = compiler_version(tuple(self.cmd))
         self.name: str = _name_from_version(self.cmd[0], self.version)
+        if self.name.startswith("gcc") and "__AVX512VL__ " in predefined_macros(tuple(self.cmd), self.flags):
+            # gcc 12's SLP vectorizer turns a vector of per-lane selects added into an accumulator into a masked
+            # blend that gives wrong sums with AVX-512VL (a vector WHERE split into lanes, as in interpolate's
+            # gathers). Generated kernels are vectorized already, so leaving SLP off costs nothing measurable.
+            self.flags += ("-fno-tree-slp-vectorize",)
         self.compiles = 0
 
     def __repr__(self) -> str:
         return f"CCompiler({self.name}, {' '.join(self.cmd)})"
+
+    def vector_bytes(self) -> int:
+        """The widest vector register the compiled kernels may use, in bytes: 64 where the target has AVX-512, else
+        32 (AVX2, or narrower registers that the compiler pairs up: generated code never uses less than 32)."""
+        return 64 if "__AVX512F__ " in predefined_macros(tuple(self.cmd), self.flags) else 32
 
     def cache_key(self, src: str) -> str:
         parts = (

@@ -22,7 +22,9 @@ SMALL_KERNEL = 1 << 16
 
 class CPUDevice(CompiledDevice):
     def __init__(self, name: str):
-        super().__init__(name, _ALLOCATOR, CRenderer(None), CCompiler(), CPUProgram)
+        compiler = CCompiler()
+        renderer = CRenderer(None, vector_width=compiler.vector_bytes() // 4)
+        super().__init__(name, _ALLOCATOR, renderer, compiler, CPUProgram)
         self._programs = _PROGRAMS
 
     def launch(self, raw: Any, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool) -> float | None:

@@ -206,7 +206,9 @@ def rule_c_param(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
 
 
 class CRenderer(CStyleRenderer):
-    """C for the CPU backend. `arch` is the `-march` target the source is compiled for (None: the host)."""
+    """C for the CPU backend. `arch` is the `-march` target the source is compiled for (None: the host);
+    `vector_width` is how many float32 lanes its widest vector register holds (the CPU device asks its compiler:
+    16 with AVX-512, else 8)."""
 
     device = "CPU"
     name = "C"
@@ -238,7 +240,6 @@ class CRenderer(CStyleRenderer):
     supported_dtypes = frozenset(
         {dtypes.bool, *dtypes.ints, dtypes.index, dtypes.float16, dtypes.float32, dtypes.float64}
     )
-    max_vector_width = 8  # 256-bit registers (AVX2) hold 8 floats; wider vectors are split by the compiler
     has_local = False
     legalize = pm_legalize_c
     infinity = "__builtin_inff()"
@@ -249,9 +250,11 @@ class CRenderer(CStyleRenderer):
     # it lives on the stack of the calling thread, which `_pool.c` sizes for it
     supports_scratch = True
 
-    def __init__(self, arch: str | None = None) -> None:
+    def __init__(self, arch: str | None = None, vector_width: int = 8) -> None:
         super().__init__()
         self.arch = arch
+        # 8: 256-bit registers (AVX2) hold 8 floats; vectors wider than the registers are split by the compiler
+        self.max_vector_width = vector_width
 
     # ---- vectors: typedefs and unaligned load/store helpers, emitted only for the types used ----
     def vector_typedef(self, name: str, dtype: DType) -> str:

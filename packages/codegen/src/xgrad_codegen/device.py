@@ -114,11 +114,13 @@ class CompiledDevice:
         return program_key(ast, opts, self.name.split(":")[0], self.target(), type(self.renderer).__module__)
 
     def target(self) -> str:
-        """What generated code depends on besides the AST and the knobs: the renderer and, when the compiler has a
-        cache key, its key of empty source (compiler, version, flags, the machine `-march=native` targets).
+        """What generated code depends on besides the AST and the knobs: the renderer and its vector width and, when
+        the compiler has a cache key, its key of empty source (compiler, version, flags, the machine `-march=native`
+        targets).
         Part of the BEAM cache key; a backend whose target depends on more overrides this."""
         compiler_key = getattr(self.compiler, "cache_key", None)
-        parts = [type(self.renderer).__name__, type(self.compiler).__name__]
+        width = getattr(self.renderer, "max_vector_width", 1)
+        parts = [type(self.renderer).__name__, f"w{width}", type(self.compiler).__name__]
         if callable(compiler_key):
             parts.append(str(compiler_key("")))
         return ":".join(parts)
