@@ -81,7 +81,8 @@ def split_exp2_unless_float32(x: UOp) -> UOp | None:
     return None if x.dtype.scalar() == dtypes.float32 else split_vector_alu(x)
 
 
-MASKED_LOAD_LANES = (4, 8)  # float32 vectors that AVX's masked loads fill (vmaskmovps, 128 and 256 bit)
+# float32 vectors that masked loads fill: AVX's vmaskmovps (128 and 256 bit), AVX-512's masked vmovups (512 bit)
+MASKED_LOAD_LANES = (4, 8, 16)
 
 
 def merge_gated_loads(x: UOp) -> UOp | None:
@@ -117,13 +118,24 @@ pm_legalize_c = pm_split_vector_ops(C_SCALAR_ONLY_OPS) + PatternMatcher(
 
 def masked_load_helper(name: str, vf: str, vi: str, vb: str, lanes: int) -> str:
     """`name(p, g)`: lanes of `vf` read from `p` where the bool vector `g` is set, 0 elsewhere; masked-off lanes are
-    not read (AVX's vmaskmovps suppresses their faults; without AVX, a loop reads only the set lanes)."""
-    builtin = "__builtin_ia32_maskloadps256" if lanes == 8 else "__builtin_ia32_maskloadps"
+    not read (AVX's vmaskmovps and AVX-512's masked loads suppress their faults; without them, a loop reads only the
+    set lanes). AVX-512 takes its mask register from the bools' sign bits once they are negated (vpmovb2m)."""
+    if lanes == 16:
+        have = "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)"
+        fast = [
+            "  typedef char xg_char16 __attribute__((vector_size(16)));",
+            f"  const {vf} zero = {{0}};",
+            "  return __builtin_ia32_loadups512_mask(p, zero, __builtin_ia32_cvtb2mask128(-(xg_char16)g));",
+        ]
+    else:
+        builtin = "__builtin_ia32_maskloadps256" if lanes == 8 else "__builtin_ia32_maskloadps"
+        have = "defined(__AVX__)"
+        fast = [f"  return {builtin}((const {vf}*)p, -__builtin_convertvector(g, {vi}));"]
     return "\n".join(
         [
             f"static inline {vf} {name}(const float* p, {vb} g) {{",
-            "#ifdef __AVX__",
-            f"  return {builtin}((const {vf}*)p, -__builtin_convertvector(g, {vi}));",
+            f"#if {have}",
+            *fast,
             "#else",
             f"  {vf} v = {{0}};",
             f"  for (int i = 0; i < {lanes}; i++) if (g[i]) v[i] = p[i];",
@@ -152,6 +164,50 @@ def rule_c_load(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
     if gate.dtype.count == 1:
         mask = r.render_vectorize(ctx, dtypes.bool.vec(n), [mask] * n)
     return f"{name}({ctx.exprs[idx.src[0]]}+{ctx.exprs[idx.src[1]]}, {mask})"
+
+
+def masked_store_helper(name: str, vt: str, scalar: str, vi: str, vb: str, lanes: int, fast: bool) -> str:
+    """`name(p, v, g)`: the lanes of `v` (a `vt` of `scalar`) where the bool vector `g` is set go to `p`; the others
+    are neither read nor written. float32 uses AVX's vmaskmovps (4, 8 lanes) or AVX-512's masked vmovups (16) when
+    `fast` and the target has them, anything else a loop over the lanes."""
+    loop = [f"  for (int i = 0; i < {lanes}; i++) if (g[i]) p[i] = v[i];"]
+    body = loop
+    if fast and lanes == 16:
+        body = [
+            "#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)",
+            "  typedef char xg_char16 __attribute__((vector_size(16)));",
+            "  __builtin_ia32_storeups512_mask(p, v, __builtin_ia32_cvtb2mask128(-(xg_char16)g));",
+            "#else",
+            *loop,
+            "#endif",
+        ]
+    elif fast:
+        builtin = "__builtin_ia32_maskstoreps256" if lanes == 8 else "__builtin_ia32_maskstoreps"
+        body = [
+            "#ifdef __AVX__",
+            f"  {builtin}(({vt}*)p, -__builtin_convertvector(g, {vi}), v);",
+            "#else",
+            *loop,
+            "#endif",
+        ]
+    return "\n".join([f"static inline void {name}({scalar}* p, {vt} v, {vb} g) {{", *body, "}"])
+
+
+def rule_c_store(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    """A vector STORE under a bool vector gate (codegen's vectorize groups a padded row's lanes so) is a masked
+    store; any other STORE is printed as usual."""
+    idx, value = u.src[0], u.src[1]
+    if len(idx.src) < 3 or idx.src[2].dtype.count == 1:
+        base_uop_rules[Ops.STORE](r, ctx, u)
+        return
+    assert isinstance(r, CRenderer)
+    n = value.dtype.count
+    vt, scalar = r.render_dtype(ctx, value.dtype), r.render_dtype(ctx, value.dtype.scalar())
+    vi, vb = r.render_dtype(ctx, dtypes.int32.vec(n)), r.render_dtype(ctx, dtypes.bool.vec(n))
+    name = f"mstore_{vt}"
+    fast = value.dtype.scalar() == dtypes.float32 and n in MASKED_LOAD_LANES
+    ctx.helpers.setdefault(name, masked_store_helper(name, vt, scalar, vi, vb, n, fast))
+    ctx.emit(f"{name}({ctx.exprs[idx.src[0]]}+{ctx.exprs[idx.src[1]]}, {ctx.exprs[value]}, {ctx.exprs[idx.src[2]]});")
 
 
 def exp2_vector_helper(vf: str, vi: str) -> str:
@@ -236,6 +292,7 @@ class CRenderer(CStyleRenderer):
         Ops.PARAM: rule_c_param,
         Ops.EXP2: rule_c_exp2,
         Ops.LOAD: rule_c_load,
+        Ops.STORE: rule_c_store,
     }
     supported_dtypes = frozenset(
         {dtypes.bool, *dtypes.ints, dtypes.index, dtypes.float16, dtypes.float32, dtypes.float64}
@@ -249,6 +306,7 @@ class CRenderer(CStyleRenderer):
     # codegen may PACK a strided panel into a local array (at most xgrad_codegen.pack.MAX_SCRATCH_BYTES per kernel):
     # it lives on the stack of the calling thread, which `_pool.c` sizes for it
     supports_scratch = True
+    masked_stores = True  # a padded row's last vector is stored under a per-lane mask (`rule_c_store`)
 
     def __init__(self, arch: str | None = None, vector_width: int = 8) -> None:
         super().__init__()

@@ -69,7 +69,8 @@ def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list
     ast = _run("hoist gates", hoist_gates, ast)  # a sum of gated loads skips its loop when their gate is off
     for name, pm in decompositions_for(renderer):  # ops and dtypes the target lacks
         ast = _run(name, functools.partial(_rewrite, pm=pm, name=name), ast)
-    ast = _run("vectorize", lambda a: vectorize(a, width), ast)  # neighbouring lanes become vector loads/ALU/stores
+    masked = getattr(renderer, "masked_stores", False)
+    ast = _run("vectorize", lambda a: vectorize(a, width, masked), ast)  # neighbouring lanes: vector loads/ALU/stores
     uops = linearize(ast)  # loops, accumulators, order
     if SPEC:
         check_linear(uops)  # the contract with renderers and the PYTHON executor

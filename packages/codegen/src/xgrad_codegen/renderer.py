@@ -32,6 +32,7 @@ class Renderer:
     supported_ops: frozenset[Ops] = frozenset()  # ALU ops rendered natively; codegen decomposes the others
     supported_dtypes: frozenset[DType] = frozenset()  # scalar dtypes the language has; others are decomposed
     max_vector_width: int = 1  # widest vector dtype (in lanes) codegen may produce
+    masked_stores: bool = False  # stores a vector under a bool vector gate, one per lane (codegen's vectorize)
     has_local: bool = False  # GPU workgroups (LOCAL/GROUP axes)
     has_shared: bool = False  # workgroup shared memory
     global_max: tuple[int, ...] | None = None  # launch grid limits per dimension (None: unlimited)

@@ -28,11 +28,18 @@ def _consecutive(indexes: list[UOp]) -> bool:
     return all(_offset(first.src[1], i.src[1]) == k for k, i in enumerate(indexes))
 
 
-def group_stores(ctx: int, sink: UOp) -> UOp | None:
-    """Runs of neighbouring scalar STOREs (up to `ctx` lanes, a power of two) become one vector STORE. Lanes can come
-    in any order: a store at p is grouped with the stores at p+1, p+2, ... wherever they stand."""
+def group_stores(ctx: tuple[int, bool], sink: UOp) -> UOp | None:
+    """Runs of neighbouring scalar STOREs (up to `width` lanes, a power of two) become one vector STORE. Lanes can
+    come in any order: a store at p is grouped with the stores at p+1, p+2, ... wherever they stand. Their gates must
+    be the same, unless the renderer stores under a per-lane mask (`masked`): then a run whose gates differ (a padded
+    row's last vector) gets a bool vector of them as its gate."""
+    width_limit, masked = ctx
+
+    def key(idx: UOp, pos: UOp) -> tuple[UOp, ...]:
+        return (idx.src[0], pos) if masked else (idx.src[0], *idx.src[2:], pos)
+
     scalar = [s for s in sink.src if s.op is Ops.STORE and s.src[0].dtype.count == 1]
-    at = {(s.src[0].src[0], s.src[0].src[2:], s.src[0].src[1]): s for s in scalar}
+    at = {key(s.src[0], s.src[0].src[1]): s for s in scalar}
     used: set[UOp] = set()
     out: list[UOp] = []
     for st in sink.src:
@@ -41,8 +48,8 @@ def group_stores(ctx: int, sink: UOp) -> UOp | None:
         idx = st.src[0]
         run = [st]
         if st.op is Ops.STORE and idx.dtype.count == 1:
-            for k in range(1, ctx):
-                nxt = at.get((idx.src[0], idx.src[2:], simplify(idx.src[1] + k)))
+            for k in range(1, width_limit):
+                nxt = at.get(key(idx, simplify(idx.src[1] + k)))
                 if nxt is None or nxt in used:
                     break
                 run.append(nxt)
@@ -54,7 +61,13 @@ def group_stores(ctx: int, sink: UOp) -> UOp | None:
             continue
         values = tuple(s.src[1] for s in run)
         value = UOp(Ops.VECTORIZE, values[0].dtype.vec(width), values)
-        out.append(UOp(Ops.STORE, dtypes.void, (idx.replace(dtype=idx.dtype.vec(width)), value)))
+        gates = [s.src[0].src[2:] for s in run]
+        vidx = idx.replace(dtype=idx.dtype.vec(width))
+        if any(g != gates[0] for g in gates):
+            true = UOp.const(dtypes.bool, True)
+            mask = UOp(Ops.VECTORIZE, dtypes.bool.vec(width), tuple(g[0] if g else true for g in gates))
+            vidx = UOp(Ops.INDEX, idx.dtype.vec(width), (idx.src[0], idx.src[1], mask))
+        out.append(UOp(Ops.STORE, dtypes.void, (vidx, value)))
     return sink.replace(src=tuple(out)) if len(out) != len(sink.src) else None
 
 
@@ -97,7 +110,8 @@ pm_vectorize = PatternMatcher(
 )
 
 
-def vectorize(ast: UOp, width: int) -> UOp:
+def vectorize(ast: UOp, width: int, masked_stores: bool = False) -> UOp:
+    """`masked_stores`: the renderer can store a vector under a bool vector gate (see `group_stores`)."""
     if width < 2:
         return ast
-    return graph_rewrite(ast, pm_vectorize, ctx=width, name="vectorize")
+    return graph_rewrite(ast, pm_vectorize, ctx=(width, masked_stores), name="vectorize")
