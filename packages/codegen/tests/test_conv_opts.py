@@ -90,3 +90,16 @@ def test_conv_rows_pad_to_whole_16_lane_vectors_and_match_torch(cpu_width_16: An
 def test_matmul_with_a_padded_16_lane_row_matches_numpy(cpu_width_16: Any) -> None:
     a, b = data(37, 64), data(64, 56, seed=4)  # 56 columns: padded to 64, the last vector's 8 extra lanes masked
     np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_heuristic_makes_the_batch_the_parallel_loop() -> None:
+    """Each thread works through whole images (their input and the weights stay in L2 across the output-channel
+    blocks), with 16 output channels per tile where AVX-512's 32 registers hold them; a single image is split by its
+    rows instead. The weights are read where they lie (no PACK: it needs the parallel loop among those it reads)."""
+    ast = conv_ast(data(8, 8, 6, 16), data(32, 8, 3, 3, seed=1))  # axes: batch, out channels, rows, columns
+    assert heuristic_opts(ast, 16, scratch=True)[:2] == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 16)]
+    for width in (16, 8):
+        opts = heuristic_opts(ast, width, scratch=True)
+        assert opts[-1] == Opt("GLOBAL", 0) and "PACK" not in [o.op for o in opts]
+    one = conv_ast(data(1, 8, 12, 16), data(32, 8, 3, 3, seed=1))  # a batch of 1 has no axis: out channels, rows, ..
+    assert heuristic_opts(one, 8, scratch=True)[-1] == Opt("GLOBAL", 1)
