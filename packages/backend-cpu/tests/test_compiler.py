@@ -54,8 +54,8 @@ def test_name_has_family_and_major_version_any_compiler() -> None:
     assert re.fullmatch(r"(gcc|clang)-\d+", c.name), c.name
 
 
-# a vector WHERE split into lanes and summed into an accumulator, as codegen renders interpolate's gathers: gcc 12
-# with AVX-512VL miscompiled it at -O2 (its SLP vectorizer), so the CPU backend turns SLP off for gcc there
+# two kernels gcc 12 miscompiled at -O2, so the CPU backend turns gcc's vectorizers off. A vector WHERE split into
+# lanes and summed into an accumulator, as codegen renders interpolate's gathers (its SLP vectorizer, with AVX-512VL):
 LANE_SELECT_SRC = """
 typedef float float4 __attribute__((vector_size(16)));
 typedef unsigned char bool4 __attribute__((vector_size(4)));
@@ -95,6 +95,31 @@ def test_per_lane_select_summed_into_a_vector_is_compiled_right() -> None:
     w = (np.arange(rows, dtype=np.float32) * 0.25)[:, None]
     want = np.stack([a[p] * w[r] + b[p] * (1 - w[r]) if p < 2 else np.zeros(4, np.float32) for r, p in enumerate(pick)])
     np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+# and a scalar dot product whose unrolled terms come odd lane first (its loop vectorizer; an svd's gradient):
+PAIRS_DOT_SRC = """
+void k(void** restrict bufs, const int* restrict vars, int start, int end) {
+  const float* restrict b = (const float*)bufs[2];
+  const float* restrict a = (const float*)bufs[1];
+  float* restrict out = (float*)bufs[0];
+  float acc = 0.0f;
+  for (int i = 0; i < 4; i++) {
+    acc = acc + b[i * 2 + 1] * a[i * 2 + 1];
+    acc = acc + b[i * 2] * a[i * 2];
+  }
+  out[0] = acc;
+}
+"""
+
+
+def test_a_dot_product_unrolled_out_of_order_is_compiled_right() -> None:
+    a = np.array([2.79, -0.039, 0.206, 0.525, 0.931, -0.365, 0.365, 0.931], np.float32)
+    b = np.array([-0.084, 0.1, -0.006, -1.357, 0, 0, 0, 0], np.float32)
+    out = np.full(1, np.nan, np.float32)
+    fn = load_library(CCompiler().compile(PAIRS_DOT_SRC)).k
+    fn((ctypes.c_void_p * 3)(out.ctypes.data, a.ctypes.data, b.ctypes.data), None, 0, 1)
+    np.testing.assert_allclose(out[0], np.dot(a.astype(np.float64), b), rtol=1e-6)
 
 
 def test_vector_width_follows_the_compilers_target() -> None:

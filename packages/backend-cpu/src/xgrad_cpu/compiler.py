@@ -136,11 +136,13 @@ class CCompiler:
         self.flags: tuple[str, ...] = (*BASE_FLAGS, *extra_flags)
         self.version: str = compiler_version(tuple(self.cmd))
         self.name: str = _name_from_version(self.cmd[0], self.version)
-        if self.name.startswith("gcc") and "__AVX512VL__ " in predefined_macros(tuple(self.cmd), self.flags):
-            # gcc 12's SLP vectorizer turns a vector of per-lane selects added into an accumulator into a masked
-            # blend that gives wrong sums with AVX-512VL (a vector WHERE split into lanes, as in interpolate's
-            # gathers). Generated kernels are vectorized already, so leaving SLP off costs nothing measurable.
-            self.flags += ("-fno-tree-slp-vectorize",)
+        if self.name.startswith("gcc"):
+            # gcc 12's vectorizers miscompile two kinds of generated kernels at -O2: its loop vectorizer sums a
+            # scalar reduction whose unrolled terms come in another order than their addresses wrongly (an svd's
+            # gradient came out wrong), and its SLP vectorizer, with AVX-512VL, a vector of per-lane selects added
+            # into an accumulator (interpolate). codegen vectorizes the kernels itself, so gcc's own vectorizers are
+            # left off (clang, preferred when installed, gets the same kernels right with its vectorizers on).
+            self.flags += ("-fno-tree-vectorize",)
         self.compiles = 0
 
     def __repr__(self) -> str:
