@@ -83,6 +83,18 @@ def test_shift_counts_are_u32() -> None:
     assert "(val0 << u32(3i))" in src
 
 
+def test_int_remainder_is_spelled_with_division() -> None:
+    """wgpu's OpenGL backend (Mesa's llvmpipe, where no Vulkan driver is installed) prints WGSL's `%` as GLSL's,
+    which is undefined for negative operands: -7 % 3 came out 0, and floor division (which tests the remainder) went
+    wrong. Integer remainders are a - (a / b) * b; float ones keep `%`."""
+    src = render(unary_program(dtypes.int32, lambda v: UOp(Ops.MOD, dtypes.int32, (v, UOp.const(dtypes.int32, 3)))))
+    assert "%" not in src and "(val0 - (val0 / 3i) * 3i)" in src
+    src = render(
+        unary_program(dtypes.float32, lambda v: UOp(Ops.MOD, dtypes.float32, (v, UOp.const(dtypes.float32, 3.0))))
+    )
+    assert "(val0 % 3.0f)" in src
+
+
 def test_int8_buffers_are_packed_words_written_with_atomics() -> None:
     src = render(unary_program(dtypes.int8, lambda v: v * UOp.const(dtypes.int8, 3)))
     assert "var<storage, read_write> data0: array<atomic<u32>>;" in src

@@ -11,6 +11,7 @@ import pytest
 
 from xgrad.dtype import dtypes
 from xgrad.tensor import Tensor
+from xgrad.testing import skip_unsupported
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -47,6 +48,7 @@ def ulp_close(got: np.ndarray, want: np.ndarray, dtype, ulps: int = 1) -> None:
 
 @pytest.mark.parametrize("dtype", LOW, ids=[d.name for d in LOW])
 def test_low_precision_round_trip_matches_ml_dtypes(xgrad_device, dtype):
+    skip_unsupported(xgrad_device, dtype)  # float16 needs shader-f16 on WebGPU
     vals = rng.uniform(-8, 8, 64).astype(np.float32)
     t = Tensor(vals, device=xgrad_device, dtype=dtype)
     np.testing.assert_array_equal(t.numpy(), stored(vals, dtype))
@@ -55,6 +57,7 @@ def test_low_precision_round_trip_matches_ml_dtypes(xgrad_device, dtype):
 @pytest.mark.parametrize("dtype", LOW, ids=[d.name for d in LOW])
 @pytest.mark.parametrize("op", ["add", "mul", "sub", "div", "max"])
 def test_low_precision_binary_rounds_once(xgrad_device, dtype, op):
+    skip_unsupported(xgrad_device, dtype)  # float16 needs shader-f16 on WebGPU
     a = stored(rng.uniform(-4, 4, 48).astype(np.float32), dtype)
     b = stored(rng.uniform(0.5, 4, 48).astype(np.float32), dtype)
     fn = {"add": np.add, "mul": np.multiply, "sub": np.subtract, "div": np.divide, "max": np.maximum}[op]
@@ -66,6 +69,7 @@ def test_low_precision_binary_rounds_once(xgrad_device, dtype, op):
 
 @pytest.mark.parametrize("dtype", LOW, ids=[d.name for d in LOW])
 def test_low_precision_math_and_casts(xgrad_device, dtype):
+    skip_unsupported(xgrad_device, dtype)  # float16 needs shader-f16 on WebGPU
     a = stored(rng.uniform(0.25, 3, 32).astype(np.float32), dtype)
     t = Tensor(a, device=xgrad_device, dtype=dtype)
     ulp_close(t.exp().numpy(), rounded(np.exp(a), dtype), dtype, ulps=2)
@@ -77,6 +81,7 @@ def test_low_precision_math_and_casts(xgrad_device, dtype):
 
 @pytest.mark.parametrize("dtype", LOW, ids=[d.name for d in LOW])
 def test_low_precision_sum_accumulates_in_float32(xgrad_device, dtype):
+    skip_unsupported(xgrad_device, dtype)  # float16 needs shader-f16 on WebGPU
     a = stored(rng.uniform(0, 2, (16, 24)).astype(np.float32), dtype)
     got = Tensor(a, device=xgrad_device, dtype=dtype).sum(1)
     assert got.dtype == dtype

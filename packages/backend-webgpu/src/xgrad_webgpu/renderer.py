@@ -271,6 +271,11 @@ class WGSLRenderer(CStyleRenderer):
     def render_alu(self, op: Ops, dtype: DType, operands: list[str], src_dtypes: list[DType]) -> str:
         if op in FLOAT_COMPARES and dtypes.is_float(src_dtypes[0]):
             return wgsl_float_compare(op, operands, src_dtypes[0])
+        if op is Ops.MOD and not dtypes.is_float(dtype):
+            # a - (a / b) * b, WGSL's truncated remainder: wgpu's OpenGL backend (Mesa's llvmpipe where Vulkan is
+            # missing) prints `%` as GLSL's, undefined for negative operands (it gave -7 % 3 == 0); `/` truncates
+            a, b = operands
+            return f"({a} - ({a} / {b}) * {b})"
         expr = self.code_for_op[op](*operands, dtype=dtype)
         if dtype in NARROW_INTS and op in WRAP_OPS:
             return wrap_narrow(expr, dtype)
