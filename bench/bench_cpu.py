@@ -81,9 +81,9 @@ class Peak:
 class Probes:
     """The peak loops, ready to run on all cores at once (ctypes drops the GIL, so Python threads run the C loops in
     parallel): an FMA loop (FMA_CHAINS independent vector chains per core, as wide as the generated kernels'
-    vectors) and a 64 MiB copy split over the cores. Each
-    workload's rounds also run the probe of its unit, so its "of peak" is against the machine's speed in those same
-    rounds (other tenants' load comes and goes in phases of seconds)."""
+    vectors) and a 64 MiB copy split over the cores. Each workload's rounds also run the probe of its unit, so its
+    "of peak" is against the machine's speed in those same rounds (other tenants' load comes and goes in phases of
+    seconds)."""
 
     ITERS = 20_000_000  # FMA loop iterations per core (~20-40 ms)
 

@@ -74,7 +74,7 @@ def cpu_width_16(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 def test_conv_rows_pad_to_whole_16_lane_vectors_and_match_torch(cpu_width_16: Any, width: int) -> None:
     """With 16-float vectors a conv row that 16 does not divide (56 -> 64, 40 -> 48) is padded to whole vectors:
     the last vector's padded lanes are masked off in its loads and in its stores (the bench's conv kernel on a Zen 5
-    host: best of 4 runs 33.0 -> 29.7 ms). With 8-float vectors the same row takes 8-lane vectors and no padding."""
+    host: 37.0 -> 29.7 ms). With 8-float vectors the same row takes 8-lane vectors and no padding."""
     x, w = data(2, 8, 5, width), data(8, 8, 3, 3, seed=3)
     ast = conv_ast(x, w)
     opts = heuristic_opts(ast, 16, scratch=True)

@@ -116,34 +116,37 @@ pm_legalize_c = pm_split_vector_ops(C_SCALAR_ONLY_OPS) + PatternMatcher(
 )
 
 
+# AVX-512's masked loads and stores take a mask register: from a bool vector, the sign bits of its negated bytes
+HAVE_AVX512_MASKS = "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)"
+CHAR16_TYPEDEF = "  typedef char xg_char16 __attribute__((vector_size(16)));"
+
+
+def avx512_mask(g: str) -> str:
+    return f"__builtin_ia32_cvtb2mask128(-(xg_char16){g})"
+
+
+def target_or_loop(have: str, fast: list[str], loop: list[str]) -> list[str]:
+    """A helper's body: `fast` where the target has `have` (a preprocessor condition), else `loop` over the lanes."""
+    return [f"#if {have}", *fast, "#else", *loop, "#endif"]
+
+
 def masked_load_helper(name: str, vf: str, vi: str, vb: str, lanes: int) -> str:
     """`name(p, g)`: lanes of `vf` read from `p` where the bool vector `g` is set, 0 elsewhere; masked-off lanes are
     not read (AVX's vmaskmovps and AVX-512's masked loads suppress their faults; without them, a loop reads only the
-    set lanes). AVX-512 takes its mask register from the bools' sign bits once they are negated (vpmovb2m)."""
+    set lanes)."""
     if lanes == 16:
-        have = "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)"
+        have = HAVE_AVX512_MASKS
         fast = [
-            "  typedef char xg_char16 __attribute__((vector_size(16)));",
+            CHAR16_TYPEDEF,
             f"  const {vf} zero = {{0}};",
-            "  return __builtin_ia32_loadups512_mask(p, zero, __builtin_ia32_cvtb2mask128(-(xg_char16)g));",
+            f"  return __builtin_ia32_loadups512_mask(p, zero, {avx512_mask('g')});",
         ]
     else:
         builtin = "__builtin_ia32_maskloadps256" if lanes == 8 else "__builtin_ia32_maskloadps"
         have = "defined(__AVX__)"
         fast = [f"  return {builtin}((const {vf}*)p, -__builtin_convertvector(g, {vi}));"]
-    return "\n".join(
-        [
-            f"static inline {vf} {name}(const float* p, {vb} g) {{",
-            f"#if {have}",
-            *fast,
-            "#else",
-            f"  {vf} v = {{0}};",
-            f"  for (int i = 0; i < {lanes}; i++) if (g[i]) v[i] = p[i];",
-            "  return v;",
-            "#endif",
-            "}",
-        ]
-    )
+    loop = [f"  {vf} v = {{0}};", f"  for (int i = 0; i < {lanes}; i++) if (g[i]) v[i] = p[i];", "  return v;"]
+    return "\n".join([f"static inline {vf} {name}(const float* p, {vb} g) {{", *target_or_loop(have, fast, loop), "}"])
 
 
 def rule_c_load(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
@@ -171,25 +174,15 @@ def masked_store_helper(name: str, vt: str, scalar: str, vi: str, vb: str, lanes
     are neither read nor written. float32 uses AVX's vmaskmovps (4, 8 lanes) or AVX-512's masked vmovups (16) when
     `fast` and the target has them, anything else a loop over the lanes."""
     loop = [f"  for (int i = 0; i < {lanes}; i++) if (g[i]) p[i] = v[i];"]
-    body = loop
-    if fast and lanes == 16:
-        body = [
-            "#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)",
-            "  typedef char xg_char16 __attribute__((vector_size(16)));",
-            "  __builtin_ia32_storeups512_mask(p, v, __builtin_ia32_cvtb2mask128(-(xg_char16)g));",
-            "#else",
-            *loop,
-            "#endif",
-        ]
-    elif fast:
+    if not fast:
+        body = loop
+    elif lanes == 16:
+        store = f"  __builtin_ia32_storeups512_mask(p, v, {avx512_mask('g')});"
+        body = target_or_loop(HAVE_AVX512_MASKS, [CHAR16_TYPEDEF, store], loop)
+    else:
         builtin = "__builtin_ia32_maskstoreps256" if lanes == 8 else "__builtin_ia32_maskstoreps"
-        body = [
-            "#ifdef __AVX__",
-            f"  {builtin}(({vt}*)p, -__builtin_convertvector(g, {vi}), v);",
-            "#else",
-            *loop,
-            "#endif",
-        ]
+        store = f"  {builtin}(({vt}*)p, -__builtin_convertvector(g, {vi}), v);"
+        body = target_or_loop("defined(__AVX__)", [store], loop)
     return "\n".join([f"static inline void {name}({scalar}* p, {vt} v, {vb} g) {{", *body, "}"])
 
 

@@ -298,7 +298,8 @@ def _window_batch(ast: UOp, tiled: set[int]) -> UOp | None:
     axes (the batch; for one image, its rows) of at least MIN_PARALLEL_BLOCKS iterations that the weights' load does
     not read. As the parallel loop, each thread works through whole images, whose input and the weights stay in L2
     across every output-channel block; with the channel blocks parallel, each block streamed the whole batch's input
-    again (the bench's 32 x 64 x 56 x 56 conv: 30.2 -> 25.1 ms, with 16-row tiles 27.7 -> 22.2 ms, on a Zen 5 host).
+    again (the bench's 32 x 64 x 56 x 56 conv on a Zen 5 host, all in one process: 28.6 -> 23.2 ms with 8-row tiles,
+    22.2 with 16-row ones).
     The weights are read where they lie: PACK needs the parallel loop among the loops the packed load reads."""
     if not any(r.arg[1] is AxisType.UNROLL for r in kernel_ranges(ast)):
         return None
@@ -372,7 +373,7 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
         amount = next((w for w in widths if w > 1 and size % w == 0 and (size > w or len(outs) > 1)), 0)
         # AVX-512's 16-float vectors: a tiled row that 16 does not divide is padded to whole vectors when that adds
         # at most a quarter (a conv's 56-pixel rows: 64, the last vector's padded lanes masked off) rather than tiled
-        # by half vectors (the bench's conv kernel on a Zen 5 host, 4 runs each: best 33.0 -> 29.7 ms)
+        # by half vectors (the bench's conv kernel on a Zen 5 host, both in one process: 37.0 -> 29.7 ms)
         wide = tile is not None and vector_width >= 16 and size > vector_width and 4 * (-size % vector_width) <= size
         if wide and amount < vector_width:
             amount = 0
