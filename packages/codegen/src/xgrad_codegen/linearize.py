@@ -137,12 +137,17 @@ def merge_ends(sink: UOp) -> UOp:
         sink = substitute(sink, {e: merged for e in dup})
 
 
+def _fills_scratch(u: UOp) -> bool:
+    """A STORE into a scratch buffer (a PACKed panel: a PARAM with a negative arg)."""
+    return u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM and u.src[0].src[0].arg < 0
+
+
 def order_scratch_reads(sink: UOp) -> UOp:
     """A read of a scratch buffer (see xgrad_codegen.pack) waits for the loops that fill it: the INDEX of every scratch
     LOAD takes its PARAM through NOOP(param, *the outermost ENDs of the fill loops)."""
     fill_ranges: dict[UOp, set[UOp]] = {}
     for u in sink.toposort:
-        if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM and u.src[0].src[0].arg < 0:
+        if _fills_scratch(u):
             rngs = {x for x in u.src[0].src[1].toposort if x.op is Ops.RANGE}
             fill_ranges.setdefault(u.src[0].src[0], set()).update(rngs)
     if not fill_ranges:
@@ -261,6 +266,9 @@ def linearize(sink: UOp) -> list[UOp]:
         for r in rs[u]:
             if u is not r:
                 need[r] += 1
+    # the loops that fill a packed panel open first: a panel that no parallel iteration reads differently (a conv's
+    # weights with the batch parallel) is filled before the parallel loop, once per call
+    fills = {r for u in nodes if _fills_scratch(u) for r in rs[u]}
     ready = _Ready(rs, position)
     for u in nodes:
         if waiting[u] == 0:
@@ -292,7 +300,7 @@ def linearize(sink: UOp) -> list[UOp]:
                 continue
         opens = [u for u in ready.ranges if rs[u] - {u} <= open_set and need[u] > 0]
         if opens:
-            rng = min(opens, key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0]))
+            rng = min(opens, key=lambda r: (r not in fills, _KIND_ORDER[r.arg[1]], r.arg[0]))
             stack.append(rng)
             ready.take(rng)
             emit(rng)

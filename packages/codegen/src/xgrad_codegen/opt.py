@@ -55,7 +55,8 @@ OPT_ACTIONS: dict[str, tuple[str, tuple[int, ...]]] = {
     # make an output loop the outermost, parallel one (the pool splits it over the cores); default: the first LOOP
     "GLOBAL": ("an output LOOP", (0,)),
     # copy a strided panel read in a reduction into a contiguous scratch array (renderers with supports_scratch)
-    "PACK": ("a load of pack.packable_loads(ast)", (0,)),
+    # (amount 1: a load the parallel loop does not read, packed whole once per call: a conv's weights)
+    "PACK": ("a load of pack.packable_loads(ast)", (0, 1)),
     # split an output (or the parallel) loop; the inner part becomes a plain loop that runs inside every other output
     # loop: with PACK, a panel several register tiles wide whose row tile (matmul: rows of A) stays in cache across them
     "SPLIT": ("an output LOOP or the GLOBAL loop of constant size", (2, 4)),
@@ -79,7 +80,7 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
         raise OptError(f"unknown optimizer action {opt.op!r}; the actions are {sorted(OPT_ACTIONS)}")
     if opt.op == "PACK":
         try:
-            return apply_pack(ast, opt.axis)
+            return apply_pack(ast, opt.axis, whole=opt.amount == 1)
         except PackError as e:
             raise OptError(str(e)) from None
     rngs = kernel_ranges(ast)
@@ -145,11 +146,12 @@ def candidate_opts(ast: UOp, renderer: Any) -> list[Opt]:
             out.extend(Opt("UNROLL", i, a) for a in OPT_ACTIONS["UNROLL"][1] if a and a < size and size % a == 0)
     if getattr(renderer, "supports_scratch", False):
         for i, load in enumerate(packable_loads(ast)):
-            try:
-                check_pack(ast, load)
-            except PackError:
-                continue
-            out.append(Opt("PACK", i))
+            for whole in (False, True):
+                try:
+                    check_pack(ast, load, whole)
+                except PackError:
+                    continue
+                out.append(Opt("PACK", i, int(whole)))
     return out
 
 
@@ -253,6 +255,7 @@ REUSE_LANES = (8, 4, 3)  # upcast amounts of its further output loops (see _reus
 MAX_REUSE_LANES = 128  # at most this many lanes in such a scalar register tile
 SMALL_REDUCE = 4  # with a register tile, reductions this short (a conv's 3x3 window) are unrolled completely
 PANEL_SPLITS = (4, 2)  # how many register tiles wide a packed panel may grow (SPLIT amounts the heuristic tries)
+MIN_PANEL_REUSE = 256  # a panel packed whole (PACK amount 1) is read at least this many times per element
 MIN_PARALLEL_BLOCKS = 8  # SPLIT leaves at least this many iterations of the parallel loop (load balance over cores)
 
 
@@ -299,8 +302,7 @@ def _window_batch(ast: UOp, tiled: set[int]) -> UOp | None:
     not read. As the parallel loop, each thread works through whole images, whose input and the weights stay in L2
     across every output-channel block; with the channel blocks parallel, each block streamed the whole batch's input
     again (the bench's 32 x 64 x 56 x 56 conv on a Zen 5 host, all in one process: 28.6 -> 23.2 ms with 8-row tiles,
-    22.2 with 16-row ones).
-    The weights are read where they lie: PACK needs the parallel loop among the loops the packed load reads."""
+    22.2 with 16-row ones)."""
     if not any(r.arg[1] is AxisType.UNROLL for r in kernel_ranges(ast)):
         return None
     loads = [u for u in ast.toposort if u.op is Ops.LOAD]
@@ -309,6 +311,23 @@ def _window_batch(ast: UOp, tiled: set[int]) -> UOp | None:
             continue
         if any(r.arg[0] not in _axes_read(load) for load in loads):
             return r
+    return None
+
+
+def _unread_panel(ast: UOp) -> int | None:
+    """The position in `packable_loads` of a load the parallel loop does not read (a conv's weights, with the batch
+    parallel) that PACK takes whole: filled once per call, before the parallel loop, and read contiguously. Only a
+    plain strided read (no division in its index: a gradient's window views cost more to gather than they save) that
+    every panel element serves at least MIN_PANEL_REUSE times: each call fills the whole panel in every thread."""
+    for i, load in enumerate(packable_loads(ast)):
+        try:
+            reds, ups, _, inner = check_pack(ast, load, whole=True)
+        except PackError:
+            continue
+        if any(u.op in (Ops.IDIV, Ops.MOD) for u in load.src[0].toposort):
+            continue
+        if prod(range_size(r) or 1 for r in inner) >= MIN_PANEL_REUSE:
+            return i
     return None
 
 
@@ -344,8 +363,9 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
        if the renderer allows `scratch` it is PACKed into a contiguous array (a matmul's right operand, a conv's
        weights). When that leaves enough parallel blocks, the blocks are SPLIT first so one panel covers several
        tiles (`_panel_split`). A matmul with a batch loop of enough iterations whose whole panel fits the scratch
-       limit makes the batch the parallel loop instead and packs every tile's panel at once (`_batch_panel`). A long
-       reduction stays a plain loop: the C compiler unrolls it without chaining lanes;
+       limit makes the batch the parallel loop instead and packs every tile's panel at once (`_batch_panel`). A conv
+       makes its batch (or its rows) the parallel loop and packs its weights whole before it (`_window_batch`,
+       `_unread_panel`). A long reduction stays a plain loop: the C compiler unrolls it without chaining lanes;
     4. a reduction with no vector axis: upcast the outermost output loop that every memory access steps through by a
        constant stride (`_linear_lanes`: its lanes share the rest of the index math), then further output loops that
        some load does not read (`_reuse_lanes`: a scalar register tile, each such value used by all its lanes); else
@@ -406,6 +426,8 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
             return opts
         if (images := _window_batch(ast, tiled)) is not None:
             add(Opt("GLOBAL", kernel_ranges(ast).index(images)))
+            if scratch and (weights := _unread_panel(ast)) is not None:
+                add(Opt("PACK", weights, 1))
             return opts
         for axis in (contiguous, tile):  # their outer parts keep the axis ids
             blocks = next((r for r in kernel_ranges(ast) if axis is not None and r.arg[0] == axis.arg[0]), None)

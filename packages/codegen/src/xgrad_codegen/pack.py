@@ -80,10 +80,12 @@ def _loop_key(r: UOp) -> tuple[int, int]:
     return (_ORDER.get(r.arg[1], 9), r.arg[0])
 
 
-def check_pack(ast: UOp, load: UOp) -> tuple[list[UOp], list[UOp], list[UOp], list[UOp]]:
+def check_pack(ast: UOp, load: UOp, whole: bool = False) -> tuple[list[UOp], list[UOp], list[UOp], list[UOp]]:
     """(panel ranges, upcast ranges, outer loops, inner loops) of `load`, or PackError when PACK does not apply. The
     panel ranges are the reductions, led by the output loops the load reads that run inside all the loops it does not
-    read (the inner part of a SPLIT: the panel then holds several register tiles, one after the other)."""
+    read (the inner part of a SPLIT: the panel then holds several register tiles, one after the other). `whole`: the
+    parallel loop does not read the load (a conv's weights with the batch parallel), and the panel holds it for every
+    iteration of every loop it reads, filled once per call before the parallel loop (PACK's amount 1)."""
     rngs = _ranges(simplify(load.src[0]))  # unsimplified index math may name ranges it does not depend on
     reds = [r for r in rngs if r.arg[1] in _REDUCE_KINDS]
     ups = [r for r in rngs if r.arg[1] is AxisType.UPCAST]
@@ -94,16 +96,22 @@ def check_pack(ast: UOp, load: UOp) -> tuple[list[UOp], list[UOp], list[UOp], li
         raise PackError("the load does not depend on a reduction: nothing to reuse")
     if any(_size(r) is None for r in reds + ups):
         raise PackError("PACK needs reduction and upcast ranges of constant size")
-    if not any(r.arg[1] is AxisType.GLOBAL for r in outer):
-        raise PackError("PACK needs the parallel (GLOBAL) loop among the loops the load depends on")
+    if any(r.arg[1] is AxisType.GLOBAL for r in outer) == whole:
+        raise PackError(
+            "whole PACK (amount 1) needs a load the parallel (GLOBAL) loop does not read"
+            if whole
+            else "PACK needs the parallel (GLOBAL) loop among the loops the load depends on"
+        )
     if not inner:
         raise PackError("the load depends on every output loop: the packed panel would never be reused")
     first_inner = min(_loop_key(r) for r in inner)
-    # loops the load depends on that run inside every loop it does not (the inner part of a SPLIT) join the panel
-    wide = [r for r in outer if _loop_key(r) > first_inner]
+    # loops the load depends on that run inside every loop it does not (the inner part of a SPLIT) join the panel;
+    # a whole panel takes every loop the load depends on, and they move inside the ones it does not
+    wide = outer if whole else [r for r in outer if _loop_key(r) > first_inner]
     outer = [r for r in outer if r not in wide]
     if any(
-        r.arg[1] is not AxisType.LOOP or _size(r) is None or _loop_key(r) < max(map(_loop_key, inner)) for r in wide
+        r.arg[1] is not AxisType.LOOP or _size(r) is None or (not whole and _loop_key(r) < max(map(_loop_key, inner)))
+        for r in wide
     ):
         raise PackError("a loop the load does not depend on runs outside one it does: the panel would be repacked")
     reds = wide + reds  # the panel is laid out one block (of the wide loops) after the other
@@ -112,13 +120,13 @@ def check_pack(ast: UOp, load: UOp) -> tuple[list[UOp], list[UOp], list[UOp], li
     return reds, ups, outer, inner
 
 
-def apply_pack(ast: UOp, which: int) -> UOp:
-    """PACK the `which`-th of `packable_loads(ast)`."""
+def apply_pack(ast: UOp, which: int, whole: bool = False) -> UOp:
+    """PACK the `which`-th of `packable_loads(ast)` (`whole`: see `check_pack`)."""
     loads = packable_loads(ast)
     if not 0 <= which < len(loads):
         raise PackError(f"PACK axis {which} is out of range: the kernel has {len(loads)} packable loads")
     load = loads[which]
-    reds, ups, _, inner = check_pack(ast, load)
+    reds, ups, _, inner = check_pack(ast, load, whole)
     slots = [u for u in ast.toposort if is_scratch(u)]
     size = int(prod(_size(r) or 1 for r in reds + ups))
     scratch = UOp(Ops.PARAM, load.dtype, (UOp.const(dtypes.index, size),), -1 - len(slots))
