@@ -266,8 +266,9 @@ def linearize(sink: UOp) -> list[UOp]:
         for r in rs[u]:
             if u is not r:
                 need[r] += 1
-    # the loops that fill a packed panel open first: a panel that no parallel iteration reads differently (a conv's
-    # weights with the batch parallel) is filled before the parallel loop, once per call
+    # the loops a packed panel's fill runs in open before any other: a panel that the parallel loop does not read (a
+    # conv's weights with the batch parallel) is filled before that loop, once per call; any other panel's fill reads
+    # the parallel loop, which then opens first as before
     fills = {r for u in nodes if _fills_scratch(u) for r in rs[u]}
     ready = _Ready(rs, position)
     for u in nodes:

@@ -321,7 +321,7 @@ def _unread_panel(ast: UOp) -> int | None:
     every panel element serves at least MIN_PANEL_REUSE times: each call fills the whole panel in every thread."""
     for i, load in enumerate(packable_loads(ast)):
         try:
-            reds, ups, _, inner = check_pack(ast, load, whole=True)
+            *_, inner = check_pack(ast, load, whole=True)
         except PackError:
             continue
         if any(u.op in (Ops.IDIV, Ops.MOD) for u in load.src[0].toposort):
