@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from xgrad.dtype import DType, dtypes
 from xgrad.uop.ops import AxisType, Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite, substitute
+from xgrad_codegen.pack import is_scratch
 
 _KIND_ORDER = {
     AxisType.GLOBAL: 0,
@@ -138,8 +139,8 @@ def merge_ends(sink: UOp) -> UOp:
 
 
 def _fills_scratch(u: UOp) -> bool:
-    """A STORE into a scratch buffer (a PACKed panel: a PARAM with a negative arg)."""
-    return u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM and u.src[0].src[0].arg < 0
+    """A STORE into a scratch buffer (a PACKed panel)."""
+    return u.op is Ops.STORE and is_scratch(u.src[0].src[0])
 
 
 def order_scratch_reads(sink: UOp) -> UOp:

@@ -386,10 +386,10 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
     tile = _tile_axis(ast, contiguous) if has_reduce else None
     amount = 0
     if contiguous is not None and (size := range_size(contiguous)) is not None:
-        # halves of the vector down to 4 lanes: a 56-wide conv row takes 8-lane vectors where 16 do not divide it
-        narrower = tuple(vector_width >> k for k in range(1, vector_width.bit_length()) if vector_width >> k >= 4)
-        widths = (2 * vector_width, vector_width, *narrower) if tile is not None else (vector_width, *narrower)
-        widths = widths if 4 in widths else (*widths, 4)
+        # the vector, its halves down to 4 lanes (a 56-wide conv row takes 8-lane vectors where 16 do not divide it),
+        # and with a tile first two vectors
+        widths = (vector_width, *(vector_width >> k for k in range(1, 4) if vector_width >> k > 4), 4)
+        widths = (2 * vector_width, *widths) if tile is not None else widths
         amount = next((w for w in widths if w > 1 and size % w == 0 and (size > w or len(outs) > 1)), 0)
         # AVX-512's 16-float vectors: a tiled row that 16 does not divide is padded to whole vectors when that adds
         # at most a quarter (a conv's 56-pixel rows: 64, the last vector's padded lanes masked off) rather than tiled
