@@ -1,8 +1,11 @@
 import ctypes
 import multiprocessing
+import os
+import platform
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,8 +14,8 @@ import pytest
 
 from xgrad import Device
 from xgrad.errors import CompileError, XgradError
-from xgrad.helpers import Context
-from xgrad_cpu.compiler import CCompiler, CompilerNotFoundError
+from xgrad.helpers import KNOBS, Context
+from xgrad_cpu.compiler import CCompiler, CompilerNotFoundError, TargetError, predefined_macros
 from xgrad_cpu.plugin import COMPILER_CANDIDATES
 from xgrad_cpu.program import load_library
 
@@ -129,6 +132,60 @@ def test_vector_width_follows_the_compilers_target() -> None:
     ).stdout
     assert c.vector_bytes() == (64 if "#define __AVX512F__ 1" in macros else 32)
     assert Device["CPU"].renderer.max_vector_width == c.vector_bytes() // 4
+
+
+x86_only = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 -march targets")
+
+
+@x86_only
+def test_cpu_march_sets_the_target_its_vector_width_and_the_cache_key() -> None:
+    native, avx2 = CCompiler(march="native"), CCompiler(march="x86-64-v3")
+    assert "-march=native" in native.flags and "-march=x86-64-v3" in avx2.flags
+    assert avx2.vector_bytes() == 32  # AVX2 without AVX-512, whatever the host has
+    assert native.cache_key(SRC) != avx2.cache_key(SRC)
+    with Context(CPU_MARCH="x86-64-v3"):
+        assert CCompiler().flags == avx2.flags
+
+
+def test_cpu_march_the_compiler_does_not_know_raises_target_error() -> None:
+    with Context(CPU_MARCH="no-such-cpu"), pytest.raises(TargetError, match="no-such-cpu.*set CPU_MARCH"):
+        CCompiler()
+
+
+@x86_only
+def test_cpu_march_with_instructions_this_cpu_lacks_raises_target_error() -> None:
+    # AMD's SSE4A is on no Intel CPU, Intel's AMX on no AMD one: kernels for the other vendor's CPU would die of an
+    # illegal instruction here
+    c = CCompiler()
+    amd = "__SSE4A__" in predefined_macros(tuple(c.cmd), c.flags)
+    with pytest.raises(TargetError, match=f"{'AMX' if amd else 'SSE4A'}.*this CPU lacks"):
+        CCompiler(march="sapphirerapids" if amd else "znver3")
+
+
+@x86_only
+def test_a_device_built_for_avx2_runs_16_lane_kernels_through_their_fallbacks() -> None:
+    """The CPU device under CPU_MARCH=x86-64-v3 takes 8 lanes; forced to 16 (a width its target lacks) its kernels
+    still compile, warnings and all, and compute what numpy does; its programs are not the native device's."""
+    code = """
+import numpy as np
+from xgrad import Device, Tensor
+from xgrad.helpers import KNOBS, Context
+from xgrad_cpu.device import _PROGRAMS
+dev = Device["CPU"]
+assert dev.renderer.max_vector_width == 8, dev.renderer.max_vector_width
+dev.renderer.max_vector_width = 16
+a = np.random.default_rng(0).uniform(-1, 1, (37, 56)).astype(np.float32)
+b = np.random.default_rng(1).uniform(-1, 1, (56, 45)).astype(np.float32)
+np.testing.assert_allclose((Tensor(a) @ Tensor(b)).relu().numpy(), np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+with Context(CPU_MARCH="native"):
+    other = Device["CPU:1"]
+assert other._programs is not dev._programs and len(_PROGRAMS) == 2
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k not in KNOBS}
+    env.update(CPU_MARCH="x86-64-v3", CACHELEVEL="0", CC=CCompiler().cmd[0])
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
 def test_compile_hits_disk_cache_second_time() -> None:

@@ -1,7 +1,8 @@
 """C source -> shared-object bytes with the system C compiler (clang or gcc), cached on disk.
 
-The cache is content-addressed: the key hashes the source, the compiler (path and `--version` text), the flags, the
-machine (`-march=native` output differs per CPU) and every knob that changes generated code. Entries are written
+The cache is content-addressed: the key hashes the source, the compiler (path and `--version` text), the flags (the
+`-march` target among them: the CPU_MARCH knob, default native), the machine (`-march=native` output differs per CPU)
+and every knob that changes generated code. Entries are written
 atomically (temp file + `os.replace`) so parallel processes never read a half-written binary.
 """
 
@@ -20,18 +21,20 @@ import tempfile
 from collections.abc import Sequence
 
 from xgrad.errors import CompileError, DeviceError
-from xgrad.helpers import CACHELEVEL, CC, DEBUG, cache_dir, codegen_knobs_key, write_atomic
+from xgrad.helpers import CACHELEVEL, CC, CPU_MARCH, DEBUG, cache_dir, codegen_knobs_key, write_atomic
 from xgrad_cpu.plugin import COMPILER_CANDIDATES
 
 BASE_FLAGS: tuple[str, ...] = (
     "-O2",
-    "-march=native",
     "-fPIC",
     "-shared",
     "-fno-math-errno",  # lets sqrt and friends compile to single instructions
     "-ffp-contract=fast",  # a*b+c -> fma where the CPU has it
     "-fno-plt",
     "-fwrapv",  # signed overflow wraps (two's complement), as the PYTHON reference executor defines it
+    # the vector helpers are static to the kernel's file, so gcc's note that a 64-byte vector argument has another
+    # ABI without AVX-512 concerns no caller: a 16-lane kernel built for an AVX2 target runs its lane loops instead
+    "-Wno-psabi",
 )
 # libm goes after the source so the linker sees the kernel's references to expf/logf/...; it adds a DT_NEEDED entry,
 # which keeps kernels loadable even in a host process that did not link libm itself.
@@ -40,6 +43,10 @@ LINK_FLAGS: tuple[str, ...] = ("-lm",)
 
 class CompilerNotFoundError(DeviceError):
     """No usable C compiler: neither $CC, clang nor gcc could be found."""
+
+
+class TargetError(DeviceError):
+    """CPU_MARCH names a target the compiler does not know, or one whose instructions this CPU lacks."""
 
 
 def find_compiler(cc: str = "") -> list[str]:
@@ -112,6 +119,37 @@ def predefined_macros(cmd: tuple[str, ...], flags: tuple[str, ...]) -> str:
     return out.stdout if out.returncode == 0 else ""
 
 
+# what an instruction set's predefined macro looks like: `#define __AVX512F__ 1`, `#define __ARM_FEATURE_SVE 1`
+FEATURE_MACRO = re.compile(r"^#define (__[A-Z][A-Z0-9_]*__|__ARM_FEATURE_[A-Z0-9_]+) 1$", re.M)
+
+
+def check_target(cmd: tuple[str, ...], march: str) -> None:
+    """Raise `TargetError` unless kernels built with `-march=<march>` run here: the compiler must know the target, and
+    every instruction set it enables must be one `-march=native` enables too (else a kernel would stop the process
+    with an illegal instruction)."""
+    target = predefined_macros(cmd, (f"-march={march}",))
+    if not target:
+        try:
+            out = subprocess.run(
+                [*cmd, f"-march={march}", "-dM", "-E", "-x", "c", "-"], input="", capture_output=True, text=True
+            )
+            why = out.stderr.strip().splitlines()[0] if out.stderr.strip() else f"exit {out.returncode}"
+        except OSError as e:
+            why = str(e)
+        raise TargetError(
+            f"CPU_MARCH={march!r}: {cmd[0]} rejects -march={march} ({why}); "
+            "set CPU_MARCH to a target it knows (e.g. x86-64-v3) or unset it"
+        )
+    native = predefined_macros(cmd, ("-march=native",))
+    lacking = sorted(set(FEATURE_MACRO.findall(target)) - set(FEATURE_MACRO.findall(native)))
+    if native and lacking:
+        names = ", ".join(m.strip("_") for m in lacking)
+        raise TargetError(
+            f"CPU_MARCH={march!r} enables {names}, which this CPU lacks: its kernels would stop the process with an "
+            "illegal instruction; set CPU_MARCH to a target this CPU runs (e.g. x86-64-v3 for AVX2) or unset it"
+        )
+
+
 def _name_from_version(path: str, version: str) -> str:
     first = version.splitlines()[0] if version else ""
     if "clang" in version:
@@ -127,14 +165,18 @@ def _name_from_version(path: str, version: str) -> str:
 class CCompiler:
     """Compiles C source to a shared object and returns its bytes.
 
-    `CCompiler()` picks `$CC`, else clang, else gcc, and raises `CompilerNotFoundError` if none exists.
-    `compiles` counts how many times this instance actually ran the compiler (cache misses).
+    `CCompiler()` picks `$CC`, else clang, else gcc, and raises `CompilerNotFoundError` if none exists. It builds for
+    `-march=<march>` (default: the CPU_MARCH knob, `native`); a target other than native is checked first
+    (`check_target`). `compiles` counts how many times this instance actually ran the compiler (cache misses).
     """
 
-    def __init__(self, cc: str = "", extra_flags: Sequence[str] = ()) -> None:
+    def __init__(self, cc: str = "", extra_flags: Sequence[str] = (), march: str = "") -> None:
         self.cmd: list[str] = find_compiler(cc)
-        self.flags: tuple[str, ...] = (*BASE_FLAGS, *extra_flags)
         self.version: str = compiler_version(tuple(self.cmd))
+        self.march = march or CPU_MARCH.value
+        if self.march != "native":
+            check_target(tuple(self.cmd), self.march)
+        self.flags: tuple[str, ...] = (*BASE_FLAGS, f"-march={self.march}", *extra_flags)
         self.name: str = _name_from_version(self.cmd[0], self.version)
         if self.name.startswith("gcc"):
             # gcc 12's vectorizers miscompile two kinds of generated kernels at -O2: its loop vectorizer sums a

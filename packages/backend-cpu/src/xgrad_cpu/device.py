@@ -12,7 +12,9 @@ from xgrad_cpu.program import CPUProgram
 from xgrad_cpu.renderer import CRenderer
 
 _ALLOCATOR = CPUAllocator()  # one host memory pool shared by CPU, CPU:1, ...: copies between them are memcpy
-_PROGRAMS: dict[Any, Any] = {}  # and one program cache: CPU:1 runs what CPU compiled (multi-device: compile once)
+# and one program cache per target: CPU:1 runs what CPU compiled (multi-device: compile once), but a device opened
+# under another CPU_MARCH or CC has its own (a program built for AVX-512 must never run on a device built for AVX2)
+_PROGRAMS: dict[str, dict[Any, Any]] = {}
 
 
 # below this much work (estimated operations + bytes moved) a kernel runs in the calling thread: handing chunks to
@@ -25,7 +27,7 @@ class CPUDevice(CompiledDevice):
         compiler = CCompiler()
         renderer = CRenderer(None, vector_width=compiler.vector_bytes() // 4)
         super().__init__(name, _ALLOCATOR, renderer, compiler, CPUProgram)
-        self._programs = _PROGRAMS
+        self._programs = _PROGRAMS.setdefault(self.target(), {})
 
     def launch(self, raw: Any, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool) -> float | None:
         gs, args = launch_args(info, vals)

@@ -159,6 +159,9 @@ TRANSCENDENTAL = knob(
 )
 DISALLOW_BROADCAST = knob("DISALLOW_BROADCAST", 0, "1 makes implicit broadcasting an error")
 CC = knob("CC", "", "C compiler for the CPU backend (default: clang if present, else gcc)", codegen=True)
+CPU_MARCH = knob(
+    "CPU_MARCH", "native", "-march of the CPU backend's kernels, e.g. x86-64-v3 (AVX2) on an AVX-512 host", codegen=True
+)
 NUM_CPU_THREADS = knob("NUM_CPU_THREADS", 0, "CPU worker threads (0 = the cores this process may use)")
 XGRAD_DISABLE_PLUGIN_AUTOLOAD = knob("XGRAD_DISABLE_PLUGIN_AUTOLOAD", 0, "1 = load no entry-point plugins")
 XGRAD_PLUGINS = knob("XGRAD_PLUGINS", "", "comma list of modules to load as plugins explicitly")
