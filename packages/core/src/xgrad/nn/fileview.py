@@ -39,6 +39,36 @@ class StateDictError(XgradError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+DEFAULT_ALLOC_RATIO = 16.0  # what a loader may allocate, as a multiple of the file's size ...
+ALLOC_FLOOR = 8 << 20  # ... plus this much, so small files are never refused
+
+
+@dataclass
+class Budget:
+    """The host memory a loader may still allocate while reading one file (decompressed archive members, tensors
+    gathered from strided storages, objects a pickle builds). Views of the file cost nothing. A file that asks for
+    more raises `CheckpointError`: a small file must not be able to make a loader allocate gigabytes."""
+
+    what: str
+    left: int
+    knob: str = "max_alloc_ratio"
+
+    @classmethod
+    def for_file(cls, what: str, nbytes: int, ratio: float, knob: str = "max_alloc_ratio") -> Budget:
+        if not (isinstance(ratio, (int, float)) and ratio >= 0):
+            raise CheckpointError(f"{knob} must be a number >= 0, got {ratio!r}")
+        return cls(what, int(nbytes * ratio) + ALLOC_FLOOR, knob)
+
+    def charge(self, nbytes: int, why: str) -> None:
+        if nbytes > self.left:
+            raise CheckpointError(
+                f"{self.what}: loading needs {nbytes} more bytes of memory for {why}, past the limit for a file of "
+                f"this size; the file is malformed or a decompression bomb. If you trust it, pass a larger "
+                f"{self.knob}= (default {DEFAULT_ALLOC_RATIO:g} times the file size)"
+            )
+        self.left -= nbytes
+
+
 @dataclass(frozen=True)
 class ByteSource:
     """`nbytes` bytes from byte `offset` of a device `buffer`, or of the host bytes `host` (what a compressed archive
@@ -170,6 +200,14 @@ class TensorIO(io.RawIOBase):
             raise ValueError(f"negative seek position {base + offset}")
         self._pos = base + offset
         return self._pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        """At most the bytes left in the source, however many are asked for (never a huge empty buffer first)."""
+        left = max(0, self._src.nbytes - self._pos)
+        n = left if size is None or size < 0 else min(size, left)
+        out = bytes(self._src.read(self._pos, n)) if n else b""
+        self._pos += n
+        return out
 
     def readinto(self, b: Any) -> int:
         out = memoryview(b).cast("B")

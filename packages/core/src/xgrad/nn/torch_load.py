@@ -7,10 +7,17 @@ Formats (by their first bytes):
   the list of storage keys, then each storage as an 8-byte element count and its bytes.
 - legacy tar (torch < 0.4): members `storages`, `tensors` and `pickle`.
 
-Every pickle goes through `RestrictedUnpickler`: it resolves only the names in `ALLOWED_GLOBALS` (containers, torch's
-tensor/storage rebuild functions, dtypes and storage types), each mapped to xgrad's own stand-in, never to torch or any
-other real module. Anything else (`os.system`, `builtins.eval`, an `nn.Module` class) raises `UnsafePickleError`
-before it could be called.
+Every pickle goes through `xgrad.nn.unpickler.SafeUnpickler`: it resolves only the names in `ALLOWED_GLOBALS`
+(containers, torch's tensor/storage rebuild functions, dtypes and storage types), each mapped to xgrad's own stand-in,
+never to torch or any other real module, and it never mutates an object the load did not create (BUILD on a dtype or
+a storage type, SETITEM on a shared object). Anything else (`os.system`, `builtins.eval`, an `nn.Module` class)
+raises `UnsafePickleError` before it could run. This accepts what torch's `weights_only=True` loader accepts (plus
+numpy scalars and legacy formats) and refuses what it refuses.
+
+Resources: tensors are lazy views of the file; a stride-0 (expanded) tensor stays a lazy `expand` of the elements it
+really stores; a zip member is decompressed only when the pickle uses it; what the loader must allocate (decompressed
+members, tensors gathered from overlapping strides, objects the pickle builds) is capped at `max_alloc_ratio` times the
+file's size, and every failure, memory included, is a `CheckpointError`.
 """
 
 from __future__ import annotations
@@ -19,26 +26,56 @@ import collections
 import dataclasses
 import io
 import os
-import pickle
 import struct
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xgrad.dtype import DType, dtypes
-from xgrad.errors import DTypeError, XgradError
+from xgrad.errors import XgradError
 from xgrad.helpers import prod
-from xgrad.nn.fileview import ByteSource, CheckpointError, TensorIO, UnsafePickleError, byte_source, tensor_from_bytes
+from xgrad.nn.fileview import (
+    DEFAULT_ALLOC_RATIO,
+    Budget,
+    ByteSource,
+    CheckpointError,
+    TensorIO,
+    UnsafePickleError,
+    byte_source,
+    tensor_from_bytes,
+)
+from xgrad.nn.unpickler import SafeUnpickler, brief
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL = 1001
+MAX_NUMEL = 1 << 62  # more elements than any index type holds
+_BUDGET: ContextVar[Budget | None] = ContextVar("xgrad_torch_load_budget", default=None)
+_UNLIMITED = 1 << 62
+# the exceptions a malformed file can raise from the standard library (zipfile, tarfile, struct, zlib, numpy)
+_MALFORMED = (
+    ArithmeticError,
+    AttributeError,
+    EOFError,
+    LookupError,
+    MemoryError,
+    OSError,
+    RecursionError,
+    TypeError,
+    ValueError,
+    struct.error,
+    zlib.error,
+    zipfile.BadZipFile,
+    tarfile.TarError,
+)
 
 
 # ---- the stand-ins the restricted unpickler hands out ----
@@ -150,24 +187,62 @@ def _latin1_encode(text: Any, encoding: Any = "latin1") -> bytes:
 
 
 def _np_dtype(name: Any, align: Any = False, copy: Any = False) -> np.dtype[Any]:
+    """A new numpy dtype object (never numpy's shared one: the pickle's BUILD that follows refers to it)."""
     dt = np.dtype(name) if isinstance(name, str) and name.isalnum() else None
     if dt is None or dt.kind not in "biufc":
-        raise UnsafePickleError(f"torch_load: refused numpy dtype {name!r}; only numeric dtypes are allowed")
-    return dt
+        raise UnsafePickleError(f"torch_load: refused numpy dtype {brief(name)}; only numeric dtypes are allowed")
+    return np.dtype(dt, copy=True)
 
 
 def _np_scalar(dtype: Any, data: Any = None) -> Any:
     if not isinstance(dtype, np.dtype) or dtype.kind not in "biufc" or not isinstance(data, bytes):
         raise UnsafePickleError("torch_load: refused a numpy scalar that is not a plain number")
+    if len(data) != dtype.itemsize:
+        raise CheckpointError(f"torch_load: a numpy {dtype.name} scalar has {len(data)} bytes; the file is corrupt")
     return np.frombuffer(data, dtype=dtype)[0]
 
 
+# The container types a pickle names, as functions that check their arguments: REDUCE never calls a class, so an
+# argument can never be something whose iteration runs code (a tensor) or a shared object.
+_ITERABLES = (list, tuple, set, frozenset, dict, collections.OrderedDict)
+
+
+def _one_iterable(what: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    if len(args) > 1 or (args and type(args[0]) not in _ITERABLES):
+        raise UnsafePickleError(f"torch_load: refused {what}{brief(args)}; expected a list, tuple, set or dict")
+    return args
+
+
+def _ordered_dict(*args: Any) -> collections.OrderedDict[Any, Any]:
+    return collections.OrderedDict(*_one_iterable("OrderedDict", args))
+
+
+def _set(*args: Any) -> set[Any]:
+    return set(*_one_iterable("set", args))
+
+
+def _frozenset(*args: Any) -> frozenset[Any]:
+    return frozenset(*_one_iterable("frozenset", args))
+
+
+def _slice(*args: Any) -> slice:
+    if not (1 <= len(args) <= 3 and all(a is None or type(a) is int for a in args)):
+        raise UnsafePickleError(f"torch_load: refused slice{brief(args)}; expected ints or None")
+    return slice(*args)
+
+
+def _torch_size(*args: Any) -> tuple[int, ...]:
+    if not (len(args) <= 1 and all(type(x) is int for x in (args[0] if args else ()))):
+        raise CheckpointError(f"torch_load: torch.Size{brief(args)} is not a sequence of ints; the file is corrupt")
+    return tuple(args[0]) if args else ()
+
+
 ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
-    ("collections", "OrderedDict"): collections.OrderedDict,
-    ("builtins", "set"): set,
-    ("builtins", "frozenset"): frozenset,
-    ("builtins", "slice"): slice,
-    ("__builtin__", "set"): set,
+    ("collections", "OrderedDict"): _ordered_dict,
+    ("builtins", "set"): _set,
+    ("builtins", "frozenset"): _frozenset,
+    ("builtins", "slice"): _slice,
+    ("__builtin__", "set"): _set,
     ("_codecs", "encode"): _latin1_encode,
     ("torch._utils", "_rebuild_tensor"): _rebuild_tensor_v1,
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
@@ -175,7 +250,7 @@ ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
     ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
     ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
-    ("torch", "Size"): tuple,
+    ("torch", "Size"): _torch_size,
     ("torch", "Tensor"): TensorType("Tensor"),
     ("torch.nn.parameter", "Parameter"): TensorType("Parameter"),
     ("torch", "UntypedStorage"): StorageType("UntypedStorage", dtypes.uint8),
@@ -189,39 +264,32 @@ ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
 }
 
 
-class RestrictedUnpickler(pickle.Unpickler):
-    """An unpickler that resolves only `ALLOWED_GLOBALS`; persistent ids go to `persistent`."""
+_MAKERS = (_ordered_dict, _set)  # their results are new objects the pickle may fill (SETITEMS, ADDITEMS, BUILD)
 
-    def __init__(self, file: Any, what: str, persistent: Callable[[Any], Any] | None = None):
-        super().__init__(file, encoding="utf-8")
-        self._what = what
-        self._persistent = persistent
 
-    def find_class(self, module: str, name: str) -> Any:
-        if (found := ALLOWED_GLOBALS.get((module, name))) is not None:
-            return found
-        hint = (
+def _refuse_hint(module: str, name: str) -> str:
+    if module.split(".")[0] == "torch":
+        return (
             "torch_load reads only dense tensors, storages and plain containers; "
             "save a state dict (model.state_dict()) rather than a module or custom object"
-            if module.split(".")[0] == "torch"
-            else "a pickle can run any code on load; it was not run. If you trust the file, load it with torch and "
-            "re-save its tensors with safe_save"
         )
-        raise UnsafePickleError(f"{self._what}: refused to load the global {module}.{name}: {hint}")
+    return (
+        "a pickle can run any code on load; it was not run. If you trust the file, load it with torch and "
+        "re-save its tensors with safe_save"
+    )
 
-    def persistent_load(self, pid: Any) -> Any:
-        if self._persistent is None:
-            raise UnsafePickleError(f"{self._what}: unexpected persistent id {pid!r}")
-        return self._persistent(pid)
+
+def _budget() -> Budget:
+    return _BUDGET.get() or Budget("torch_load", _UNLIMITED)
 
 
 def _load_pickle(file: Any, what: str, persistent: Callable[[Any], Any] | None = None) -> Any:
     try:
-        return RestrictedUnpickler(file, what, persistent).load()
-    except (UnsafePickleError, CheckpointError, DTypeError):
+        return SafeUnpickler(file, what, ALLOWED_GLOBALS, _MAKERS, persistent, _budget(), _refuse_hint).load()
+    except (XgradError, AssertionError):
         raise
     except Exception as e:  # a malformed pickle can fail in many ways; all of them mean the same thing
-        raise CheckpointError(f"{what}: cannot read the pickle ({type(e).__name__}: {e})") from None
+        raise CheckpointError(f"{what}: cannot read the pickle ({type(e).__name__}: {brief(str(e))})") from None
 
 
 # ---- tensors from storages ----
@@ -229,42 +297,62 @@ def _rebuild(storage: Any, offset: Any, size: Any, stride: Any, dtype: DType) ->
     """The tensor torch describes as (storage, element offset, size, stride) with elements of `dtype`."""
     if not isinstance(storage, Storage):
         raise CheckpointError(f"torch_load: a tensor's storage is {type(storage).__name__}, expected a storage")
-    if not (_ints(size) and _ints(stride) and len(size) == len(stride) and isinstance(offset, int) and offset >= 0):
-        raise CheckpointError(f"torch_load: invalid tensor layout size={size!r} stride={stride!r} offset={offset!r}")
+    if not (_ints(size) and _ints(stride) and len(size) == len(stride) and type(offset) is int and offset >= 0):
+        raise CheckpointError(
+            f"torch_load: invalid tensor layout size={brief(size)} stride={brief(stride)} offset={brief(offset)}"
+        )
     if storage.src is None:  # first pass over a legacy file: storages are not located yet
         return None
     shape, strides = tuple(size), tuple(stride)
-    itemsize = dtype.itemsize
-    elems = storage.src.nbytes // itemsize
     numel = int(prod(shape))
+    if numel >= MAX_NUMEL:
+        raise CheckpointError(f"torch_load: a tensor of shape {brief(shape)} has more elements than xgrad can index")
     if numel == 0:
         return storage.src.typed(0, dtype, shape)
-    last = offset + sum((s - 1) * st for s, st in zip(shape, strides))
-    if min(strides, default=0) < 0 or last >= elems:
+    # a stride-0 dimension (torch's expand) repeats the same elements: read them once, broadcast them lazily
+    stored = tuple(1 if st == 0 else s for s, st in zip(shape, strides))
+    elems = storage.src.nbytes // dtype.itemsize
+    last = offset + sum((s - 1) * st for s, st in zip(stored, strides))
+    if last >= elems:
         raise CheckpointError(
-            f"torch_load: tensor of shape {shape} strides {strides} at offset {offset} reaches past its storage "
-            f"of {elems} {dtype.name} elements; the file is corrupt"
+            f"torch_load: tensor of shape {brief(shape)} strides {brief(strides)} at offset {offset} reaches past its "
+            f"storage of {elems} {dtype.name} elements; the file is corrupt"
         )
+    t = _read_layout(storage.src, offset, stored, strides, dtype)
+    if stored == shape:
+        return t
+    from xgrad.device import Device  # DISK cannot compute: the stored elements are copied, the broadcast stays lazy
+
+    return t.to(Device.DEFAULT).expand(shape)
+
+
+def _read_layout(
+    src: ByteSource, offset: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: DType
+) -> Tensor:
+    """The elements of a strided layout without stride-0 dimensions: a view of the file when they are a contiguous
+    block (maybe permuted), else gathered on the host (charged to the load's memory budget)."""
+    itemsize = dtype.itemsize
     live = [i for i, s in enumerate(shape) if s != 1]
     if _is_contiguous([shape[i] for i in live], [strides[i] for i in live]):
-        return storage.src.typed(offset * itemsize, dtype, shape)
+        return src.typed(offset * itemsize, dtype, shape)
     order = sorted(live, key=lambda i: -strides[i])
     if _is_contiguous([shape[i] for i in order], [strides[i] for i in order]):
         # a permutation of a contiguous block (a transposed weight): view it on the device, permute there
         from xgrad.device import Device
 
-        block = storage.src.typed(offset * itemsize, dtype, tuple(shape[i] for i in order)).to(Device.DEFAULT)
+        block = src.typed(offset * itemsize, dtype, tuple(shape[i] for i in order)).to(Device.DEFAULT)
         return block.permute([order.index(i) for i in live]).reshape(shape)
     # any other layout (slices with steps, overlapping strides): gather its elements on the host
-    raw = np.frombuffer(storage.src.read(), dtype=np.dtype(f"<u{itemsize}"))
+    _budget().charge(int(prod(shape)) * itemsize, f"a strided {dtype.name} tensor of shape {shape}")
+    raw = np.frombuffer(src.read(), dtype=np.dtype(f"<u{itemsize}"))
     picked = np.lib.stride_tricks.as_strided(
         raw[offset:], shape=shape, strides=tuple(s * itemsize for s in strides), writeable=False
     )
-    return tensor_from_bytes(np.ascontiguousarray(picked).tobytes(), dtype, shape)
+    return tensor_from_bytes(np.ascontiguousarray(picked).reshape(-1).data, dtype, shape)
 
 
 def _ints(xs: Any) -> bool:
-    return isinstance(xs, (tuple, list)) and all(isinstance(x, int) and x >= 0 for x in xs)
+    return isinstance(xs, (tuple, list)) and all(type(x) is int and x >= 0 for x in xs)
 
 
 def _is_contiguous(shape: list[int], strides: list[int]) -> bool:
@@ -277,49 +365,75 @@ def _is_contiguous(shape: list[int], strides: list[int]) -> bool:
 
 
 # ---- archives ----
-def _member_source(src: ByteSource, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> ByteSource:
-    """The bytes of a zip member: a view of the archive when stored, else the decompressed bytes."""
+def _zip_open(src: ByteSource) -> tuple[zipfile.ZipFile, dict[str, zipfile.ZipInfo]]:
+    """The archive and its members by name; nothing is read or decompressed yet."""
+    try:
+        zf = zipfile.ZipFile(TensorIO(src))
+        return zf, {info.filename: info for info in zf.infolist() if not info.is_dir()}
+    except _MALFORMED as e:
+        raise CheckpointError(f"{src.name}: not a valid zip archive ({type(e).__name__}: {brief(str(e))})") from None
+
+
+def _member_source(src: ByteSource, zf: zipfile.ZipFile, info: zipfile.ZipInfo, budget: Budget) -> ByteSource:
+    """The bytes of a zip member: a view of the archive when stored, else the decompressed bytes (charged to
+    `budget` before a byte is decompressed)."""
+    name = f"{src.name}:{info.filename}"
     if info.flag_bits & 0x1:
         raise CheckpointError(f"{src.name}: zip member {info.filename!r} is encrypted")
     if info.compress_type != zipfile.ZIP_STORED:
-        return ByteSource(None, 0, info.file_size, zf.read(info), f"{src.name}:{info.filename}")
+        budget.charge(info.file_size, f"decompressing the zip member {info.filename!r}")
+        try:
+            with zf.open(info) as f:
+                data = f.read(info.file_size)
+        except (*_MALFORMED, NotImplementedError, RuntimeError) as e:
+            raise CheckpointError(f"{name}: cannot decompress ({type(e).__name__}: {brief(str(e))})") from None
+        if len(data) != info.file_size:
+            raise CheckpointError(f"{name}: decompressed to {len(data)} bytes, not {info.file_size}; it is corrupt")
+        return ByteSource(None, 0, info.file_size, data, name)
     local = bytes(src.read(info.header_offset, 30))
     if local[:4] != b"PK\x03\x04":
         raise CheckpointError(f"{src.name}: zip member {info.filename!r} has no local header; the file is corrupt")
     name_len, extra_len = struct.unpack("<HH", local[26:30])
     start = info.header_offset + 30 + name_len + extra_len
-    return dataclasses.replace(src.sub(start, info.file_size), name=f"{src.name}:{info.filename}")
+    return dataclasses.replace(src.sub(start, info.file_size), name=name)
 
 
-def _zip_members(src: ByteSource) -> tuple[zipfile.ZipFile, dict[str, ByteSource]]:
+def _tar_members(src: ByteSource, budget: Budget, compressed: bool = True) -> dict[str, ByteSource]:
+    """Regular files of an uncompressed tar as views; a compressed tar's members (only if `compressed`) are
+    decompressed into memory, charged to `budget`."""
     try:
-        zf = zipfile.ZipFile(TensorIO(src))
-    except zipfile.BadZipFile as e:
-        raise CheckpointError(f"{src.name}: not a valid zip archive ({e})") from None
-    return zf, {info.filename: _member_source(src, zf, info) for info in zf.infolist() if not info.is_dir()}
-
-
-def _tar_members(src: ByteSource) -> dict[str, ByteSource]:
-    """Regular files of an uncompressed tar as views; a compressed tar's members are decompressed into memory."""
-    try:
-        with tarfile.open(fileobj=TensorIO(src), mode="r:") as tar:
-            return {m.name: src.sub(m.offset_data, m.size) for m in tar if m.isreg()}
-    except tarfile.ReadError:
-        pass
-    try:
+        try:
+            with tarfile.open(fileobj=TensorIO(src), mode="r:") as tar:
+                return {m.name: src.sub(m.offset_data, m.size) for m in tar if m.isreg()}
+        except tarfile.ReadError:
+            if not compressed:
+                raise
         with tarfile.open(fileobj=TensorIO(src), mode="r:*") as tar:
             out = {}
             for m in tar:
-                if m.isreg() and (f := tar.extractfile(m)) is not None:
-                    out[m.name] = ByteSource(None, 0, m.size, f.read(), f"{src.name}:{m.name}")
+                if m.isreg():
+                    budget.charge(m.size, f"decompressing the tar member {m.name!r}")
+                    if (f := tar.extractfile(m)) is not None:
+                        out[m.name] = ByteSource(
+                            None, 0, m.size, _read_all(f, m.size, src.name), f"{src.name}:{m.name}"
+                        )
             return out
-    except tarfile.TarError as e:
-        raise CheckpointError(f"{src.name}: not a valid tar archive ({e})") from None
+    except _MALFORMED as e:
+        raise CheckpointError(f"{src.name}: not a valid tar archive ({type(e).__name__}: {brief(str(e))})") from None
 
 
-def zip_extract(fn: Tensor | str | os.PathLike[str]) -> dict[str, Tensor]:
+def _read_all(f: Any, n: int, what: str) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise CheckpointError(f"{what}: an archive member ends early; the file is truncated")
+    return bytes(data)
+
+
+def zip_extract(
+    fn: Tensor | str | os.PathLike[str], *, max_alloc_ratio: float = DEFAULT_ALLOC_RATIO
+) -> dict[str, Tensor]:
     """Every file in a zip archive as a uint8 tensor: lazy views of the archive for stored members, the
-    decompressed bytes for compressed ones.
+    decompressed bytes for compressed ones (at most `max_alloc_ratio` times the archive's size in all).
 
     >>> import io, zipfile
     >>> from xgrad import Tensor
@@ -328,12 +442,21 @@ def zip_extract(fn: Tensor | str | os.PathLike[str]) -> dict[str, Tensor]:
     >>> {k: bytes(v.numpy()) for k, v in zip_extract(Tensor(buf.getvalue())).items()}
     {'a.txt': b'hi'}
     """
-    _, members = _zip_members(byte_source(fn))
-    return {name: m.typed(0, dtypes.uint8, (m.nbytes,)) for name, m in members.items()}
+    src = byte_source(fn)
+    budget = Budget.for_file(src.name, src.nbytes, max_alloc_ratio)
+    zf, infos = _zip_open(src)
+    out = {}
+    for name, info in infos.items():
+        m = _member_source(src, zf, info, budget)
+        out[name] = m.typed(0, dtypes.uint8, (m.nbytes,))
+    return out
 
 
-def tar_extract(fn: Tensor | str | os.PathLike[str]) -> dict[str, Tensor]:
-    """Every regular file in a tar archive as a uint8 tensor (lazy views for an uncompressed tar).
+def tar_extract(
+    fn: Tensor | str | os.PathLike[str], *, max_alloc_ratio: float = DEFAULT_ALLOC_RATIO
+) -> dict[str, Tensor]:
+    """Every regular file in a tar archive as a uint8 tensor (lazy views for an uncompressed tar; a compressed one
+    may decompress to at most `max_alloc_ratio` times its size).
 
     >>> import io, tarfile
     >>> from xgrad import Tensor
@@ -343,15 +466,20 @@ def tar_extract(fn: Tensor | str | os.PathLike[str]) -> dict[str, Tensor]:
     >>> {k: bytes(v.numpy()) for k, v in tar_extract(Tensor(buf.getvalue())).items()}
     {'a.txt': b'hi'}
     """
-    return {name: m.typed(0, dtypes.uint8, (m.nbytes,)) for name, m in _tar_members(byte_source(fn)).items()}
+    src = byte_source(fn)
+    members = _tar_members(src, Budget.for_file(src.name, src.nbytes, max_alloc_ratio))
+    return {name: m.typed(0, dtypes.uint8, (m.nbytes,)) for name, m in members.items()}
 
 
 # ---- torch_load ----
-def torch_load(fn: Tensor | str | os.PathLike[str]) -> Any:
+def torch_load(fn: Tensor | str | os.PathLike[str], *, max_alloc_ratio: float = DEFAULT_ALLOC_RATIO) -> Any:
     """Load a file written by `torch.save` (zip, legacy pickle or legacy tar format) without torch: what was saved,
-    with every torch tensor as an xgrad Tensor (contiguous tensors are lazy views of the file). Only tensors,
-    storages and plain containers are accepted; a pickle that asks for anything else raises `UnsafePickleError`
-    without running it.
+    with every torch tensor as an xgrad Tensor (contiguous and expanded tensors are lazy views of the file). Only
+    tensors, storages and plain containers are accepted, and nothing in the file can change an object that outlives
+    the load; a pickle that asks for anything else raises `UnsafePickleError` without running it. Any other problem
+    with the file raises `CheckpointError`, including a file that would make the loader allocate more than
+    `max_alloc_ratio` times its size (plus 8 MiB) of memory: decompressed zip members, tensors gathered from
+    overlapping strides. Raise it for a trusted, highly compressed file.
 
     >>> import tempfile, os, torch
     >>> fn = os.path.join(tempfile.mkdtemp(), "m.pt")
@@ -360,48 +488,54 @@ def torch_load(fn: Tensor | str | os.PathLike[str]) -> Any:
     [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
     """
     src = byte_source(fn)
-    head = bytes(src.read(0, min(src.nbytes, 262)))
+    budget = Budget.for_file(src.name, src.nbytes, max_alloc_ratio)
+    token = _BUDGET.set(budget)
     try:
+        head = bytes(src.read(0, min(src.nbytes, 262)))
         if head[:4] == b"PK\x03\x04":
-            return _load_zip(src)
+            return _load_zip(src, budget)
         if head[257:262] == b"ustar":
-            return _load_tar(src)
+            return _load_tar(src, budget)
         return _load_legacy(src)
-    except XgradError:
+    except (XgradError, AssertionError):
         raise
-    except (KeyError, IndexError, TypeError, ValueError, struct.error) as e:
-        raise CheckpointError(f"{src.name}: malformed torch checkpoint ({type(e).__name__}: {e})") from e
+    except _MALFORMED as e:
+        raise CheckpointError(f"{src.name}: malformed torch checkpoint ({type(e).__name__}: {brief(str(e))})") from None
+    finally:
+        _BUDGET.reset(token)
 
 
-def _load_zip(src: ByteSource) -> Any:
-    zf, members = _zip_members(src)
-    pickles = [n for n in members if n.endswith("data.pkl") and n.count("/") <= 1]
+def _load_zip(src: ByteSource, budget: Budget) -> Any:
+    zf, infos = _zip_open(src)
+    pickles = [n for n in infos if n.endswith("data.pkl") and n.count("/") <= 1]
     if len(pickles) != 1:
         raise CheckpointError(f"{src.name}: a zip that is not a torch.save file (it has no single data.pkl)")
     prefix = pickles[0][: -len("data.pkl")]
-    if (order := members.get(prefix + "byteorder")) is not None and bytes(order.read()) != b"little":
-        raise CheckpointError(f"{src.name}: saved on a big-endian machine; re-save it on a little-endian one")
+    if (order := infos.get(prefix + "byteorder")) is not None:
+        if bytes(_member_source(src, zf, order, budget).read()) != b"little":
+            raise CheckpointError(f"{src.name}: saved on a big-endian machine; re-save it on a little-endian one")
     storages: dict[str, Storage] = {}
 
-    def persistent(pid: Any) -> Storage:
+    def persistent(pid: Any) -> Storage:  # a storage's member is located (or decompressed) when a tensor uses it
         _, stype, key, _, _ = _storage_pid(src.name, pid, 5)
         if key not in storages:
-            member = members.get(f"{prefix}data/{key}")
-            if member is None:
-                raise CheckpointError(f"{src.name}: storage {key!r} is missing from the archive")
+            info = infos.get(f"{prefix}data/{key}")
+            if info is None:
+                raise CheckpointError(f"{src.name}: storage {brief(key)} is missing from the archive")
+            member = _member_source(src, zf, info, budget)
             storages[key] = Storage(key, stype.dtype, member.nbytes // stype.dtype.itemsize, member)
         return storages[key]
 
-    data = zf.read(pickles[0])
+    data = bytes(_member_source(src, zf, infos[pickles[0]], budget).read())
     return _load_pickle(io.BytesIO(data), f"{src.name}:{pickles[0]}", persistent)
 
 
 def _storage_pid(name: str, pid: Any, n: int) -> tuple[str, StorageType, str, str, int]:
     """Check a persistent id ('storage', storage type, key, location, numel[, view metadata])."""
     if not (isinstance(pid, tuple) and len(pid) == n and pid[0] == "storage" and isinstance(pid[1], StorageType)):
-        raise UnsafePickleError(f"{name}: unexpected persistent id {pid!r}; expected a torch storage")
-    if not isinstance(pid[4], int) or pid[4] < 0:
-        raise CheckpointError(f"{name}: storage {pid[2]!r} has an invalid size {pid[4]!r}")
+        raise UnsafePickleError(f"{name}: unexpected persistent id {brief(pid)}; expected a torch storage")
+    if type(pid[4]) is not int or pid[4] < 0 or not isinstance(pid[2], (str, int)):
+        raise CheckpointError(f"{name}: storage {brief(pid[2])} has an invalid size {brief(pid[4])}")
     return pid[0], pid[1], str(pid[2]), str(pid[3]), pid[4]
 
 
@@ -430,6 +564,8 @@ def _load_legacy(src: ByteSource) -> Any:
         view = pid[5] if len(pid) > 5 else None
         if view is None:
             return storages[key]
+        if not (type(view) is tuple and len(view) == 3 and _ints(view[1:])):
+            raise CheckpointError(f"{what}: invalid storage view {brief(view)}; the file is corrupt")
         vkey, voffset, vsize = view
         return storages.setdefault(str(vkey), Storage(str(vkey), stype.dtype, vsize, view_of=(key, voffset)))
 
@@ -440,7 +576,7 @@ def _load_legacy(src: ByteSource) -> Any:
     for key in keys:
         st = storages.get(str(key))
         if st is None:
-            raise CheckpointError(f"{what}: the file has data for storage {key!r}, which no tensor uses")
+            raise CheckpointError(f"{what}: the file has data for storage {brief(key)}, which no tensor uses")
         (numel,) = struct.unpack("<q", _read_exact(f, 8))
         nbytes = numel * st.dtype.itemsize
         st.src = src.sub(f.tell(), nbytes)
@@ -462,8 +598,8 @@ def _load_legacy(src: ByteSource) -> Any:
     return _load_pickle(f, what, located)
 
 
-def _load_tar(src: ByteSource) -> Any:
-    members = _tar_members(src)
+def _load_tar(src: ByteSource, budget: Budget) -> Any:
+    members = _tar_members(src, budget, compressed=False)  # torch wrote plain tars; never inflate a lookalike
     for need in ("storages", "tensors", "pickle"):
         if need not in members:
             raise CheckpointError(f"{src.name}: a tar that is not a legacy torch.save file (no {need!r} member)")
@@ -473,22 +609,25 @@ def _load_tar(src: ByteSource) -> Any:
     for _ in range(_count(_load_pickle(f, what), what)):
         entry = _load_pickle(f, what)
         if not (isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[2], StorageType)):
-            raise CheckpointError(f"{what}: unexpected storage record {entry!r}")
+            raise CheckpointError(f"{what}: unexpected storage record {brief(entry)}")
         key, _location, stype = entry
         (numel,) = struct.unpack("<q", _read_exact(f, 8))
         nbytes = numel * stype.dtype.itemsize
         objects[key] = Storage(str(key), stype.dtype, numel, f.source.sub(f.tell(), nbytes))
         f.seek(nbytes, io.SEEK_CUR)
     for target, root_key, offset, numel in _load_pickle(f, what):
-        root = objects[root_key]
-        size = root.dtype.itemsize
-        assert root.src is not None
-        objects[target] = Storage(str(target), root.dtype, numel, root.src.sub(offset * size, numel * size))
+        root = objects.get(root_key)
+        if not (isinstance(root, Storage) and root.src is not None and _ints((offset, numel))):
+            raise CheckpointError(f"{what}: invalid storage view of {brief(root_key)}; the file is corrupt")
+        item = root.dtype.itemsize
+        objects[target] = Storage(str(target), root.dtype, numel, root.src.sub(offset * item, numel * item))
     f = TensorIO(members["tensors"])
     what = f"{src.name}:tensors"
     for _ in range(_count(_load_pickle(f, what), what)):
         key, storage_id, _tensor_type = _load_pickle(f, what)
         (ndim,) = struct.unpack("<i", _read_exact(f, 4))
+        if not 0 <= ndim <= 64:
+            raise CheckpointError(f"{what}: a tensor record has {ndim} dimensions; the file is corrupt")
         _read_exact(f, 4)  # the old writer stored ndim in 8 bytes
         size = struct.unpack(f"<{ndim}q", _read_exact(f, 8 * ndim))
         stride = struct.unpack(f"<{ndim}q", _read_exact(f, 8 * ndim))
@@ -504,7 +643,7 @@ def _load_tar(src: ByteSource) -> Any:
         try:
             return objects[int(pid)]
         except (KeyError, ValueError):
-            raise CheckpointError(f"{src.name}: unknown tensor id {pid!r}") from None
+            raise CheckpointError(f"{src.name}: unknown tensor id {brief(pid)}") from None
 
     return _load_pickle(TensorIO(members["pickle"]), f"{src.name}:pickle", persistent)
 
@@ -518,5 +657,5 @@ def _read_exact(f: TensorIO, n: int) -> bytes:
 
 def _count(n: Any, what: str) -> int:
     if not isinstance(n, int) or n < 0:
-        raise CheckpointError(f"{what}: expected a record count, got {n!r}")
+        raise CheckpointError(f"{what}: expected a record count, got {brief(n)}")
     return n
