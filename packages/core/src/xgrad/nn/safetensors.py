@@ -5,6 +5,12 @@ name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to th
 "__metadata__", a str->str map. `safe_save` writes what the reference writer writes: tensors packed in order of
 decreasing alignment then name, no gaps, and the header padded with spaces so the data starts 8-byte aligned (so every
 tensor is aligned to its element size).
+
+Reading is as strict as the reference reader (and refuses a few files it lets through): the header is JSON at most
+127 levels deep, without NaN/Infinity or duplicate keys; each entry has a str dtype, a shape of non-negative ints (not
+booleans or floats) whose byte size fits in 64 bits and matches its data_offsets; and the tensors' byte ranges tile
+the data section exactly: sorted by offset each begins where the previous one ends, from byte 0 to the end of the
+file, so no two overlap and no byte is unaccounted for.
 """
 
 from __future__ import annotations
@@ -16,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError
-from xgrad.helpers import prod
 from xgrad.nn.fileview import ByteSource, CheckpointError, byte_source
 from xgrad.uop.ops import Ops
 
@@ -43,6 +48,8 @@ SAFETENSORS_DTYPES: dict[str, DType] = {
 }
 _NAME_OF: dict[DType, str] = {v: k for k, v in SAFETENSORS_DTYPES.items()}
 MAX_HEADER_BYTES = 100_000_000  # the reference reader refuses larger headers
+MAX_HEADER_DEPTH = 127  # nesting levels of the header JSON the reference reader accepts
+_U64 = 1 << 64
 
 
 def safe_load_metadata(fn: Tensor | str | os.PathLike[str]) -> tuple[Tensor, int, dict[str, Any]]:
@@ -82,11 +89,6 @@ def safe_load(fn: Tensor | str | os.PathLike[str]) -> dict[str, Tensor]:
         if name == "__metadata__":
             continue
         dtype, shape, begin, end = _parse_entry(src.name, name, info)
-        if end > data.nbytes:
-            raise CheckpointError(
-                f"{src.name}: tensor {name!r} ends at byte {end} of the data, but the file holds only {data.nbytes} "
-                "bytes of data; the file is truncated"
-            )
         out[name] = data.typed(begin, dtype, shape)
     return out
 
@@ -148,45 +150,132 @@ def _as_tensor(fn: Tensor | str | os.PathLike[str]) -> Tensor:
 
 
 def _read_header(src: ByteSource) -> tuple[ByteSource, int, dict[str, Any]]:
-    """(the data section, byte where it starts, the header JSON) of the safetensors bytes in `src`."""
+    """(the data section, byte where it starts, the header JSON) of the safetensors bytes in `src`, checked."""
     if src.nbytes < 8:
         raise CheckpointError(f"{src.name}: {src.nbytes} bytes is too short for a safetensors file (8-byte header)")
     n = int.from_bytes(src.read(0, 8), "little")
     if n > MAX_HEADER_BYTES or 8 + n > src.nbytes:
         raise CheckpointError(
-            f"{src.name}: header length {n} does not fit in a file of {src.nbytes} bytes; not a safetensors file, "
-            "or it is truncated"
+            f"{src.name}: header length {n} does not fit in a file of {src.nbytes} bytes (at most "
+            f"{MAX_HEADER_BYTES}); not a safetensors file, or it is truncated"
         )
-    try:
-        header = json.loads(bytes(src.read(8, n)).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{src.name}: the safetensors header is not valid JSON ({e})") from None
+    header = _parse_json(src.name, bytes(src.read(8, n)))
     if not isinstance(header, dict):
         raise CheckpointError(f"{src.name}: the safetensors header must be a JSON object, got {type(header).__name__}")
     meta = header.get("__metadata__")
     if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
         raise CheckpointError(f"{src.name}: __metadata__ must map str to str")
-    return src.sub(8 + n, src.nbytes - 8 - n), 8 + n, header
+    data = src.sub(8 + n, src.nbytes - 8 - n)
+    _check_tiling(src.name, header, data.nbytes)
+    return data, 8 + n, header
+
+
+class _DuplicateKeyError(Exception):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_json(fname: str, raw: bytes) -> Any:
+    try:
+        text = raw.decode("utf-8")
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except _DuplicateKeyError as e:
+        raise CheckpointError(
+            f"{fname}: the safetensors header has the key {str(e.args[0])[:80]!r} twice; which one is meant is "
+            "ambiguous (the reference reader silently keeps the last), so the file is refused. Re-save it"
+        ) from None
+    except RecursionError:
+        raise CheckpointError(
+            f"{fname}: the safetensors header is nested deeper than {MAX_HEADER_DEPTH} levels; not a safetensors file"
+        ) from None
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise CheckpointError(f"{fname}: the safetensors header is not valid JSON in UTF-8 ({str(e)[:200]})") from None
+    if _depth(value) > MAX_HEADER_DEPTH:
+        raise CheckpointError(
+            f"{fname}: the safetensors header is nested deeper than {MAX_HEADER_DEPTH} levels; not a safetensors file"
+        )
+    return value
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed JSON, without recursion."""
+    deepest = 0
+    todo = [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            todo.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def _check_tiling(fname: str, header: dict[str, Any], data_bytes: int) -> None:
+    """Every entry is valid, and sorted by offsets the tensors cover the data section exactly once."""
+    spans = sorted(
+        (_parse_entry(fname, name, info)[2:], name) for name, info in header.items() if name != "__metadata__"
+    )
+    at = 0
+    for (begin, end), name in spans:
+        if begin != at:
+            what = "overlaps the tensor before it" if begin < at else f"leaves bytes [{at}, {begin}) unused"
+            raise CheckpointError(
+                f"{fname}: tensor {name!r} at data bytes [{begin}, {end}) {what}; the tensors of a safetensors file "
+                "must tile its data section exactly. The file is corrupt or was not written by a safetensors writer"
+            )
+        at = end
+    if at != data_bytes:
+        problem = (
+            f"holds {data_bytes - at} bytes after the last tensor"
+            if at < data_bytes
+            else f"ends at byte {data_bytes}, before the last tensor's end at {at}; it is truncated"
+        )
+        raise CheckpointError(f"{fname}: the data section {problem}")
+
+
+def _is_u64(x: Any) -> bool:
+    return type(x) is int and 0 <= x < _U64
 
 
 def _parse_entry(fname: str, name: str, info: Any) -> tuple[DType, tuple[int, ...], int, int]:
     """Check one header entry: (dtype, shape, begin, end)."""
     if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
-        raise CheckpointError(f"{fname}: header entry {name!r} needs dtype, shape and data_offsets, got {info!r}")
+        raise CheckpointError(f"{fname}: header entry {name!r} needs dtype, shape and data_offsets, got {info!r:.200}")
+    if not isinstance(info["dtype"], str):
+        raise CheckpointError(f"{fname}: tensor {name!r} has dtype {info['dtype']!r:.80}, expected a str like 'F32'")
     dtype = SAFETENSORS_DTYPES.get(info["dtype"])
     if dtype is None:
         raise DTypeError(
-            f"{fname}: tensor {name!r} has safetensors dtype {info['dtype']!r}, which xgrad cannot load "
+            f"{fname}: tensor {name!r} has safetensors dtype {info['dtype']!r:.80}, which xgrad cannot load "
             f"(supported: {', '.join(SAFETENSORS_DTYPES)})"
         )
     shape, offs = info["shape"], info["data_offsets"]
-    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
-        raise CheckpointError(f"{fname}: tensor {name!r} has an invalid shape {shape!r}")
-    if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)):
-        raise CheckpointError(f"{fname}: tensor {name!r} has invalid data_offsets {offs!r}")
+    if not (isinstance(shape, list) and all(_is_u64(s) for s in shape)):
+        raise CheckpointError(
+            f"{fname}: tensor {name!r} has an invalid shape {shape!r:.200}; expected a list of ints >= 0"
+        )
+    if not (isinstance(offs, list) and len(offs) == 2 and all(_is_u64(o) for o in offs)):
+        raise CheckpointError(
+            f"{fname}: tensor {name!r} has invalid data_offsets {offs!r:.200}; expected [begin, end], ints >= 0"
+        )
+    numel = 1
+    for s in shape:  # as the reference reader multiplies: any 64-bit overflow on the way is an error
+        numel *= s
+        if numel >= _U64:
+            raise CheckpointError(f"{fname}: tensor {name!r} of shape {shape!r:.200} has too many elements")
     begin, end = offs
-    nbytes = int(prod(shape)) * dtype.itemsize
-    if not 0 <= begin <= end or end - begin != nbytes:
+    nbytes = numel * dtype.itemsize
+    if nbytes >= _U64 or not begin <= end or end - begin != nbytes:
         raise CheckpointError(
             f"{fname}: tensor {name!r} of shape {tuple(shape)} {info['dtype']} needs {nbytes} bytes, "
             f"but its data_offsets {offs} span {end - begin}"
