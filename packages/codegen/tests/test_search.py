@@ -13,7 +13,7 @@ from kernel_helpers import data, kernel_asts
 
 from xgrad import Tensor
 from xgrad.device import Device
-from xgrad.helpers import Context, getenv
+from xgrad.helpers import Context
 from xgrad.uop.ops import UOp
 from xgrad_codegen import search
 from xgrad_codegen.opt import apply_opt, kernel_ranges
@@ -24,16 +24,10 @@ from xgrad_codegen.pipeline import full_rewrite
 def beam_env(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[pathlib.Path]:
     """A private BEAM cache dir (the compile cache stays shared), one search step, one timing run, at most 16 lanes,
     fresh counters."""
-    monkeypatch.setenv("BEAM_MAX_STEPS", "1")
-    monkeypatch.setenv("BEAM_RUNS", "1")
-    monkeypatch.setenv("BEAM_UPCAST_MAX", "16")
     monkeypatch.setattr(search, "_cache_path", lambda key: tmp_path / "beam" / f"{key}.json")
-    getenv.cache_clear()
     search.stats.reset()
-    with Context(PARALLEL=2):
+    with Context(PARALLEL=2, BEAM_MAX_STEPS=1, BEAM_RUNS=1, BEAM_UPCAST_MAX=16):
         yield tmp_path
-    monkeypatch.undo()
-    getenv.cache_clear()
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -89,13 +83,14 @@ def test_beam_cache_hit_the_second_time_compiles_nothing(beam_env: pathlib.Path)
 
 def test_beam_cache_key_changes_with_code_changing_knob() -> None:
     ast, dev = _matmul_ast(), Device["CPU"]
-    knobs = search.SearchKnobs.read()
-    plain = search.cache_key(ast, dev, 2, knobs)
-    assert search.cache_key(ast, dev, 2, knobs) == plain
+    plain = search.cache_key(ast, dev, 2)
+    assert search.cache_key(ast, dev, 2) == plain
     with Context(TRANSCENDENTAL=2):
-        assert search.cache_key(ast, dev, 2, knobs) != plain
-    assert search.cache_key(ast, dev, 3, knobs) != plain
-    assert search.cache_key(ast, Device["PYTHON"], 2, knobs) != plain
+        assert search.cache_key(ast, dev, 2) != plain
+    with Context(BEAM_MAX_STEPS=3):  # the search's own knobs are declared CODEGEN too
+        assert search.cache_key(ast, dev, 2) != plain
+    assert search.cache_key(ast, dev, 3) != plain
+    assert search.cache_key(ast, Device["PYTHON"], 2) != plain
 
 
 def test_ignore_beam_cache_searches_again(beam_env: pathlib.Path) -> None:
@@ -200,7 +195,7 @@ def test_verification_failure_keeps_the_heuristic(beam_env: pathlib.Path, monkey
     heur = _fake_times(monkeypatch, ast, 0.5)
     monkeypatch.setattr(search, "same_outputs", lambda *args: False)
     assert search.beam_opts(ast, Device["CPU"], 2) == heur
-    assert search.stats.rejected == 1
+    assert search.stats.rejected >= 1 and search.stats.retimed == 0  # every finalist but the heuristic dropped
 
 
 def test_slower_on_the_second_timing_keeps_the_heuristic(
@@ -260,13 +255,10 @@ def test_tinyjit_replays_beam_programs(beam_env: pathlib.Path) -> None:
     assert search.stats.searches >= 1
 
 
-def test_jitbeam_searches_only_the_kernels_a_jit_replays(
-    beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@Context(JITBEAM=2)
+def test_jitbeam_searches_only_the_kernels_a_jit_replays(beam_env: pathlib.Path) -> None:
     from xgrad import TinyJit
 
-    monkeypatch.setenv("JITBEAM", "2")
-    getenv.cache_clear()
     before = search.stats.searches
     f = TinyJit(lambda x, y: (x @ y).relu() * 2)
     a, b = data(5, 7, seed=3), data(7, 3, seed=4)
@@ -279,12 +271,101 @@ def test_jitbeam_searches_only_the_kernels_a_jit_replays(
     assert search.stats.searches > before  # the capture compiled its kernels with BEAM=JITBEAM
 
 
-def test_search_failure_falls_back_to_the_heuristic(beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_search_failure_raises_under_spec_and_falls_back_without(
+    beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(search, "make_scratch", boom)
-    assert search.beam_opts(_matmul_ast(), Device["CPU"], 2) is None
-    with Context(BEAM=2):
-        got = (Tensor(A) @ Tensor(B) * 3).numpy()
+    with pytest.raises(RuntimeError, match="boom"):
+        search.beam_opts(_matmul_ast(), Device["CPU"], 2)
+    with Context(SPEC=0):
+        assert search.beam_opts(_matmul_ast(), Device["CPU"], 2) is None
+        with Context(BEAM=2):
+            got = (Tensor(A) @ Tensor(B) * 3).numpy()
     np.testing.assert_allclose(got, A @ B * 3, rtol=1e-5, atol=1e-6)
+    assert search.stats.crashed >= 2
+
+
+def _crash_on_render(monkeypatch: pytest.MonkeyPatch, ast: UOp, error: Exception) -> list[search.Opt]:
+    """Make rendering every candidate but the heuristic's (and no actions) raise `error`."""
+    heur = search.heuristic(search.before_optimize(ast), Device["CPU"].renderer)
+    render = search._render
+
+    def crashing(base: UOp, device: object, opts: list[search.Opt]) -> tuple[list[UOp], str]:
+        if opts and opts != heur:
+            raise error
+        return render(base, device, opts)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(search, "_render", crashing)
+    return heur
+
+
+def test_candidate_crash_fails_loudly_under_spec(beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ast = _matmul_ast()
+    _crash_on_render(monkeypatch, ast, KeyError("a codegen bug"))
+    with pytest.raises(KeyError, match="a codegen bug") as info:
+        search.beam_opts(ast, Device["CPU"], 2)
+    assert any("crashed while rendering" in note for note in info.value.__notes__)
+    assert search.stats.crashed == 1
+
+
+def test_candidate_crash_is_counted_and_dropped_without_spec(
+    beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ast = _matmul_ast()
+    heur = _crash_on_render(monkeypatch, ast, KeyError("a codegen bug"))
+    with Context(SPEC=0):
+        opts = search.beam_opts(ast, Device["CPU"], 2)
+    assert opts in (heur, [])  # only the seeds rendered
+    assert search.stats.crashed >= 1
+
+
+def test_candidate_that_does_not_apply_is_dropped_quietly(
+    beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ast = _matmul_ast()
+    heur = _crash_on_render(monkeypatch, ast, search.OptError("not here"))
+    assert search.beam_opts(ast, Device["CPU"], 2) in (heur, [])
+    assert search.stats.crashed == 0
+
+
+def test_heuristic_is_a_candidate_and_the_pick_retimes_the_finalists(
+    beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search times the heuristic's program like any candidate; the final pick times every finalist again, in
+    turn, and goes by those times: here the finalist the search timed slowest is the fastest when timed again."""
+    ast, dev = _matmul_ast(), Device["CPU"]
+    heur = search.heuristic(search.before_optimize(ast), dev.renderer)
+    heur_src = search._render(search.before_optimize(ast), dev, heur)[1]
+    search_s: dict[str, float] = {}
+    final_runs: list[str] = []
+
+    def fake(prg: search.CompiledProgram, scratch: search.Scratch, runs: int, cutoff: float) -> float:
+        src = prg.info.src
+        if cutoff == math.inf:  # only the final pick times without a cutoff
+            final_runs.append(src)
+            return 1.0 if src == heur_src else 1.2 - search_s[src]
+        return search_s.setdefault(src, 1.0 if src == heur_src else 0.5 + 0.001 * len(search_s))
+
+    finals: list[list[search.Candidate]] = []
+    pick = search.final_pick
+
+    def spy(base: UOp, beam: list[search.Candidate], *args: object) -> search.Candidate:
+        finals.append(list(beam))
+        return pick(base, beam, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(search, "time_program", fake)
+    monkeypatch.setattr(search, "final_pick", spy)
+    opts = search.beam_opts(ast, dev, 2)
+    assert heur_src in search_s  # timed during the search like every other candidate
+    (beam,) = finals
+    others = [c for c in beam if c.opts != heur]
+    assert len(others) == 2
+    srcs = [heur_src] + [c.program.info.src for c in others if c.program is not None]
+    runs = max(search.SearchKnobs.read().runs, search.CONFIRM_RUNS)
+    assert sorted(final_runs) == sorted(s for s in srcs for _ in range(runs))  # each finalist, best of `runs`
+    assert search.stats.retimed == 3
+    slowest_in_search = max(others, key=lambda c: search_s[c.program.info.src] if c.program else 0.0)
+    assert opts == slowest_in_search.opts

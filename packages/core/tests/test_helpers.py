@@ -6,7 +6,7 @@ from collections.abc import Callable
 import pytest
 
 from xgrad.errors import KnobError
-from xgrad.helpers import BEAM, DEBUG, KNOBS, Context, ContextVar, changed_knobs, getenv, knob
+from xgrad.helpers import BEAM, DEBUG, KNOBS, Context, ContextVar, Effect, changed_knobs, getenv, knob, knobs_key
 
 
 @pytest.mark.parametrize(("raw", "default", "value"), [("3", 0, 3), ("abc", "x", "abc"), ("0.5", 1.0, 0.5)])
@@ -93,9 +93,46 @@ def test_getenv_types_value_like_default(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_knob_declared_twice_is_refused() -> None:
     with pytest.raises(AssertionError, match="declared twice"):
-        knob("DEBUG", 0, "again")
+        knob("DEBUG", 0, "again", Effect.NONE)
 
 
 def test_every_knob_has_one_line_help() -> None:
     for k in KNOBS.values():
         assert k.help and "\n" not in k.help, k.name
+
+
+def test_every_knob_declares_one_effect() -> None:
+    for k in KNOBS.values():
+        assert k.affects in Effect.__members__.values(), k.name  # one declared effect, not a union
+
+
+def test_knobs_key_holds_exactly_the_knobs_of_the_effects_asked() -> None:
+    for effects in (Effect.SCHEDULE, Effect.CODEGEN | Effect.COMPILE, Effect.COMPILE):
+        names = {part.split("=")[0] for part in knobs_key(effects).split(",")}
+        assert names == {k.name for k in KNOBS.values() if k.affects & effects}
+    assert "SPLIT_REDUCEOP=" in knobs_key(Effect.SCHEDULE) and "NOOPT=" not in knobs_key(Effect.SCHEDULE)
+    assert "NOOPT=" in knobs_key(Effect.CODEGEN) and "DEBUG=" not in knobs_key(Effect.CODEGEN | Effect.SCHEDULE)
+
+
+def test_knobs_key_follows_context_and_direct_writes() -> None:
+    before = knobs_key(Effect.CODEGEN)
+    with Context(NOOPT=1):
+        assert "NOOPT=1" in knobs_key(Effect.CODEGEN)
+    assert knobs_key(Effect.CODEGEN) == before
+    with Context(DEBUG=DEBUG.value + 1):  # a knob of no effect leaves every key alone
+        assert knobs_key(Effect.CODEGEN) == before
+    old = BEAM.value
+    try:
+        BEAM.value = old + 5
+        assert f"BEAM={old + 5}" in knobs_key(Effect.CODEGEN)
+    finally:
+        BEAM.value = old
+    assert knobs_key(Effect.CODEGEN) == before
+
+
+def test_former_plain_getenv_knobs_are_registered() -> None:
+    for name in ("BEAM_MAX_STEPS", "BEAM_UPCAST_MAX", "BEAM_TIMEOUT_SEC", "BEAM_RUNS", "JITBEAM", "OPTIM_DTYPE"):
+        assert name in KNOBS
+    for name in ("CONST_LR", "REWRITE_STACK_LIMIT"):
+        with Context(**{name: KNOBS[name].default}):
+            pass

@@ -2,8 +2,8 @@
 
 The cache is content-addressed: the key hashes the source, the compiler (path and `--version` text), the flags (the
 `-march` target among them: the CPU_MARCH knob, default native), the machine (`-march=native` output differs per CPU)
-and every knob that changes generated code. Entries are written
-atomically (temp file + `os.replace`) so parallel processes never read a half-written binary.
+and every knob declared to change how a source is compiled (`knobs_key(COMPILE)`). Entries are written atomically
+(temp file + `os.replace`) so parallel processes never read a half-written binary.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Sequence
 
 from xgrad.errors import CompileError, DeviceError
-from xgrad.helpers import CACHELEVEL, CC, CPU_MARCH, DEBUG, cache_dir, codegen_knobs_key, write_atomic
+from xgrad.helpers import CACHELEVEL, CC, CPU_MARCH, DEBUG, Effect, cache_dir, knobs_key, write_atomic
 from xgrad_cpu.plugin import COMPILER_CANDIDATES
 
 BASE_FLAGS: tuple[str, ...] = (
@@ -201,7 +201,7 @@ class CCompiler:
             " ".join(self.cmd),
             self.version,
             " ".join(self.flags + LINK_FLAGS),
-            codegen_knobs_key(),
+            knobs_key(Effect.COMPILE),
             machine_key(),
         )
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()

@@ -8,8 +8,9 @@ from typing import Any, Protocol
 
 from xgrad.buffer import Allocator, ProgramInfo
 from xgrad.dtype import dtypes
-from xgrad.helpers import BEAM, CACHELEVEL, DEBUG, prod
+from xgrad.helpers import BEAM, CACHELEVEL, DEBUG, Effect, knobs_key, prod
 from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
+from xgrad_codegen.opt import OptError
 from xgrad_codegen.pipeline import full_rewrite
 from xgrad_codegen.program_cache import load_program, program_key, store_program
 
@@ -20,6 +21,9 @@ class Compiler(Protocol):
 
 RawProgram = Any
 ProgramFactory = Callable[[str, bytes], RawProgram]
+# what a program depends on besides its AST: the knobs declared to change generated code or its build (NOOPT, BEAM,
+# CC, ...); a module global, since reading an Enum member off its class costs ~100 ns on every launch
+PROGRAM_KNOBS = Effect.CODEGEN | Effect.COMPILE
 
 
 def program_info(name: str, uops: list[UOp], src: str) -> ProgramInfo:
@@ -77,7 +81,7 @@ class CompiledDevice:
         self.compiled_count = 0  # programs built (cache misses): tests prove one kernel serves every variable value
 
     def compile(self, ast: UOp) -> CompiledProgram:
-        key: Any = (ast, BEAM.value) if BEAM.value >= 1 else ast  # BEAM=0 keeps the plain per-AST cache
+        key = (ast, knobs_key(PROGRAM_KNOBS))  # `Context(NOOPT=1)` must not find the program built without it
         if (hit := self._programs.get(key)) is not None:
             return hit
         info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
@@ -94,10 +98,10 @@ class CompiledDevice:
         else:
             try:
                 uops = full_rewrite(ast, self.renderer, opts)
-            except Exception:
+            except OptError:  # only "this action does not apply here": any other failure is a bug and raises
                 if opts is None:
                     raise
-                uops = full_rewrite(ast, self.renderer)  # a cached BEAM result that no longer lowers: the heuristic
+                uops = full_rewrite(ast, self.renderer)  # a cached BEAM result that no longer applies: the heuristic
             src = self.renderer.render(info.name, uops)
             program = program_info(info.name, uops, src)
             raw = self.build(info.name, uops, src)

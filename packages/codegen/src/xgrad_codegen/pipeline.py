@@ -8,9 +8,11 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from xgrad.helpers import DEBUG, SPEC
+from xgrad.dtype import DType
+from xgrad.helpers import DEBUG, SPEC, TRANSCENDENTAL
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, graph_rewrite
 from xgrad.uop.spec import check_linear
@@ -84,9 +86,23 @@ def _rewrite(ast: UOp, pm: PatternMatcher, name: str) -> UOp:
     return graph_rewrite(ast, pm, name=name)
 
 
+# what TRANSCENDENTAL=2 approximates in software even where the target has the op (to test the approximations)
+TRANSCENDENTAL_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """The two attributes `decompositions_for` reads from a renderer, for a renderer seen without some ops."""
+
+    supported_ops: frozenset[Ops]
+    supported_dtypes: frozenset[DType]
+
+
 def decompositions_for(renderer: Any) -> list[tuple[str, PatternMatcher]]:
     if renderer is None:
         return []
     from xgrad_codegen.decompose import decompositions_for as chosen
 
+    if TRANSCENDENTAL.value >= 2:
+        return chosen(_Declared(renderer.supported_ops - TRANSCENDENTAL_OPS, renderer.supported_dtypes))
     return chosen(renderer)

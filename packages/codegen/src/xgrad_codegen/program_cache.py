@@ -3,9 +3,9 @@
 A new process otherwise runs every pass again for every kernel (the demo's first training steps: ~4 s of Python
 before the C compiler's own cache answers). One file per program under `<cache dir>/programs/`: the rendered source
 and its `ProgramInfo`, pickled. The key hashes what the lowering depends on: the AST's printed form, the optimizer
-actions (None: the heuristic), the device type and target, every knob that changes generated code, and the sources
-of `xgrad_codegen`, of `xgrad` (the IR and its simplifier) and of the device's renderer module. `CACHELEVEL=0`
-neither reads nor writes it.
+actions (None: the heuristic), the device type and target, every knob declared to change generated code or its
+build (`knobs_key(CODEGEN | COMPILE)`), and the sources of `xgrad_codegen`, of `xgrad` (the IR and its simplifier)
+and of the device's renderer module. `CACHELEVEL=0` neither reads nor writes it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from xgrad.buffer import ProgramInfo
-from xgrad.helpers import cache_dir, codegen_knobs_key, write_atomic
+from xgrad.helpers import Effect, cache_dir, knobs_key, write_atomic
 from xgrad.uop.ops import UOp
 
 CACHE_VERSION = 1
@@ -52,7 +52,7 @@ def program_key(ast: UOp, opts: Any, device_type: str, target: str, renderer_mod
         repr(opts),
         device_type,
         target,
-        codegen_knobs_key(),
+        knobs_key(Effect.CODEGEN | Effect.COMPILE),
         codegen_sources_hash(),
         module_hash(renderer_module),
     )

@@ -5,13 +5,18 @@ IR in: a kernel AST from the scheduler (what `full_rewrite` takes). Out: a list 
 
 The search starts from no actions and from the heuristic's actions, extends every entry of the beam by each legal
 next action, renders all new candidates, compiles them on a thread pool (the C compiler runs as a subprocess, so
-threads compile in parallel; `PARALLEL` workers), times each on scratch buffers of the kernel's sizes (best of 3,
-slow ones dropped early) and keeps the `width` fastest. It stops when a step finds nothing faster or after
-`BEAM_MAX_STEPS` steps. Before the result is used it is verified: the chosen program and the heuristic's program
-run on the same random inputs and their outputs must agree, and timed again alternately the chosen one must still be
-faster; else the heuristic's actions are kept. Results are
-cached on disk, one JSON file per key (kernel AST, device type, target, code-changing knobs, search knobs and the
-codegen sources), unless `CACHELEVEL=0`; `IGNORE_BEAM_CACHE=1` searches again and overwrites the entry.
+threads compile in parallel; `PARALLEL` workers), times each on scratch buffers of the kernel's sizes (best of
+`BEAM_RUNS`, slow ones dropped early) and keeps the `width` fastest. It stops when a step finds nothing faster or
+after `BEAM_MAX_STEPS` steps. The pick is never slower than the heuristic beyond noise (`final_pick`): the
+finalists, the final beam and always the heuristic's own program, must agree with the heuristic's outputs on the same
+random inputs and are timed again in turn, best of several launches each; the fastest wins, another than the
+heuristic only by a margin. Results are cached on disk, one JSON file per key (kernel AST, device type, target, beam
+width, the knobs declared to change generated code or its build, the codegen sources), unless `CACHELEVEL=0`;
+`IGNORE_BEAM_CACHE=1` searches again and overwrites the entry.
+
+A candidate that does not apply (`OptError`, `CompileError`: `NOT_APPLICABLE`) is dropped; any other exception is a
+bug, counted in `stats.crashed` and raised under `SPEC=1` (the tests' setting), so a crash never passes for a rejected
+action.
 
 Kernels whose addresses depend on loaded data (gathers) or that divide loaded integers are not searched: random
 inputs could read out of bounds or divide by zero. They keep the heuristic's actions.
@@ -33,34 +38,45 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xgrad.dtype import DType, dtypes, to_np_dtype
+from xgrad.errors import CompileError
 from xgrad.helpers import (
     BEAM,
+    BEAM_MAX_STEPS,
+    BEAM_RUNS,
+    BEAM_TIMEOUT_SEC,
+    BEAM_UPCAST_MAX,
     CACHELEVEL,
     DEBUG,
     IGNORE_BEAM_CACHE,
     NOOPT,
     PARALLEL,
+    SPEC,
+    Effect,
     cache_dir,
-    codegen_knobs_key,
-    getenv,
+    knobs_key,
     write_atomic,
 )
 from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
 from xgrad_codegen import opt as opt_module
-from xgrad_codegen.opt import Opt, apply_opt, kernel_ranges, optimize, range_size
+from xgrad_codegen.opt import Opt, OptError, apply_opt, kernel_ranges, optimize, range_size
 from xgrad_codegen.pipeline import before_optimize, full_rewrite
 from xgrad_codegen.program_cache import codegen_sources_hash, module_hash
 
 if TYPE_CHECKING:
     from xgrad_codegen.device import CompiledDevice, CompiledProgram
 
-SEARCH_VERSION = 1  # bump when the search or the cache format changes meaning
+SEARCH_VERSION = 2  # bump when the search or the cache format changes meaning
 SPLIT_AMOUNTS = (2, 3, 4, 8, 16)
 PAD_MULTIPLES = (4, 6, 8)
-# the chosen program must beat the heuristic's by this much, timed alternately this many times (timing noise on a
-# shared machine is several percent: a "win" smaller than that is as likely a loss)
+# the finalists (the final beam and the heuristic's program) are timed again in turn, best of this many launches
+# each, and one other than the heuristic wins only by this margin (timing noise on a shared machine is several
+# percent: a "win" smaller than that is as likely a loss)
 CONFIRM_MARGIN = 0.02
 CONFIRM_RUNS = 5
+# the errors that mean "this candidate does not apply" (an action illegal here, source the compiler rejects): the
+# candidate is dropped. Any other exception is a bug in codegen or a backend: counted in `stats.crashed`, raised
+# under SPEC=1 (the tests' setting), else the candidate is dropped too
+NOT_APPLICABLE: tuple[type[Exception], ...] = (OptError, CompileError)
 MAX_SCRATCH_BYTES = 1 << 31  # kernels needing more scratch memory than this are not searched
 
 
@@ -72,7 +88,9 @@ class SearchStats:
     cache_hits: int = 0  # results read from the disk cache
     compiled: int = 0  # candidate programs compiled
     timed: int = 0  # candidate programs timed
-    rejected: int = 0  # searched results that failed verification (heuristic kept)
+    rejected: int = 0  # candidates whose outputs disagreed with the heuristic's at the final check
+    crashed: int = 0  # exceptions other than NOT_APPLICABLE (raised under SPEC=1)
+    retimed: int = 0  # finalists timed again for the final pick
     skipped: int = 0  # kernels not searched (data-dependent addresses, too big, nothing to try)
     render_s: float = 0.0  # seconds spent rendering candidates (Python, in the calling thread)
     compile_wait_s: float = 0.0  # seconds spent waiting for the compile pool after rendering, and loading
@@ -88,7 +106,7 @@ stats = SearchStats()
 
 @dataclass(frozen=True)
 class SearchKnobs:
-    """The plain-getenv knobs of the search, read once per search (they are part of the cache key)."""
+    """The search's knobs, read once per search (declared CODEGEN: they are part of every program cache's key)."""
 
     max_steps: int
     lanes_max: int
@@ -98,10 +116,10 @@ class SearchKnobs:
     @staticmethod
     def read() -> SearchKnobs:
         return SearchKnobs(
-            max_steps=getenv("BEAM_MAX_STEPS", 8),
-            lanes_max=getenv("BEAM_UPCAST_MAX", 256),
-            timeout_s=getenv("BEAM_TIMEOUT_SEC", 10.0),
-            runs=max(1, getenv("BEAM_RUNS", 3)),
+            max_steps=int(BEAM_MAX_STEPS.value),
+            lanes_max=int(BEAM_UPCAST_MAX.value),
+            timeout_s=float(BEAM_TIMEOUT_SEC.value),
+            runs=max(1, int(BEAM_RUNS.value)),
         )
 
 
@@ -113,7 +131,7 @@ def beam_opts(ast: UOp, device: CompiledDevice, width: int | None = None) -> lis
         return None
     base = before_optimize(ast)  # the kernel as full_rewrite hands it to optimize: the actions index its ranges
     knobs = SearchKnobs.read()
-    key = cache_key(base, device, width, knobs)
+    key = cache_key(base, device, width)
     if CACHELEVEL.value > 0 and not IGNORE_BEAM_CACHE.value and (hit := _read_cache(key)) is not None:
         if _applies(base, hit):  # opt.py may have changed what an action means since the entry was written
             stats.cache_hits += 1
@@ -125,7 +143,11 @@ def beam_opts(ast: UOp, device: CompiledDevice, width: int | None = None) -> lis
         return None
     try:
         result = _search(base, device, width, knobs)
-    except Exception as e:  # BEAM may only make a kernel faster, never break it: fall back to the heuristic
+    except Exception as e:
+        if SPEC.value:  # a crash: the candidate's own handler counted it (or it came from outside one)
+            raise
+        # SPEC=0: BEAM may only make a kernel faster, never break it: fall back to the heuristic
+        stats.crashed += 1
         if DEBUG.value >= 1:
             print(f"BEAM {_kernel_name(base)}: search failed ({type(e).__name__}: {e}); using the heuristic")
         result = None
@@ -159,9 +181,23 @@ def _applies(ast: UOp, opts: list[Opt]) -> bool:
     try:
         for o in opts:
             ast = apply_opt(ast, o)
-    except Exception:
+    except OptError:
+        return False
+    except Exception as e:
+        _crashed(e, opts, "applying a cached result")
         return False
     return True
+
+
+def _crashed(e: Exception, opts: list[Opt], doing: str) -> None:
+    """A candidate failed with an error that is not NOT_APPLICABLE: a bug. Count it; raise it under SPEC=1 (the
+    tests' setting), else report it under DEBUG and let the caller drop the candidate."""
+    stats.crashed += 1
+    if SPEC.value:
+        e.add_note(f"BEAM candidate {_opts_text(opts)} crashed while {doing} (SPEC=0 drops such a candidate)")
+        raise e
+    if DEBUG.value >= 1:
+        print(f"BEAM candidate {_opts_text(opts)} crashed while {doing}: {type(e).__name__}: {e}")
 
 
 def _lanes(ast: UOp) -> int:
@@ -217,16 +253,17 @@ def heuristic(ast: UOp, renderer: Any) -> list[Opt]:
 
 
 # ---- the disk cache ----
-def cache_key(ast: UOp, device: CompiledDevice, width: int, knobs: SearchKnobs) -> str:
-    """The key of a search result: kernel AST, device type, target, code-changing knobs, search knobs, the sources
-    of codegen and of the device's renderer."""
+def cache_key(ast: UOp, device: CompiledDevice, width: int) -> str:
+    """The key of a search result: kernel AST, device type, target, the beam width, the knobs declared to change
+    generated code or its build (the search's own knobs among them), the sources of codegen and of the device's
+    renderer."""
     parts = (
         f"beam v{SEARCH_VERSION}",
         repr(ast),
         device.name.split(":")[0],
         device.target(),
-        codegen_knobs_key(),
-        f"width={width} {knobs}",
+        knobs_key(Effect.CODEGEN | Effect.COMPILE),
+        f"width={width}",
         codegen_sources_hash(),
         module_hash(type(device.renderer).__module__),
     )
@@ -348,9 +385,11 @@ def compile_all(
     for c in cands:
         try:
             uops, src = _render(base, device, c.opts)
-        except Exception as e:  # an action the pipeline cannot lower: not a candidate
-            if DEBUG.value >= 5:
-                print(f"BEAM drops {c.opts}: {type(e).__name__}: {e}")
+        except NOT_APPLICABLE as e:  # an action the pipeline refuses here: not a candidate
+            _dropped(c, e)
+            continue
+        except Exception as e:
+            _crashed(e, c.opts, "rendering")
             continue
         pending.append((c, uops, src, pool.submit(device.compiler.compile, src)))
     rendered = time.perf_counter()
@@ -359,15 +398,22 @@ def compile_all(
     for c, uops, src, fut in pending:
         try:
             prg = _load(device, _kernel_name(base), uops, src, fut.result())
+        except NOT_APPLICABLE as e:  # source the compiler rejects (too many registers, ...)
+            _dropped(c, e)
+            continue
         except Exception as e:
-            if DEBUG.value >= 5:
-                print(f"BEAM drops {c.opts}: {type(e).__name__}: {e}")
+            _crashed(e, c.opts, "compiling and loading")
             continue
         stats.compiled += 1
         c.program = prg
         out.append((c, prg))
     stats.compile_wait_s += time.perf_counter() - rendered
     return out
+
+
+def _dropped(c: Candidate, e: Exception) -> None:
+    if DEBUG.value >= 5:
+        print(f"BEAM drops {_opts_text(c.opts)}: {type(e).__name__}: {e}")
 
 
 def time_program(prg: CompiledProgram, scratch: Scratch, runs: int, cutoff_s: float) -> float:
@@ -405,9 +451,8 @@ def _time_all(
     for c, prg in programs:
         try:
             c.seconds = time_program(prg, scratch, knobs.runs, min(knobs.timeout_s, 3 * best))
-        except Exception as e:  # a program that fails to run is not a candidate either
-            if DEBUG.value >= 5:
-                print(f"BEAM drops {c.opts}: {type(e).__name__}: {e}")
+        except Exception as e:  # a program that compiled but fails to run: a bug of codegen or the device
+            _crashed(e, c.opts, "running")
             continue
         if c.seconds > knobs.timeout_s and not seeds:
             continue
@@ -455,7 +500,7 @@ def _search_with(
         seeds.append(Candidate([], base))
     seen = {c.applied for c in seeds}
     beam = _keep(_time_all(base, device, seeds, scratch, pool, knobs, seeds=True), width)
-    if not beam:
+    if heur_c.program is None or not beam:  # the heuristic's own program did not build: nothing to compare with
         return None
     tried = len(seeds)
     for step in range(knobs.max_steps):
@@ -464,8 +509,11 @@ def _search_with(
             for action in candidates(entry.applied, device.renderer):
                 try:
                     applied = apply_opt(entry.applied, action)
-                except Exception:
+                except OptError:
                     continue  # not legal here
+                except Exception as e:
+                    _crashed(e, [*entry.opts, action], "applying the action")
+                    continue
                 if applied in seen or _lanes(applied) > knobs.lanes_max:
                     continue
                 seen.add(applied)
@@ -484,9 +532,7 @@ def _search_with(
             beam = merged
             break  # nothing faster this step
         beam = merged
-    chosen = beam[0]
-    if chosen is not heur_c and not _confirm(base, chosen, heur_c, scratch, knobs):
-        chosen = heur_c
+    chosen = final_pick(base, beam, heur_c, scratch, knobs)
     heur_s = heur_c.seconds
     record = {"heuristic_s": _finite(heur_s), "chosen_s": _finite(chosen.seconds), "tried": tried}
     if DEBUG.value >= 2:
@@ -539,29 +585,45 @@ def same_outputs(prg: CompiledProgram, reference: CompiledProgram, scratch: Scra
     return got.keys() == want.keys() and all(_close(got[i], want[i], scratch.dtypes[i]) for i in want)
 
 
-def _confirm(base: UOp, chosen: Candidate, heur: Candidate, scratch: Scratch, knobs: SearchKnobs) -> bool:
-    """The chosen program must agree with the heuristic's (see `verify`) and stay faster by CONFIRM_MARGIN when both
-    are timed again, alternately (timing noise must not pick a slower kernel). Updates both candidates' times."""
+def final_pick(base: UOp, beam: list[Candidate], heur: Candidate, scratch: Scratch, knobs: SearchKnobs) -> Candidate:
+    """The search's result: the finalists (the final beam and the heuristic's program, which is always one) whose
+    outputs agree with the heuristic's (see `verify`) are timed again in turn, best of CONFIRM_RUNS launches each
+    without a cutoff, so a candidate the search timed fast once by chance, or a machine that got busier, cannot pick a
+    slower kernel; the fastest wins, one other than the heuristic only by CONFIRM_MARGIN. Updates their times."""
     device = scratch.device
-    try:
-        a = chosen.program or _build(base, device, chosen.opts)
-        b = heur.program or _build(base, device, heur.opts)
-        if not same_outputs(a, b, scratch):
+    assert heur.program is not None  # _search_with returns early when the heuristic's program did not build
+    finalists = [heur]
+    for c in beam:
+        if c is heur or c.applied is heur.applied:
+            continue
+        try:
+            prg = c.program or _build(base, device, c.opts)
+            agrees = same_outputs(prg, heur.program, scratch)
+        except NOT_APPLICABLE as e:
+            _dropped(c, e)
+            continue
+        except Exception as e:
+            _crashed(e, c.opts, "checking its outputs")
+            continue
+        if not agrees:
             stats.rejected += 1
             if DEBUG.value >= 1:
-                print(f"BEAM {_kernel_name(base)}: {_opts_text(chosen.opts)} disagrees with the heuristic; kept it")
-            return False
-        ta = tb = math.inf
-        for _ in range(max(knobs.runs, CONFIRM_RUNS)):
-            ta = min(ta, time_program(a, scratch, 1, math.inf))
-            tb = min(tb, time_program(b, scratch, 1, math.inf))
-    except Exception as e:  # the reference failing to build or run also means: keep what BEAM=0 would do
-        stats.rejected += 1
-        if DEBUG.value >= 1:
-            print(f"BEAM {_kernel_name(base)}: verification failed to run: {type(e).__name__}: {e}")
-        return False
-    chosen.seconds, heur.seconds = ta, tb
-    return ta < tb * (1 - CONFIRM_MARGIN)
+                print(f"BEAM {_kernel_name(base)}: {_opts_text(c.opts)} disagrees with the heuristic; dropped it")
+            continue
+        c.program = prg
+        finalists.append(c)
+    if len(finalists) == 1:
+        return heur
+    best = [math.inf] * len(finalists)
+    for _ in range(max(knobs.runs, CONFIRM_RUNS)):
+        for i, c in enumerate(finalists):  # in turn: a slow spell of the machine hits every finalist alike
+            assert c.program is not None
+            best[i] = min(best[i], time_program(c.program, scratch, 1, math.inf))
+    stats.retimed += len(finalists)
+    for c, seconds in zip(finalists, best):
+        c.seconds = seconds
+    winner = min(finalists, key=lambda c: c.seconds)
+    return winner if winner.seconds < heur.seconds * (1 - CONFIRM_MARGIN) else heur
 
 
 def _close(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any], dt: DType) -> bool:

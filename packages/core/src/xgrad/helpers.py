@@ -1,12 +1,15 @@
 """Small shared helpers and the one registry of environment knobs.
 
 Every environment variable xgrad reads is declared here once with `knob(...)`: name, default (its type is the
-knob's type), one line of help, and whether it changes generated code (then it is part of the compile-cache key).
+knob's type), one line of help, and what it affects (an `Effect`). Every cache key, in memory and on disk, takes the
+knobs it depends on from `knobs_key(*effects)`, so a knob changed with `Context` never meets a result cached under
+its old value.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import math
 import os
@@ -44,6 +47,12 @@ class ContextVar(Generic[KnobValue]):
         raw = os.environ.get(key)
         self.value: KnobValue = default if raw is None else _parse(key, raw, default)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # reads stay plain attribute reads (hot paths read knobs); a write forgets the cache keys built from values
+        object.__setattr__(self, name, value)
+        if name == "value":
+            _keys.clear()
+
     def __bool__(self) -> bool:
         return bool(self.value)
 
@@ -69,23 +78,36 @@ class ContextVar(Generic[KnobValue]):
         return f"{self.key}={self.value!r}"
 
 
+class Effect(enum.IntFlag):
+    """What a knob changes, and so which cache keys hold its value (`knobs_key`). A cache asks for the union of what
+    its entries depend on (`Effect.CODEGEN | Effect.COMPILE`); an int flag hashes at C speed on hot paths."""
+
+    NONE = 0  # acts before any cache (on the tensor graph, which every key holds) or on no result: in no key
+    SCHEDULE = 1  # the kernels and copies a graph becomes: the schedule cache's key
+    CODEGEN = 2  # the source generated for a kernel AST: the keys of every program cache and of BEAM's
+    COMPILE = 4  # how a source becomes a binary: the program caches' keys and the compiler's own disk cache
+    RUNTIME = 8  # how programs are run (threads, JIT replay, buffer reuse): read at each use, in no key
+
+
 @dataclass(frozen=True)
 class Knob:
     name: str
     default: Any
     help: str
-    codegen: bool  # changes generated code -> part of the compile-cache key
+    affects: Effect
     var: ContextVar[Any]
 
 
 KNOBS: dict[str, Knob] = {}
+_keys: dict[Effect, str] = {}  # knobs_key's answers; emptied by every knob write and declaration
 
 
-def knob(name: str, default: KnobValue, help: str, codegen: bool = False) -> ContextVar[KnobValue]:
-    """Declare an environment knob once; returns its ContextVar."""
+def knob(name: str, default: KnobValue, help: str, affects: Effect) -> ContextVar[KnobValue]:
+    """Declare an environment knob once, with what it affects; returns its ContextVar."""
     assert name not in KNOBS, f"knob {name} declared twice"
     var = ContextVar(name, default)
-    KNOBS[name] = Knob(name, default, help, codegen, var)
+    KNOBS[name] = Knob(name, default, help, affects, var)
+    _keys.clear()
     return var
 
 
@@ -94,9 +116,14 @@ def changed_knobs() -> dict[str, Any]:
     return {k.name: k.var.value for k in KNOBS.values() if k.var.value != k.default}
 
 
-def codegen_knobs_key() -> str:
-    """The values of every knob that changes generated code, as a cache-key fragment."""
-    return ",".join(f"{k.name}={k.var.value}" for k in sorted(KNOBS.values(), key=lambda k: k.name) if k.codegen)
+def knobs_key(effects: Effect) -> str:
+    """The one cache-key fragment of knobs: `NAME=value` of every knob declared to affect any of `effects`, by name.
+    Each cache passes what its entries depend on (the schedule cache SCHEDULE; program caches CODEGEN | COMPILE; a
+    compiler's cache COMPILE). The string is remembered until a knob changes, so a hot path pays one dict lookup."""
+    if (key := _keys.get(effects)) is None:
+        chosen = sorted(k.name for k in KNOBS.values() if k.affects & effects)
+        key = _keys[effects] = ",".join(f"{name}={KNOBS[name].var.value!r}" for name in chosen)
+    return key
 
 
 class Context:
@@ -136,38 +163,81 @@ def getenv(key: str, default: Any = 0) -> Any:
 
 
 # ---- the knobs (keep this list short; each line is the documentation) ----
-DEBUG = knob("DEBUG", 0, "1 kernel counts, 2 per-kernel time/GFLOPS/GB/s, 3 schedule, 4 generated source, 5+ graphs")
-DEV = knob("DEV", "", "default device, optionally with renderer and target for compile-only work: CPU, NULL:CUDA:sm_90")
-BEAM = knob("BEAM", 0, "beam width for kernel optimization search (0 = heuristics)", codegen=True)
-IGNORE_BEAM_CACHE = knob("IGNORE_BEAM_CACHE", 0, "1 = search again even when the BEAM disk cache has a result")
-PARALLEL = knob("PARALLEL", 0, "BEAM compile workers (0 = the cores this process may use)")
-NOOPT = knob("NOOPT", 0, "1 = skip kernel optimizations (plain loops)", codegen=True)
-JIT = knob("JIT", 1, "0 turns TinyJit off, 1 captures and replays")
-DEFAULT_FLOAT = knob("DEFAULT_FLOAT", "float32", "dtype of Python floats and float results of int ops")
-DEFAULT_INT = knob("DEFAULT_INT", "int32", "dtype of Python ints")
-TRAINING = knob("TRAINING", 0, "training mode: optimizer steps, dropout, BatchNorm statistics")
-SPEC = knob("SPEC", 1, "1 check the IR at stage boundaries, 0 skip")
-CACHELEVEL = knob("CACHELEVEL", 2, "0 disables the on-disk caches (compiled binaries, rendered programs, BEAM results)")
-XGRAD_CACHE_DIR = knob("XGRAD_CACHE_DIR", "", "directory of the on-disk caches (default ~/.cache/xgrad)")
-SCACHE = knob("SCACHE", 1, "0 disables the in-memory schedule cache")
-FUSE_OPTIM = knob("FUSE_OPTIM", 0, "1 = optimizers update all parameters as one flat vector by default")
-SPLIT_REDUCEOP = knob("SPLIT_REDUCEOP", 1, "1 splits a big reduction to few outputs into two kernels (parallel first)")
-MAX_KERNEL_BUFFERS = knob("MAX_KERNEL_BUFFERS", 0, "most buffers one kernel may bind (0 = the device's own limit)")
-NO_MEMORY_PLANNER = knob("NO_MEMORY_PLANNER", 0, "1 disables buffer reuse inside a schedule")
+DEBUG = knob(
+    "DEBUG", 0, "1 kernel counts, 2 per-kernel time/GFLOPS/GB/s, 3 schedule, 4 generated source, 5+ graphs", Effect.NONE
+)
+DEV = knob(
+    "DEV",
+    "",
+    "default device, optionally with renderer and target for compile-only work: CPU, NULL:CUDA:sm_90",
+    Effect.NONE,
+)
+BEAM = knob("BEAM", 0, "beam width for kernel optimization search (0 = heuristics)", Effect.CODEGEN)
+BEAM_MAX_STEPS = knob("BEAM_MAX_STEPS", 8, "most actions BEAM adds to a kernel (steps of the search)", Effect.CODEGEN)
+BEAM_UPCAST_MAX = knob(
+    "BEAM_UPCAST_MAX", 256, "most straight-line lanes a BEAM candidate's loop body may hold", Effect.CODEGEN
+)
+BEAM_TIMEOUT_SEC = knob(
+    "BEAM_TIMEOUT_SEC", 10.0, "BEAM drops a candidate whose launch takes longer (seconds)", Effect.CODEGEN
+)
+BEAM_RUNS = knob("BEAM_RUNS", 3, "launches BEAM times each candidate (best of); its finalists get more", Effect.CODEGEN)
+JITBEAM = knob(
+    "JITBEAM", -1, "BEAM width for the kernels a TinyJit captures (-1 = BEAM's); reaches keys as BEAM", Effect.NONE
+)
+IGNORE_BEAM_CACHE = knob(
+    "IGNORE_BEAM_CACHE", 0, "1 = search again even when the BEAM disk cache has a result", Effect.NONE
+)
+PARALLEL = knob("PARALLEL", 0, "BEAM compile workers (0 = the cores this process may use)", Effect.RUNTIME)
+NOOPT = knob("NOOPT", 0, "1 = skip kernel optimizations (plain loops)", Effect.CODEGEN)
 TRANSCENDENTAL = knob(
-    "TRANSCENDENTAL", 1, "1 software exp/log/sin only where the renderer lacks them, 2 always", codegen=True
+    "TRANSCENDENTAL",
+    1,
+    "1 software exp2/log2/sin only where the renderer lacks them, 2 always (to test them)",
+    Effect.CODEGEN,
 )
-DISALLOW_BROADCAST = knob("DISALLOW_BROADCAST", 0, "1 makes implicit broadcasting an error")
-CC = knob("CC", "", "C compiler for the CPU backend (default: clang if present, else gcc)", codegen=True)
+JIT = knob("JIT", 1, "0 turns TinyJit off, 1 captures and replays", Effect.RUNTIME)
+DEFAULT_FLOAT = knob("DEFAULT_FLOAT", "float32", "dtype of Python floats and float results of int ops", Effect.NONE)
+DEFAULT_INT = knob("DEFAULT_INT", "int32", "dtype of Python ints", Effect.NONE)
+TRAINING = knob("TRAINING", 0, "training mode: optimizer steps, dropout, BatchNorm statistics", Effect.NONE)
+OPTIM_DTYPE = knob("OPTIM_DTYPE", "float32", "dtype of optimizer state (momentum, Adam moments)", Effect.NONE)
+CONST_LR = knob("CONST_LR", 0, "1 = the learning rate is a constant in the update kernels, not a buffer", Effect.NONE)
+SPEC = knob(
+    "SPEC", 1, "1 check the IR at stage boundaries and let search crashes raise, 0 skip and count them", Effect.NONE
+)
+REWRITE_STACK_LIMIT = knob(
+    "REWRITE_STACK_LIMIT", 250000, "graph_rewrite's stack limit (steps: 8x), then it raises", Effect.NONE
+)
+CACHELEVEL = knob(
+    "CACHELEVEL", 2, "0 disables the on-disk caches (compiled binaries, rendered programs, BEAM results)", Effect.NONE
+)
+XGRAD_CACHE_DIR = knob("XGRAD_CACHE_DIR", "", "directory of the on-disk caches (default ~/.cache/xgrad)", Effect.NONE)
+SCACHE = knob("SCACHE", 1, "0 disables the in-memory schedule cache", Effect.NONE)
+FUSE_OPTIM = knob("FUSE_OPTIM", 0, "1 = optimizers update all parameters as one flat vector by default", Effect.NONE)
+SPLIT_REDUCEOP = knob(
+    "SPLIT_REDUCEOP", 1, "1 splits a big reduction to few outputs into two kernels (parallel first)", Effect.SCHEDULE
+)
+MAX_KERNEL_BUFFERS = knob(
+    "MAX_KERNEL_BUFFERS", 0, "most buffers one kernel may bind (0 = the device's own limit)", Effect.SCHEDULE
+)
+NO_MEMORY_PLANNER = knob("NO_MEMORY_PLANNER", 0, "1 disables buffer reuse inside a schedule", Effect.RUNTIME)
+DISALLOW_BROADCAST = knob("DISALLOW_BROADCAST", 0, "1 makes implicit broadcasting an error", Effect.NONE)
+CC = knob("CC", "", "C compiler for the CPU backend (default: clang if present, else gcc)", Effect.COMPILE)
 CPU_MARCH = knob(
-    "CPU_MARCH", "native", "-march of the CPU backend's kernels, e.g. x86-64-v3 (AVX2) on an AVX-512 host", codegen=True
+    "CPU_MARCH",
+    "native",
+    "-march of the CPU backend's kernels, e.g. x86-64-v3 (AVX2) on an AVX-512 host",
+    Effect.COMPILE,
 )
-NUM_CPU_THREADS = knob("NUM_CPU_THREADS", 0, "CPU worker threads (0 = the cores this process may use)")
-XGRAD_DISABLE_PLUGIN_AUTOLOAD = knob("XGRAD_DISABLE_PLUGIN_AUTOLOAD", 0, "1 = load no entry-point plugins")
-XGRAD_PLUGINS = knob("XGRAD_PLUGINS", "", "comma list of modules to load as plugins explicitly")
-XGRAD_BLOCK_PLUGINS = knob("XGRAD_BLOCK_PLUGINS", "", "comma list of plugin names not to load")
-RING = knob("RING", 1, "multi-device allreduce: 0 never ring, 1 ring above RING_ALLREDUCE_THRESHOLD, 2 always")
-RING_ALLREDUCE_THRESHOLD = knob("RING_ALLREDUCE_THRESHOLD", 256_000, "elements from which allreduce uses the ring")
+NUM_CPU_THREADS = knob("NUM_CPU_THREADS", 0, "CPU worker threads (0 = the cores this process may use)", Effect.RUNTIME)
+XGRAD_DISABLE_PLUGIN_AUTOLOAD = knob("XGRAD_DISABLE_PLUGIN_AUTOLOAD", 0, "1 = load no entry-point plugins", Effect.NONE)
+XGRAD_PLUGINS = knob("XGRAD_PLUGINS", "", "comma list of modules to load as plugins explicitly", Effect.NONE)
+XGRAD_BLOCK_PLUGINS = knob("XGRAD_BLOCK_PLUGINS", "", "comma list of plugin names not to load", Effect.NONE)
+RING = knob(
+    "RING", 1, "multi-device allreduce: 0 never ring, 1 ring above RING_ALLREDUCE_THRESHOLD, 2 always", Effect.SCHEDULE
+)
+RING_ALLREDUCE_THRESHOLD = knob(
+    "RING_ALLREDUCE_THRESHOLD", 256_000, "elements from which allreduce uses the ring", Effect.SCHEDULE
+)
 
 
 def cache_dir() -> pathlib.Path:

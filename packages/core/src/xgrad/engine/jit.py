@@ -17,7 +17,7 @@ from xgrad.device import Device
 from xgrad.engine.multi import input_buffers
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.errors import JitError, ShapeError
-from xgrad.helpers import BEAM, JIT, Context, getenv
+from xgrad.helpers import BEAM, JIT, JITBEAM, Context
 from xgrad.uop.ops import Ops, UOp, sint
 from xgrad.uop.symshape import bound_values, graph_binds, rebind, unbind_graph
 
@@ -220,7 +220,8 @@ class TinyJit(Generic[R]):
                 "could not change them; pass each bound Variable as an argument (or in an input's shape)"
             )
         steps = []
-        with Context(BEAM=getenv("JITBEAM", BEAM.value)):  # JITBEAM: the BEAM width for kernels a JIT replays
+        # JITBEAM: the BEAM width of the kernels a JIT replays (they run often: worth a search the others skip)
+        with Context(BEAM=BEAM.value if JITBEAM.value < 0 else JITBEAM.value):
             for items, var_vals in recorded:
                 for it in items:
                     program = None if it.is_copy else Device[it.device].compile(it.ast)

@@ -2,7 +2,8 @@
 the schedule made for the first one, with their own buffers bound in. `SCACHE=0` turns it off.
 
 In: the roots of a tensor graph. Out: what `create_schedule` returns, built from a template when the structure was
-seen before. The key is the graph's structure with every BUFFER replaced by a numbered placeholder. Graphs come here
+seen before. The key is the graph's structure with every BUFFER replaced by a numbered placeholder, and the values of
+the knobs declared to change a schedule (`knobs_key(Effect.SCHEDULE)`). Graphs come here
 with their bound variables stripped (see `xgrad.uop.symshape`), so different values of one variable hit the same entry.
 """
 
@@ -23,11 +24,12 @@ from xgrad.engine.schedule import (
     create_schedule,
     new_buffer_uop,
 )
-from xgrad.helpers import MAX_KERNEL_BUFFERS, SCACHE
+from xgrad.helpers import SCACHE, Effect, knobs_key
 from xgrad.uop.ops import Ops, UOp, sint
 from xgrad.uop.symshape import tuple_holds_uops
 
 INPUT, NEW, VIEW = 0, 1, 2
+SCHEDULE_KNOBS = Effect.SCHEDULE  # a module global: reading an Enum member off its class costs ~100 ns
 Slot = tuple[int, int]  # (INPUT | NEW | VIEW, index among inputs / new buffers / views)
 
 
@@ -39,7 +41,7 @@ class ScheduleTemplate:
     becomes: tuple[tuple[int, Slot, tuple[sint, ...]] | tuple[int, None, None], ...]  # root index -> buffer view
 
 
-_cache: dict[tuple[tuple[Any, ...], int], ScheduleTemplate] = {}  # (graph structure, knobs); see scan_graph
+_cache: dict[tuple[tuple[Any, ...], str], ScheduleTemplate] = {}  # (graph structure, knobs); see scan_graph
 
 
 def _make_template(
@@ -160,7 +162,7 @@ def cached_schedule(roots: list[UOp], scan: GraphScan | None = None) -> tuple[li
         own = UOp(Ops.SINK, dtypes.void, tuple(roots))
         scan = scan_graph(own)
     rows, inputs = scan[:2]
-    key = (rows, MAX_KERNEL_BUFFERS.value)  # the knob changes the kernel boundaries
+    key = (rows, knobs_key(SCHEDULE_KNOBS))  # the knobs that change kernel boundaries (SPLIT_REDUCEOP, ...)
     if (tpl := _cache.get(key)) is not None:
         ScheduleStats.calls += 1
         items, becomes = _instantiate(tpl, roots, inputs)

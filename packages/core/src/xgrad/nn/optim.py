@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 from xgrad.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from xgrad.errors import XgradError
-from xgrad.helpers import FUSE_OPTIM, TRAINING, dedup, getenv
+from xgrad.helpers import CONST_LR, FUSE_OPTIM, OPTIM_DTYPE, TRAINING, dedup
 from xgrad.mixin.common import canonical_device
 from xgrad.tensor import Tensor
 from xgrad.uop.ops import Ops
@@ -75,12 +75,12 @@ class Optimizer:
         Tensor.realize(*self.params)
         self.device: str | None = canonical_device(device) if device is not None else None
         self.fused = bool(FUSE_OPTIM.value) if fused is None else fused
-        self.state_dtype: DType = to_dtype(getenv("OPTIM_DTYPE", "float32"))
+        self.state_dtype: DType = to_dtype(OPTIM_DTYPE.value)
         lr_device = self.device or self.params[0].device
         lr_dtype = least_upper_dtype(dtypes.float32, *(p.dtype for p in self.params))
         self.lr: Tensor = (
             Tensor(lr, device=lr_device, dtype=lr_dtype)
-            if getenv("CONST_LR", 0)
+            if CONST_LR.value
             else Tensor([lr], device=lr_device, dtype=lr_dtype).realize()
         )
 

@@ -11,8 +11,10 @@ from typing import Any
 from xgrad.buffer import ProgramInfo
 from xgrad.device import Device, parse_device
 from xgrad.errors import DeviceError
-from xgrad.helpers import DEBUG
+from xgrad.helpers import DEBUG, Effect, knobs_key
 from xgrad.uop.ops import KernelInfo, UOp
+
+PROGRAM_KNOBS = Effect.CODEGEN | Effect.COMPILE  # what rendered source depends on besides the AST
 
 
 class NullAllocator:
@@ -48,7 +50,7 @@ class NullDevice:
         self.renderer_name = parsed.renderer or ("C" if "C" in _renderer_names() else None)
         self.arch = parsed.arch
         self._renderer: Any = None
-        self._programs: dict[UOp, NullProgram] = {}
+        self._programs: dict[tuple[UOp, str], NullProgram] = {}
 
     @property
     def renderer(self) -> Any:
@@ -57,7 +59,8 @@ class NullDevice:
         return self._renderer
 
     def compile(self, ast: UOp) -> NullProgram:
-        if (hit := self._programs.get(ast)) is not None:
+        key = (ast, knobs_key(PROGRAM_KNOBS))  # the rendered source follows NOOPT, BEAM, ...
+        if (hit := self._programs.get(key)) is not None:
             return hit
         name = ast.arg.name if isinstance(ast.arg, KernelInfo) else "kernel"
         src = ""
@@ -66,7 +69,7 @@ class NullDevice:
             if DEBUG >= 4:
                 print(src)
         prg = NullProgram(ProgramInfo(name, src))
-        self._programs[ast] = prg
+        self._programs[key] = prg
         return prg
 
     def synchronize(self) -> None:

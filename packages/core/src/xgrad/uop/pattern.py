@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from xgrad.dtype import DType
-from xgrad.helpers import getenv
+from xgrad.helpers import REWRITE_STACK_LIMIT
 from xgrad.uop.ops import GroupOp, Ops, UOp
 
 Store = dict[str, UOp]
@@ -185,9 +185,6 @@ class RewriteStats:
     seconds: dict[str, float] = defaultdict(float)
 
 
-REWRITE_STACK_LIMIT = getenv("REWRITE_STACK_LIMIT", 250000)
-
-
 def graph_rewrite(
     root: UOp,
     pm: PatternMatcher,
@@ -207,11 +204,12 @@ def graph_rewrite(
     stack: list[tuple[UOp, int, UOp]] = [(root, 0, root)]
     push = stack.append
     rewrite = pm.rewrite
-    max_steps = REWRITE_STACK_LIMIT * 8
+    limit = int(REWRITE_STACK_LIMIT.value)
+    max_steps = limit * 8
     steps = 0
     while stack:
         steps += 1
-        if steps > max_steps or len(stack) > REWRITE_STACK_LIMIT:
+        if steps > max_steps or len(stack) > limit:
             raise RuntimeError(f"graph_rewrite {name!r} does not terminate: a rule probably undoes another")
         node, stage, target = stack.pop()
         if stage == 2:
