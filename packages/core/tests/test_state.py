@@ -605,7 +605,9 @@ def test_load_state_dict_from_torch_checkpoint(tmp_path: pathlib.Path) -> None:
 
 
 # ---- docstrings ----
-@pytest.mark.parametrize("name", ["xgrad.nn.state", "xgrad.nn.safetensors", "xgrad.nn.torch_load", "xgrad.nn.fileview"])
+@pytest.mark.parametrize(
+    "name", ["xgrad.nn.state", "xgrad.nn.safetensors", "xgrad.nn.torch_load", "xgrad.nn.fileview", "xgrad.nn.archives"]
+)
 def test_docstring_examples_run(name: str) -> None:
     result = doctest.testmod(importlib.import_module(name), verbose=False, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0, f"{result.failed} of {result.attempted} docstring examples failed in {name}"

@@ -20,9 +20,10 @@ from typing import Any, cast
 
 from xgrad.errors import ShapeError
 from xgrad.helpers import DEBUG
+from xgrad.nn.archives import tar_extract, zip_extract
 from xgrad.nn.fileview import CheckpointError, StateDictError, TensorIO, UnsafePickleError
 from xgrad.nn.safetensors import safe_load, safe_load_metadata, safe_save
-from xgrad.nn.torch_load import tar_extract, torch_load, zip_extract
+from xgrad.nn.torch_load import torch_load
 from xgrad.tensor import Tensor
 from xgrad.uop.ops import Ops
 

@@ -23,13 +23,9 @@ file's size, and every failure, memory included, is a `CheckpointError`.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import io
 import os
 import struct
-import tarfile
-import zipfile
-import zlib
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -40,6 +36,7 @@ import numpy as np
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import XgradError
 from xgrad.helpers import prod
+from xgrad.nn.archives import MALFORMED, member_source, tar_members, zip_open
 from xgrad.nn.fileview import (
     DEFAULT_ALLOC_RATIO,
     Budget,
@@ -60,22 +57,6 @@ LEGACY_PROTOCOL = 1001
 MAX_NUMEL = 1 << 62  # more elements than any index type holds
 _BUDGET: ContextVar[Budget | None] = ContextVar("xgrad_torch_load_budget", default=None)
 _UNLIMITED = 1 << 62
-# the exceptions a malformed file can raise from the standard library (zipfile, tarfile, struct, zlib, numpy)
-_MALFORMED = (
-    ArithmeticError,
-    AttributeError,
-    EOFError,
-    LookupError,
-    MemoryError,
-    OSError,
-    RecursionError,
-    TypeError,
-    ValueError,
-    struct.error,
-    zlib.error,
-    zipfile.BadZipFile,
-    tarfile.TarError,
-)
 
 
 # ---- the stand-ins the restricted unpickler hands out ----
@@ -161,7 +142,7 @@ def _rebuild_tensor_v3(
     *rest: Any,
 ) -> Tensor | None:
     if not isinstance(dtype, DType):
-        raise CheckpointError(f"torch_load: a tensor has dtype {dtype!r}, expected a torch dtype")
+        raise CheckpointError(f"torch_load: a tensor has dtype {brief(dtype)}, expected a torch dtype")
     return _rebuild(storage, storage_offset, size, stride, dtype)
 
 
@@ -175,14 +156,16 @@ def _rebuild_parameter(data: Any, requires_grad: Any = False, hooks: Any = None,
 
 def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:
     if func not in (_rebuild_tensor_v2, _rebuild_tensor_v3, _rebuild_parameter) or not isinstance(args, tuple):
-        raise UnsafePickleError(f"torch_load: _rebuild_from_type_v2 called with {func!r}; only tensors are supported")
+        raise UnsafePickleError(
+            f"torch_load: _rebuild_from_type_v2 called with {brief(func)}; only tensors are supported"
+        )
     return func(*args)
 
 
 def _latin1_encode(text: Any, encoding: Any = "latin1") -> bytes:
     """`_codecs.encode` as protocol-2 pickles use it for bytes objects (latin1 only)."""
     if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
-        raise UnsafePickleError(f"torch_load: refused _codecs.encode with encoding {encoding!r}")
+        raise UnsafePickleError(f"torch_load: refused _codecs.encode with encoding {brief(encoding)}")
     return text.encode("latin1")
 
 
@@ -364,113 +347,6 @@ def _is_contiguous(shape: list[int], strides: list[int]) -> bool:
     return True
 
 
-# ---- archives ----
-def _zip_open(src: ByteSource) -> tuple[zipfile.ZipFile, dict[str, zipfile.ZipInfo]]:
-    """The archive and its members by name; nothing is read or decompressed yet."""
-    try:
-        zf = zipfile.ZipFile(TensorIO(src))
-        return zf, {info.filename: info for info in zf.infolist() if not info.is_dir()}
-    except _MALFORMED as e:
-        raise CheckpointError(f"{src.name}: not a valid zip archive ({type(e).__name__}: {brief(str(e))})") from None
-
-
-def _member_source(src: ByteSource, zf: zipfile.ZipFile, info: zipfile.ZipInfo, budget: Budget) -> ByteSource:
-    """The bytes of a zip member: a view of the archive when stored, else the decompressed bytes (charged to
-    `budget` before a byte is decompressed)."""
-    name = f"{src.name}:{info.filename}"
-    if info.flag_bits & 0x1:
-        raise CheckpointError(f"{src.name}: zip member {info.filename!r} is encrypted")
-    if info.compress_type != zipfile.ZIP_STORED:
-        budget.charge(info.file_size, f"decompressing the zip member {info.filename!r}")
-        try:
-            with zf.open(info) as f:
-                data = f.read(info.file_size)
-        except (*_MALFORMED, NotImplementedError, RuntimeError) as e:
-            raise CheckpointError(f"{name}: cannot decompress ({type(e).__name__}: {brief(str(e))})") from None
-        if len(data) != info.file_size:
-            raise CheckpointError(f"{name}: decompressed to {len(data)} bytes, not {info.file_size}; it is corrupt")
-        return ByteSource(None, 0, info.file_size, data, name)
-    local = bytes(src.read(info.header_offset, 30))
-    if local[:4] != b"PK\x03\x04":
-        raise CheckpointError(f"{src.name}: zip member {info.filename!r} has no local header; the file is corrupt")
-    name_len, extra_len = struct.unpack("<HH", local[26:30])
-    start = info.header_offset + 30 + name_len + extra_len
-    return dataclasses.replace(src.sub(start, info.file_size), name=name)
-
-
-def _tar_members(src: ByteSource, budget: Budget, compressed: bool = True) -> dict[str, ByteSource]:
-    """Regular files of an uncompressed tar as views; a compressed tar's members (only if `compressed`) are
-    decompressed into memory, charged to `budget`."""
-    try:
-        try:
-            with tarfile.open(fileobj=TensorIO(src), mode="r:") as tar:
-                return {m.name: src.sub(m.offset_data, m.size) for m in tar if m.isreg()}
-        except tarfile.ReadError:
-            if not compressed:
-                raise
-        with tarfile.open(fileobj=TensorIO(src), mode="r:*") as tar:
-            out = {}
-            for m in tar:
-                if m.isreg():
-                    budget.charge(m.size, f"decompressing the tar member {m.name!r}")
-                    if (f := tar.extractfile(m)) is not None:
-                        out[m.name] = ByteSource(
-                            None, 0, m.size, _read_all(f, m.size, src.name), f"{src.name}:{m.name}"
-                        )
-            return out
-    except _MALFORMED as e:
-        raise CheckpointError(f"{src.name}: not a valid tar archive ({type(e).__name__}: {brief(str(e))})") from None
-
-
-def _read_all(f: Any, n: int, what: str) -> bytes:
-    data = f.read(n)
-    if len(data) != n:
-        raise CheckpointError(f"{what}: an archive member ends early; the file is truncated")
-    return bytes(data)
-
-
-def zip_extract(
-    fn: Tensor | str | os.PathLike[str], *, max_alloc_ratio: float = DEFAULT_ALLOC_RATIO
-) -> dict[str, Tensor]:
-    """Every file in a zip archive as a uint8 tensor: lazy views of the archive for stored members, the
-    decompressed bytes for compressed ones (at most `max_alloc_ratio` times the archive's size in all).
-
-    >>> import io, zipfile
-    >>> from xgrad import Tensor
-    >>> buf = io.BytesIO()
-    >>> with zipfile.ZipFile(buf, "w") as z: z.writestr("a.txt", "hi")
-    >>> {k: bytes(v.numpy()) for k, v in zip_extract(Tensor(buf.getvalue())).items()}
-    {'a.txt': b'hi'}
-    """
-    src = byte_source(fn)
-    budget = Budget.for_file(src.name, src.nbytes, max_alloc_ratio)
-    zf, infos = _zip_open(src)
-    out = {}
-    for name, info in infos.items():
-        m = _member_source(src, zf, info, budget)
-        out[name] = m.typed(0, dtypes.uint8, (m.nbytes,))
-    return out
-
-
-def tar_extract(
-    fn: Tensor | str | os.PathLike[str], *, max_alloc_ratio: float = DEFAULT_ALLOC_RATIO
-) -> dict[str, Tensor]:
-    """Every regular file in a tar archive as a uint8 tensor (lazy views for an uncompressed tar; a compressed one
-    may decompress to at most `max_alloc_ratio` times its size).
-
-    >>> import io, tarfile
-    >>> from xgrad import Tensor
-    >>> buf = io.BytesIO()
-    >>> with tarfile.open(fileobj=buf, mode="w") as tar:
-    ...     info = tarfile.TarInfo("a.txt"); info.size = 2; tar.addfile(info, io.BytesIO(b"hi"))
-    >>> {k: bytes(v.numpy()) for k, v in tar_extract(Tensor(buf.getvalue())).items()}
-    {'a.txt': b'hi'}
-    """
-    src = byte_source(fn)
-    members = _tar_members(src, Budget.for_file(src.name, src.nbytes, max_alloc_ratio))
-    return {name: m.typed(0, dtypes.uint8, (m.nbytes,)) for name, m in members.items()}
-
-
 # ---- torch_load ----
 def torch_load(fn: Tensor | str | os.PathLike[str], *, max_alloc_ratio: float = DEFAULT_ALLOC_RATIO) -> Any:
     """Load a file written by `torch.save` (zip, legacy pickle or legacy tar format) without torch: what was saved,
@@ -499,20 +375,20 @@ def torch_load(fn: Tensor | str | os.PathLike[str], *, max_alloc_ratio: float = 
         return _load_legacy(src)
     except (XgradError, AssertionError):
         raise
-    except _MALFORMED as e:
+    except MALFORMED as e:
         raise CheckpointError(f"{src.name}: malformed torch checkpoint ({type(e).__name__}: {brief(str(e))})") from None
     finally:
         _BUDGET.reset(token)
 
 
 def _load_zip(src: ByteSource, budget: Budget) -> Any:
-    zf, infos = _zip_open(src)
+    zf, infos = zip_open(src)
     pickles = [n for n in infos if n.endswith("data.pkl") and n.count("/") <= 1]
     if len(pickles) != 1:
         raise CheckpointError(f"{src.name}: a zip that is not a torch.save file (it has no single data.pkl)")
     prefix = pickles[0][: -len("data.pkl")]
     if (order := infos.get(prefix + "byteorder")) is not None:
-        if bytes(_member_source(src, zf, order, budget).read()) != b"little":
+        if bytes(member_source(src, zf, order, budget).read()) != b"little":
             raise CheckpointError(f"{src.name}: saved on a big-endian machine; re-save it on a little-endian one")
     storages: dict[str, Storage] = {}
 
@@ -522,11 +398,11 @@ def _load_zip(src: ByteSource, budget: Budget) -> Any:
             info = infos.get(f"{prefix}data/{key}")
             if info is None:
                 raise CheckpointError(f"{src.name}: storage {brief(key)} is missing from the archive")
-            member = _member_source(src, zf, info, budget)
+            member = member_source(src, zf, info, budget)
             storages[key] = Storage(key, stype.dtype, member.nbytes // stype.dtype.itemsize, member)
         return storages[key]
 
-    data = bytes(_member_source(src, zf, infos[pickles[0]], budget).read())
+    data = bytes(member_source(src, zf, infos[pickles[0]], budget).read())
     return _load_pickle(io.BytesIO(data), f"{src.name}:{pickles[0]}", persistent)
 
 
@@ -599,7 +475,7 @@ def _load_legacy(src: ByteSource) -> Any:
 
 
 def _load_tar(src: ByteSource, budget: Budget) -> Any:
-    members = _tar_members(src, budget, compressed=False)  # torch wrote plain tars; never inflate a lookalike
+    members = tar_members(src, budget, compressed=False)  # torch wrote plain tars; never inflate a lookalike
     for need in ("storages", "tensors", "pickle"):
         if need not in members:
             raise CheckpointError(f"{src.name}: a tar that is not a legacy torch.save file (no {need!r} member)")
