@@ -39,6 +39,7 @@ DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_NESTING = 8  # arrays of arrays deeper than this are refused (llama.cpp writes none)
 _CHUNK = 1 << 20  # header bytes read at a time
+_U64 = struct.Struct("<Q")
 
 
 class GGUFError(XgradError, ValueError):
@@ -206,7 +207,23 @@ class _Cursor:
         n = self.count(f"{field} (array length)", _MIN_SIZE[t])
         if t in _SCALARS:
             return self.scalars(t, n, field)
-        return [self.value(t, f"{field}[{i}]", depth + 1) for i in range(n)]
+        if t is ValueType.STRING:
+            return self.strings(n, field)
+        return [self.array(f"{field}[{i}]", depth + 1) for i in range(n)]
+
+    def strings(self, n: int, field: str) -> list[str]:
+        """n strings: the ones wholly inside the buffer read directly (a vocab holds ~10^5), the rest by `string`."""
+        out: list[str] = []
+        for i in range(n):
+            at = self.pos - self.buf_start
+            if 0 <= at and at + 8 <= len(self.buf):
+                end = at + 8 + _U64.unpack_from(self.buf, at)[0]
+                if end <= len(self.buf):  # the buffer never reaches past the end of the file
+                    out.append(self.buf[at + 8 : end].decode("utf-8", "surrogateescape"))
+                    self.pos += end - at
+                    continue
+            out.append(self.string(f"{field}[{i}]"))
+        return out
 
 
 def _read_header(io: TensorIO, size: int, path: str) -> _Header:
