@@ -124,3 +124,29 @@ def test_whole_pack_fills_the_weights_before_the_parallel_loop_and_matches_torch
     got = Tensor(x).conv2d(Tensor(w), padding=1).numpy()
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture
+def cpu_width_8(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The CPU device with AVX2's 8-float vectors, whatever the host has."""
+    renderer = Device["CPU"].renderer
+    monkeypatch.setattr(renderer, "max_vector_width", 8)
+    yield renderer
+
+
+def test_conv_on_8_lane_vectors_tiles_4_channels_by_2_rows_and_matches_torch(cpu_width_8: Any) -> None:
+    """With 16 registers a conv's tile is 4 output channels x 2 image rows of one vector (each input vector feeds 4
+    FMAs, each broadcast weight 2) rather than 8 channels x 1 row; with AVX-512's 16-float vectors (32 registers) the
+    channels alone still make the tile."""
+    x, w = data(2, 8, 6, 24), data(16, 8, 3, 3, seed=6)  # axes: batch, out channels, rows, columns
+    ast = conv_ast(x, w)
+    opts = heuristic_opts(ast, 8, scratch=True)
+    assert opts[:2] == [Opt("UPCAST", 3, 8), Opt("UPCAST", 1, 4)], opts
+    assert Opt("UPCAST", 2, 2) in opts  # the rows, after the window's unrolls
+    wide = heuristic_opts(ast, 16, scratch=True)
+    assert wide[:2] == [Opt("UPCAST", 3, 8), Opt("UPCAST", 1, 8)] and Opt("UPCAST", 2, 2) not in wide, wide
+    src = cpu_width_8.render("k", full_rewrite(ast, cpu_width_8))
+    assert src.count("float8 acc") == 8
+    got = Tensor(x).conv2d(Tensor(w), padding=1).numpy()
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -314,6 +314,24 @@ def _window_batch(ast: UOp, tiled: set[int]) -> UOp | None:
     return None
 
 
+def _window_rows(ast: UOp, tiled: set[int]) -> UOp | None:
+    """For a conv on 8-float vectors (16 registers: a tile of 8 channels x 1 vector leaves no room for more): the output
+    loop whose windows overlap (a load reads it together with a short window reduction: the image rows), of even
+    length, that the weights' load does not read. Tiled as 4 channels x 2 rows instead, each input vector feeds 4 FMAs
+    and each broadcast weight 2: 6 loads per 8 FMAs instead of 9 (the bench's 32 x 64 x 56 x 56 conv with AVX2-only
+    kernels: see packages/codegen/README.md)."""
+    windows = {
+        r.arg[0] for r in kernel_ranges(ast) if r.arg[1] is AxisType.REDUCE and (range_size(r) or 0) <= SMALL_REDUCE
+    }
+    reads = [_axes_read(u) for u in ast.toposort if u.op is Ops.LOAD]
+    for r in reversed(kernel_ranges(ast)):
+        if r.arg[1] is not AxisType.LOOP or r.arg[0] in tiled or (range_size(r) or 1) % 2:
+            continue
+        if any(r.arg[0] not in axes for axes in reads) and any(r.arg[0] in axes and axes & windows for axes in reads):
+            return r
+    return None
+
+
 def _unread_panel(ast: UOp) -> int | None:
     """The position in `packable_loads` of a load the parallel loop does not read (a conv's weights, with the batch
     parallel) that PACK takes whole: filled once per call, before the parallel loop, and read contiguously. Only a
@@ -355,8 +373,9 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
        that divides; pad it when nothing divides);
     2. in a reduction, also upcast another output axis (`_tile_axis`) into a register tile: 6 rows x 2 vectors
        (12 accumulators; the axis is padded to a multiple of 6 when needed, its extra rows' loads clamped), 4 x 2
-       for short axes, or 8 x 1, so each loaded vector and each broadcast value is used several times by
-       independent FMA chains (matmul, conv); reductions of at most SMALL_REDUCE steps (a conv's window rows and
+       for short axes, or 8 x 1 (with 8-float vectors, a conv's 4 channels x 2 image rows instead: `_window_rows`),
+       so each loaded vector and each broadcast value is used several times by independent FMA chains (matmul,
+       conv); reductions of at most SMALL_REDUCE steps (a conv's window rows and
        columns) are unrolled completely, so their short loops and per-step gates disappear;
     3. with such a tile, the blocks of one of the two tiled axes become the parallel outer loop, the one whose panel
        (the operand read through that axis and the reduction) is read with a stride: every inner tile reuses it, and
@@ -405,9 +424,13 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
             add(Opt("UPCAST", kernel_ranges(ast).index(contiguous), amount))
     if tile is not None and opts:
         tile_size = range_size(tile) or 0
+        rows = None
         if amount <= vector_width and tile_size % 8 == 0 and tile_size > 8:
             # AVX-512 has 32 registers: 16 rows of one 16-float vector (the bench's conv: 30.2 -> 27.7 ms)
             depth = 16 if vector_width >= 16 and tile_size % 16 == 0 and tile_size > 16 else 8
+            rows = _window_rows(ast, {a.arg[0] for a in (contiguous, tile) if a}) if vector_width <= 8 else None
+            if rows is not None:
+                depth = 4  # with 16 registers, a conv tiles 4 channels x 2 image rows (see _window_rows)
         elif amount == 2 * vector_width and (tile_size >= TALL or tile_size % 6 == 0):
             depth = 6
         else:
@@ -419,6 +442,8 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
         for red in [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.REDUCE]:
             if (range_size(red) or SMALL_REDUCE + 1) <= SMALL_REDUCE:  # a conv's window: straight-line code
                 add(Opt("UNROLL", kernel_ranges(ast).index(red), 0))
+        if rows is not None:
+            add(Opt("UPCAST", next(i for i, r in enumerate(kernel_ranges(ast)) if r.arg[0] == rows.arg[0]), 2))
         tiled = {a.arg[0] for a in (contiguous, tile) if a is not None}
         if scratch and (batch := _batch_panel(ast, tiled)):
             add(Opt("GLOBAL", kernel_ranges(ast).index(batch[0])))
