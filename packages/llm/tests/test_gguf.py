@@ -265,6 +265,12 @@ def test_hand_built_file_is_good(tmp_path: pathlib.Path) -> None:
     assert f.tensor("a").tolist() == [0.0, 1.0, 2.0, 3.0] and f.tensor("b").tolist() == list(range(8))
 
 
+def test_scalar_tensor_has_shape_of_no_dims(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "s.gguf").write_bytes(build(infos=[tinfo("s", (), 0, 0)], data=np.array([2.5], np.float32).tobytes()))
+    f = open_gguf(tmp_path / "s.gguf")
+    assert f.tensors["s"].shape == () and f.tensor("s").item() == 2.5
+
+
 def test_bad_magic(tmp_path: pathlib.Path) -> None:
     bad(tmp_path, build(magic=b"GGML"), "magic", 0, "not a GGUF file")
     bad(tmp_path, b"", "magic", 0, "not a GGUF file")
@@ -314,6 +320,7 @@ def test_too_many_dims(tmp_path: pathlib.Path) -> None:
 
 def test_dims_not_a_multiple_of_the_block(tmp_path: pathlib.Path) -> None:
     bad(tmp_path, build(infos=[tinfo("q", (16,), int(GGMLType.Q8_0), 0)]), "tensor 'q' dims", match="block size 32")
+    bad(tmp_path, build(infos=[tinfo("q", (), int(GGMLType.Q8_0), 0)]), "tensor 'q' dims", match="block size 32")
 
 
 @pytest.mark.parametrize(
@@ -363,7 +370,8 @@ def test_misaligned_tensor_offset(tmp_path: pathlib.Path) -> None:
 @pytest.mark.parametrize("payload", [struct.pack("<II", 4, 0), struct.pack("<II", 4, 48), struct.pack("<IQ", 10, 32)])
 def test_bad_alignment(tmp_path: pathlib.Path, payload: bytes) -> None:
     kvs = [ARCH, gstr("general.alignment") + payload]
-    bad(tmp_path, build(kvs=kvs), "general.alignment", match="power of two")
+    at = HEADER + len(ARCH) + 8 + len("general.alignment") + 4
+    bad(tmp_path, build(kvs=kvs), "general.alignment", at, "power of two")
 
 
 def test_duplicates(tmp_path: pathlib.Path) -> None:

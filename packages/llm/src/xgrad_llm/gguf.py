@@ -229,7 +229,24 @@ class _Cursor:
 def _read_header(io: TensorIO, size: int, path: str) -> _Header:
     """Parse one GGUF file's header: everything but the tensor data."""
     c = _Cursor(io, size, path)
-    magic = c.take(4, "magic") if size >= 4 else b""
+    version, n_tensors, n_kv = _read_preamble(c)
+    metadata, types, value_at = _read_metadata(c, n_kv)
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if "general.alignment" in metadata and (
+        types["general.alignment"] != (ValueType.UINT32,) or not (alignment > 0 and is_pow2(alignment))
+    ):
+        got = f"{types['general.alignment'][0].name} {alignment!r}"
+        raise c.fail(
+            "metadata 'general.alignment'", f"must be a uint32 power of two, got {got}", value_at["general.alignment"]
+        )
+    infos = [_read_tensor_info(c, i, alignment) for i in range(n_tensors)]
+    data_offset = round_up(c.pos, alignment)
+    return _Header(version, metadata, types, _place_tensors(c, infos, data_offset), alignment, data_offset)
+
+
+def _read_preamble(c: _Cursor) -> tuple[int, int, int]:
+    """(version, tensor count, metadata count), after checking the magic and version."""
+    magic = c.take(4, "magic") if c.size >= 4 else b""
     if magic != MAGIC:
         raise c.fail("magic", f"not a GGUF file: it starts with {magic!r}, not {MAGIC!r}", 0)
     version = int(c.unpack("<I", "version"))
@@ -247,15 +264,21 @@ def _read_header(io: TensorIO, size: int, path: str) -> _Header:
     n_kv = c.count("metadata count", _MIN_KV)
     if n_tensors * _MIN_TENSOR_INFO > c.left():
         raise c.fail("tensor count", f"{n_tensors} tensor infos cannot fit in the {c.left()} bytes left", 8)
+    return version, n_tensors, n_kv
 
+
+def _read_metadata(c: _Cursor, n_kv: int) -> tuple[dict[str, Any], dict[str, tuple[ValueType, ...]], dict[str, int]]:
+    """(values, value types, byte where each value starts) of the n_kv metadata records."""
     metadata: dict[str, Any] = {}
     types: dict[str, tuple[ValueType, ...]] = {}
+    value_at: dict[str, int] = {}
     for i in range(n_kv):
         start = c.pos
         key = c.string(f"metadata key #{i}")
         if key in metadata:
             raise c.fail(f"metadata key {key!r}", "is given twice", start)
         t = c.value_type(f"metadata {key!r} type")
+        value_at[key] = c.pos
         if t is ValueType.ARRAY:
             elem = c.value_type(f"metadata {key!r} (array element type)")
             metadata[key] = c.array_of(elem, f"metadata {key!r}", 0)
@@ -263,75 +286,56 @@ def _read_header(io: TensorIO, size: int, path: str) -> _Header:
         else:
             metadata[key] = c.value(t, f"metadata {key!r}")
             types[key] = (t,)
+    return metadata, types, value_at
 
-    alignment = DEFAULT_ALIGNMENT
-    if "general.alignment" in metadata:
-        alignment = metadata["general.alignment"]
-        if types["general.alignment"] != (ValueType.UINT32,) or not (alignment > 0 and is_pow2(alignment)):
-            raise c.fail(
-                "metadata 'general.alignment'",
-                f"must be a uint32 power of two, got {types['general.alignment'][0].name} {alignment!r}",
-                0,
-            )
 
-    raw_infos: list[tuple[str, tuple[int, ...], int, int, int]] = []
-    for i in range(n_tensors):
-        name = c.string(f"tensor #{i} name")
-        n_dims = int(c.unpack("<I", f"tensor {name!r} n_dims"))
-        if n_dims > MAX_DIMS:
-            raise c.fail(f"tensor {name!r} n_dims", f"{n_dims} dims (GGML tensors have at most {MAX_DIMS})", c.pos - 4)
-        dims_at = c.pos
-        dims = tuple(int(d) for d in np.frombuffer(c.take(8 * n_dims, f"tensor {name!r} dims"), "<u8").tolist())
-        if any(d >= 1 << 63 for d in dims):
-            raise c.fail(f"tensor {name!r} dims", f"dims {dims} do not fit in int64", dims_at)
-        type_at = c.pos
-        type_id = int(c.unpack("<I", f"tensor {name!r} type"))
-        if type_id not in BLOCK_SIZES:
-            raise c.fail(f"tensor {name!r} type", f"unknown GGML type id {type_id}", type_at)
-        block_size, type_size = BLOCK_SIZES[GGMLType(type_id)]
-        if dims and dims[0] % block_size:
-            raise c.fail(
-                f"tensor {name!r} dims",
-                f"the innermost dim {dims[0]} is not a multiple of {type_name(type_id)}'s block size {block_size}",
-                dims_at,
-            )
-        nbytes = int(prod(dims)) // block_size * type_size
-        if nbytes > size:
-            raise c.fail(
-                f"tensor {name!r} dims",
-                f"dims {dims} of {type_name(type_id)} need {nbytes} bytes, more than the whole file ({size})",
-                dims_at,
-            )
-        offset_at = c.pos
-        offset = int(c.unpack("<Q", f"tensor {name!r} offset"))
-        if offset % alignment:
-            raise c.fail(
-                f"tensor {name!r} offset", f"{offset} is not a multiple of the alignment {alignment}", offset_at
-            )
-        raw_infos.append((name, tuple(reversed(dims)), type_id, offset, nbytes))
+def _read_tensor_info(c: _Cursor, i: int, alignment: int) -> TensorInfo:
+    """The i-th tensor info, its offset still relative to the data section."""
+    name = c.string(f"tensor #{i} name")
+    n_dims = int(c.unpack("<I", f"tensor {name!r} n_dims"))
+    if n_dims > MAX_DIMS:
+        raise c.fail(f"tensor {name!r} n_dims", f"{n_dims} dims (GGML tensors have at most {MAX_DIMS})", c.pos - 4)
+    dims_at = c.pos
+    dims = tuple(int(d) for d in np.frombuffer(c.take(8 * n_dims, f"tensor {name!r} dims"), "<u8").tolist())
+    if any(d >= 1 << 63 for d in dims):
+        raise c.fail(f"tensor {name!r} dims", f"dims {dims} do not fit in int64", dims_at)
+    type_at = c.pos
+    type_id = int(c.unpack("<I", f"tensor {name!r} type"))
+    if type_id not in BLOCK_SIZES:
+        raise c.fail(f"tensor {name!r} type", f"unknown GGML type id {type_id}", type_at)
+    block_size, type_size = BLOCK_SIZES[GGMLType(type_id)]
+    if (dims[0] if dims else 1) % block_size:  # no dims: a scalar, one element
+        why = f"the innermost dim of {dims} is not a multiple of {type_name(type_id)}'s block size {block_size}"
+        raise c.fail(f"tensor {name!r} dims", why, dims_at)
+    nbytes = int(prod(dims)) // block_size * type_size
+    if nbytes > c.size:
+        why = f"dims {dims} of {type_name(type_id)} need {nbytes} bytes, more than the whole file ({c.size})"
+        raise c.fail(f"tensor {name!r} dims", why, dims_at)
+    offset_at = c.pos
+    offset = int(c.unpack("<Q", f"tensor {name!r} offset"))
+    if offset % alignment:
+        why = f"{offset} is not a multiple of the alignment {alignment}"
+        raise c.fail(f"tensor {name!r} offset", why, offset_at)
+    return TensorInfo(name, tuple(reversed(dims)), type_id, offset, nbytes)
 
-    data_offset = round_up(c.pos, alignment)
+
+def _place_tensors(c: _Cursor, infos: list[TensorInfo], data_offset: int) -> dict[str, TensorInfo]:
+    """The tensors by name, at absolute offsets, each checked to lie inside the file and apart from the others."""
     tensors: dict[str, TensorInfo] = {}
-    for name, shape, type_id, offset, nbytes in raw_infos:
-        if name in tensors:
-            raise c.fail(f"tensor {name!r}", "is named twice", data_offset)
-        if data_offset + offset + nbytes > size:
-            raise c.fail(
-                f"tensor {name!r} data",
-                f"{nbytes} bytes from byte {data_offset + offset} end past the end of the file ({size} bytes); "
-                "the file is truncated",
-                data_offset + offset,
-            )
-        tensors[name] = TensorInfo(name, shape, type_id, data_offset + offset, nbytes)
+    for info in infos:
+        start = data_offset + info.offset
+        if info.name in tensors:
+            raise c.fail(f"tensor {info.name!r}", "is named twice", data_offset)
+        if start + info.nbytes > c.size:
+            why = f"{info.nbytes} bytes from byte {start} end past the end of the file ({c.size} bytes); truncated"
+            raise c.fail(f"tensor {info.name!r} data", why, start)
+        tensors[info.name] = TensorInfo(info.name, info.shape, info.type, start, info.nbytes)
     by_offset = sorted(tensors.values(), key=lambda ti: ti.offset)
     for prev, cur in zip(by_offset, by_offset[1:]):
         if cur.offset < prev.offset + prev.nbytes:
-            raise c.fail(
-                f"tensor {cur.name!r} data",
-                f"overlaps tensor {prev.name!r} (bytes [{prev.offset}, {prev.offset + prev.nbytes}))",
-                cur.offset,
-            )
-    return _Header(version, metadata, types, tensors, alignment, data_offset)
+            why = f"overlaps tensor {prev.name!r} (bytes [{prev.offset}, {prev.offset + prev.nbytes}))"
+            raise c.fail(f"tensor {cur.name!r} data", why, cur.offset)
+    return tensors
 
 
 _SPLIT_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")

@@ -304,7 +304,7 @@ def tensor_nbytes(type_id: int, shape: tuple[int, ...]) -> int:
     """Bytes of a tensor of `shape` (row-major: the last axis holds the blocks) stored as GGML type `type_id`."""
     block_size, type_size = BLOCK_SIZES[GGMLType(type_id)]
     n = int(prod(shape))
-    if shape and shape[-1] % block_size:
+    if (shape[-1] if shape else 1) % block_size:
         raise ShapeError(f"a {type_name(type_id)} tensor's last axis must be a multiple of {block_size}, got {shape}")
     return n // block_size * type_size
 
