@@ -247,7 +247,7 @@ ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
 }
 
 
-_MAKERS = (_ordered_dict, _set)  # their results are new objects the pickle may fill (SETITEMS, ADDITEMS, BUILD)
+_MAKERS = (_ordered_dict, _set, _np_dtype)  # their results are new objects the pickle may fill or BUILD
 
 
 def _refuse_hint(module: str, name: str) -> str:
