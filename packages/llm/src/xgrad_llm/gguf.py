@@ -143,6 +143,10 @@ class _Cursor:
             self.io.seek(self.pos)
             self.buf = self.io.read(min(max(n, _CHUNK), self.left())) or b""
             self.buf_start, at = self.pos, 0
+            if len(self.buf) < n:
+                raise self.fail(
+                    field, f"could read only {len(self.buf)} of its {n} bytes; the file changed or is unreadable"
+                )
         return at
 
     def take(self, n: int, field: str) -> bytes:
