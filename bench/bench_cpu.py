@@ -1,6 +1,9 @@
 """CPU speed against numpy and torch, measured in one process on the same data, next to the machine's peak.
 
-Run: .venv/bin/python bench/bench_cpu.py [--quick] [--only NAME] [--beam N] [--reps N]
+Run: .venv/bin/python bench/bench_cpu.py [--quick] [--only NAME] [--beam N] [--reps N] [--avx2]
+`--avx2` measures an AVX2-only host on an AVX-512 one: xgrad's kernels are built for x86-64-v3 (CPU_MARCH), torch's
+oneDNN and ATen kernels are held to AVX2 (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY) and numpy's OpenBLAS takes its
+Haswell kernels (OPENBLAS_CORETYPE); the script runs itself again with those set, before any of them loads.
 Prints, per workload: best-of-N time for xgrad (heuristic opts; with --beam N also under BEAM=N), numpy and torch,
 the ratios xgrad/numpy and xgrad/torch (time over time: below 1 means xgrad is faster) and xgrad's GFLOPS or GB/s
 with the share of the measured peak. `pair/np` is the paired ratio: the median over the rounds of xgrad's time over
@@ -19,6 +22,7 @@ import argparse
 import ctypes
 import functools
 import os
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +37,13 @@ from xgrad.helpers import Context
 from xgrad_cpu.compiler import CCompiler
 from xgrad_cpu.program import load_library
 
+# what --avx2 sets: every library in the run limited to AVX2 (+FMA), as on a host without AVX-512
+AVX2_ENV = {
+    "CPU_MARCH": "x86-64-v3",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "OPENBLAS_CORETYPE": "Haswell",
+}
 FMA_CHAINS = 12  # independent accumulators: more than FMA latency x FMAs per cycle (4 x 2 on Zen 3 and Zen 5)
 
 
@@ -269,7 +280,10 @@ def main() -> None:
         help="timed calls per library (best of; default 7, 3 with --quick): more reps "
         "make the minimum steadier on a machine whose speed drifts",
     )
+    parser.add_argument("--avx2", action="store_true", help="xgrad, torch and numpy all limited to AVX2 (see above)")
     args = parser.parse_args()
+    if args.avx2 and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})  # numpy is loaded already
     reps = args.reps or (3 if args.quick else 7)
     cores = len(os.sched_getaffinity(0))
     probes = Probes(cores)
