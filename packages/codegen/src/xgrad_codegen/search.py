@@ -588,8 +588,9 @@ def same_outputs(prg: CompiledProgram, reference: CompiledProgram, scratch: Scra
 def final_pick(base: UOp, beam: list[Candidate], heur: Candidate, scratch: Scratch, knobs: SearchKnobs) -> Candidate:
     """The search's result: the finalists (the final beam and the heuristic's program, which is always one) whose
     outputs agree with the heuristic's (see `verify`) are timed again in turn, best of at least CONFIRM_RUNS launches
-    each without a cutoff, so a candidate the search timed fast once by chance, or a machine that got busier, cannot pick a
-    slower kernel; the fastest wins, one other than the heuristic only by CONFIRM_MARGIN. Updates their times."""
+    each without a cutoff, so a candidate the search timed fast once by chance, or a machine that got busier, cannot
+    pick a slower kernel; the fastest wins, one other than the heuristic only by CONFIRM_MARGIN. Updates their
+    times."""
     device = scratch.device
     assert heur.program is not None  # _search_with returns early when the heuristic's program did not build
     finalists = [heur]
