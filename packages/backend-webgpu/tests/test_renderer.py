@@ -72,9 +72,9 @@ def test_loops_accumulators_and_select() -> None:
     src = render(linear(r, acc, rr, assign, end(rr), out.index(r).store(result), end(r)))
     assert "var acc0: f32 = bitcast<f32>(0xff800000u);" in src
     assert "for (var ridx0: i32 = 0i; ridx0 < 7i; ridx0++) {" in src
-    # C's max (a > b ? a : b), decided on the bits where a NaN is involved
+    # (a > b ? a : b) with a NaN in either operand propagated, decided on the bits
     nan_acc, nan_val = (f"((bitcast<u32>({v}) & 0x7fffffffu) > 0x7f800000u)" for v in ("acc0", "val0"))
-    assert f"select(val0, acc0, ((acc0 > val0) && !({nan_acc} || {nan_val})))" in src
+    assert f"select(val0, acc0, ({nan_acc} || ((acc0 > val0) && !{nan_val})))" in src
     assert "bitcast<f32>(0x7fc00000u)" in src
 
 
@@ -185,3 +185,12 @@ def test_float16_bitcasts_use_the_pack_builtins() -> None:
     assert "f16(unpack2x16float(u32(val0) & 0xffffu).x)" in src
     src = render(unary_program(dtypes.float16, lambda v: v.bitcast(dtypes.uint16), dtypes.uint16))
     assert "(pack2x16float(vec2<f32>(f32(val0), 0.0f)) & 0xffffu)" in src
+
+
+def test_int_division_by_a_value_that_may_be_zero_selects_zero() -> None:
+    """WGSL's a / 0 is a; xgrad's is 0. A constant divisor (folded before rendering when 0) is printed plainly."""
+    divide = lambda v: UOp(Ops.IDIV, dtypes.int32, (v, v + UOp.const(dtypes.int32, 1)))  # noqa: E731
+    src = render(unary_program(dtypes.int32, divide))
+    assert "select(" in src and "== 0i)" in src
+    src = render(unary_program(dtypes.int32, lambda v: UOp(Ops.IDIV, dtypes.int32, (v, UOp.const(dtypes.int32, 3)))))
+    assert "select(" not in src and "/ 3i" in src

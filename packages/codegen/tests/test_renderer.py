@@ -99,7 +99,7 @@ def test_max_operands_are_never_inlined_twice() -> None:
     r = UOp.range(UOp.const(IDX, 4), 0, AxisType.LOOP)
     value = (x.index(r).load() * UOp.const(F, 3.0)).maximum(UOp.const(F, 0.0))
     src = CStyleRenderer().render("k", linear(out.index(r).store(value), end(r)))
-    assert "const float alu0 = (val0*3.0f);" in src and "(alu0>0.0f?alu0:0.0f)" in src
+    assert "const float alu0 = (val0*3.0f);" in src and "((alu0>0.0f||alu0!=alu0)?alu0:0.0f)" in src
 
 
 def test_expression_is_not_inlined_past_an_assignment() -> None:

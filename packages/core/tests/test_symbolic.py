@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from typing import Any
 
 import pytest
 
-from xgrad.dtype import dtypes
+from xgrad.dtype import DType, dtypes
 from xgrad.errors import XgradError
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.symbolic import pm_constant_fold, pm_symbolic, simplify, substitute_vars, sym_infer
@@ -66,12 +67,35 @@ def test_fold_float32_consts_rounds_to_float32() -> None:
     assert out.op is Ops.CONST and out.arg == 0.30000001192092896
 
 
-def test_fold_division_by_zero_stays_unfolded() -> None:
-    for op in (Ops.IDIV, Ops.MOD):
-        u = UOp(op, dtypes.index, (idx(3), idx(0)))
-        assert simplify(u) is u
+@pytest.mark.parametrize("dtype", [dtypes.index, dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint32], ids=str)
+@pytest.mark.parametrize("a", [3, -3, 0])
+def test_fold_int_division_by_zero_gives_the_defined_results(dtype: DType, a: int) -> None:
+    # x IDIV 0 is 0 and x MOD 0 is x (xgrad's definition, every backend gives it), for constants and variables
+    a = a % 256 if dtypes.is_unsigned(dtype) else a
+    assert simplify(UOp(Ops.IDIV, dtype, (UOp.const(dtype, a), UOp.const(dtype, 0)))) is UOp.const(dtype, 0)
+    assert simplify(UOp(Ops.MOD, dtype, (UOp.const(dtype, a), UOp.const(dtype, 0)))) is UOp.const(dtype, a)
+    v = UOp.variable("v", 0, 9, dtype)
+    assert simplify(UOp(Ops.IDIV, dtype, (v, UOp.const(dtype, 0)))) is UOp.const(dtype, 0)
+    assert simplify(UOp(Ops.MOD, dtype, (v, UOp.const(dtype, 0)))) is v
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64], ids=str)
+def test_fold_minimum_divided_by_minus_one_wraps(dtype: DType) -> None:
+    lo, m1 = UOp.const(dtype, dtypes.min(dtype)), UOp.const(dtype, -1)
+    assert simplify(UOp(Ops.IDIV, dtype, (lo, m1))) is lo
+    assert simplify(UOp(Ops.MOD, dtype, (lo, m1))) is UOp.const(dtype, 0)
+
+
+def test_fold_float_division_by_zero_stays_unfolded() -> None:
     f = UOp(Ops.FDIV, dtypes.float32, (UOp.const(dtypes.float32, 1.0), UOp.const(dtypes.float32, 0.0)))
     assert simplify(f) is f
+
+
+def test_fold_max_of_nan_is_nan() -> None:
+    nan, one = UOp.const(dtypes.float32, math.nan), UOp.const(dtypes.float32, 1.0)
+    for a, b in ((nan, one), (one, nan)):
+        out = simplify(UOp(Ops.MAX, dtypes.float32, (a, b)))
+        assert out.op is Ops.CONST and math.isnan(out.arg)
 
 
 def test_fold_comparison_consts_gives_bool() -> None:

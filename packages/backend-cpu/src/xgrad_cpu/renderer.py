@@ -22,7 +22,9 @@ from xgrad_codegen.renderer import (
     UopRule,
     base_code_for_op,
     base_uop_rules,
+    divisor_may_be_zero,
     pm_split_vector_ops,
+    quotient_may_overflow,
     rule_alu,
     split_vector_alu,
 )
@@ -241,6 +243,26 @@ def rule_c_exp2(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str | None:
     return f"exp2_{vf}({ctx.exprs[u.src[0]]})"
 
 
+def divmod_helper(name: str, op: Ops, t: str, unsigned: bool) -> str:
+    """`name(a, b)`: xgrad's total IDIV or MOD on C type `t` (see xgrad.uop.symbolic): a / 0 is 0 and a % 0 is a,
+    MIN / -1 wraps to MIN (-a under -fwrapv) and MIN % -1 is 0; x86's idiv traps (SIGFPE) on both."""
+    if op is Ops.IDIV:
+        body = "b == 0 ? 0 : a / b" if unsigned else f"b == 0 ? 0 : b == -1 ? ({t})(-a) : ({t})(a / b)"
+    else:
+        body = "b == 0 ? a : a % b" if unsigned else f"b == 0 ? a : b == -1 ? 0 : ({t})(a % b)"
+    return f"static inline {t} {name}({t} a, {t} b) {{ return {body}; }}"
+
+
+def rule_c_divmod(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    """Int IDIV/MOD whose divisor may be 0 (or -1 under a dividend that may be the minimum) calls a guarded helper
+    (`divmod_helper`); a divisor the bounds keep safe (every index computation, every constant) is C's `/`, `%`."""
+    if dtypes.is_float(u.dtype) or not (divisor_may_be_zero(u) or quotient_may_overflow(u)):
+        return rule_alu(r, ctx, u)
+    name = f"{u.op.name.lower()}_{u.dtype.name}"
+    ctx.helpers.setdefault(name, divmod_helper(name, u.op, r.render_dtype(ctx, u.dtype), dtypes.is_unsigned(u.dtype)))
+    return f"{name}({ctx.exprs[u.src[0]]}, {ctx.exprs[u.src[1]]})"
+
+
 def c_sizeof(dtype: DType) -> int:
     """Bytes of one lane as C stores it (index is printed as int)."""
     return 4 if dtype.scalar() == dtypes.index else dtype.scalar().itemsize
@@ -286,6 +308,8 @@ class CRenderer(CStyleRenderer):
         Ops.EXP2: rule_c_exp2,
         Ops.LOAD: rule_c_load,
         Ops.STORE: rule_c_store,
+        Ops.IDIV: rule_c_divmod,
+        Ops.MOD: rule_c_divmod,
     }
     supported_dtypes = frozenset(
         {dtypes.bool, *dtypes.ints, dtypes.index, dtypes.float16, dtypes.float32, dtypes.float64}

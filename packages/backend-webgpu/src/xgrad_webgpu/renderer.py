@@ -17,9 +17,9 @@ What WGSL lacks, and what this renderer does about it:
 - No 64-bit types: int64, uint64 and float64 raise `DTypeError` naming the limit.
 - Shift counts must be u32; `select(false_value, true_value, cond)`; inf/NaN have no literal (built with bitcast;
   float16 ones convert the float32 bits: naga cannot bitcast to vec2<f16>); `>` and `^` do not exist on bool
-  (legalised below); integer division by zero does not trap (it yields the dividend).
+  (legalised below); integer division by zero does not trap (WGSL gives the dividend; xgrad's 0 is selected).
 - Compilers may assume floats are never NaN (lavapipe folds `x != x` to false): float comparisons and MAX test for
-  NaN on the bits, so they follow IEEE (and MAX is C's `a > b ? a : b`) on every adapter.
+  NaN on the bits, so they follow IEEE (and MAX propagates a NaN from either operand) on every adapter.
 - EXP2, LOG2 and SIN are not listed as supported: codegen's accurate approximations replace them (WGSL's builtins
   only promise 2**-11 absolute error for sin).
 """
@@ -36,7 +36,14 @@ from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat
-from xgrad_codegen.renderer import CStyleRenderer, RenderState, base_uop_rules, infix_code_for_op, round_float
+from xgrad_codegen.renderer import (
+    CStyleRenderer,
+    RenderState,
+    base_uop_rules,
+    divisor_may_be_zero,
+    infix_code_for_op,
+    round_float,
+)
 
 WORKGROUP_SIZE = 64
 F16_FEATURE = "shader-f16"
@@ -85,10 +92,14 @@ def any_nan(operands: list[str], dtype: DType) -> str:
 
 
 def wgsl_max(a: str, b: str, dtype: DType) -> str:
-    """C's (a > b ? a : b): a NaN in b propagates, a NaN in a does not."""
+    """(a > b ? a : b) where a NaN in either operand propagates, tested on the bits (see above)."""
     cond = f"({a} > {b})"
-    if dtypes.is_float(dtype) and (nans := any_nan([a, b], dtype)):
-        cond = f"({cond} && !({nans}))"
+    if not dtypes.is_float(dtype):
+        return f"select({b}, {a}, {cond})"
+    if nan_b := any_nan([b], dtype):
+        cond = f"({cond} && !{nan_b})"
+    if nan_a := any_nan([a], dtype):
+        cond = f"({nan_a} || {cond})"
     return f"select({b}, {a}, {cond})"
 
 
@@ -188,7 +199,17 @@ def rule_add_wgsl(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
     return base_uop_rules[Ops.ADD](r, ctx, u) or ""
 
 
-uop_rules_wgsl = {**base_uop_rules, Ops.RANGE: rule_range_wgsl, Ops.ADD: rule_add_wgsl}
+def rule_idiv_wgsl(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    """WGSL's a / 0 is a (MIN / -1 is MIN, as xgrad defines it); xgrad's a IDIV 0 is 0, selected where the divisor
+    may be 0. MOD, printed as a - (a / b) * b, is then a, as xgrad defines it."""
+    expr = base_uop_rules[Ops.IDIV](r, ctx, u) or ""
+    if dtypes.is_float(u.dtype) or not divisor_may_be_zero(u):
+        return expr
+    b, zero = ctx.exprs[u.src[1]], r.render_const(0, u.dtype)
+    return f"select({expr}, {zero}, {b} == {zero})"
+
+
+uop_rules_wgsl = {**base_uop_rules, Ops.RANGE: rule_range_wgsl, Ops.ADD: rule_add_wgsl, Ops.IDIV: rule_idiv_wgsl}
 
 
 class WGSLRenderer(CStyleRenderer):

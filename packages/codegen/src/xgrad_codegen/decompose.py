@@ -431,7 +431,12 @@ def cmpeq_as_not_cmpne(x: UOp) -> UOp:
 
 
 def max_as_where(x: UOp, a: UOp, b: UOp) -> UOp:
-    return UOp(Ops.WHERE, x.dtype, (UOp(Ops.CMPLT, dtypes.bool.vec(x.dtype.count), (b, a)), a, b))
+    """b < a ? a : b, or a where a is NaN (a NaN in b propagates through the failed comparison)."""
+    cmp_dtype = dtypes.bool.vec(x.dtype.count)
+    take_a = UOp(Ops.CMPLT, cmp_dtype, (b, a))
+    if dtypes.is_float(x.dtype):
+        take_a = UOp(Ops.OR, cmp_dtype, (take_a, UOp(Ops.CMPNE, cmp_dtype, (a, a))))
+    return UOp(Ops.WHERE, x.dtype, (take_a, a, b))
 
 
 def reciprocal_as_fdiv(x: UOp) -> UOp:

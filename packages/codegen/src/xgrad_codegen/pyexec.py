@@ -6,8 +6,10 @@ so it favours being obviously right over being fast.
 
 Values: a scalar is a Python `bool` (bool dtype), `int` (int dtypes) or `float` (float dtypes, always holding a value
 exactly representable in the dtype); a vector is a tuple of scalars. Every result is rounded to its uop's dtype with C
-semantics. What C leaves undefined (int division by zero, shifts by >= the bit width, out-of-range float->int casts,
-INT_MIN / -1) raises `UndefinedBehaviorError`: a program that does it is a codegen bug.
+semantics, except where C is undefined and xgrad defines a result: x IDIV 0 is 0 and x MOD 0 is x, INT_MIN IDIV -1
+wraps to INT_MIN (MOD gives 0), and MAX propagates NaN from either operand. What C leaves undefined and xgrad does not
+define (shifts by >= the bit width, out-of-range float->int casts) raises `UndefinedBehaviorError`: a program that
+does it is a codegen bug.
 """
 
 from __future__ import annotations
@@ -204,24 +206,21 @@ def _trunc(d: DType, x: Any) -> Any:
     return x
 
 
-def _check_int_overflow(d: DType, op: Ops, a: int, b: int) -> None:
-    if b == 0:
-        raise UndefinedBehaviorError(f"{op.name} by zero ({a} {op.name} 0 in {d.name}) is undefined in C")
-    if b == -1 and d != dtypes.weakint and a == d.min:
-        raise UndefinedBehaviorError(f"{op.name} of {a} by -1 overflows {d.name} (undefined in C)")
-
-
 def _idiv(d: DType, a: int, b: int) -> int:
     _need_int(d, Ops.IDIV)
-    _check_int_overflow(d, Ops.IDIV, a, b)
+    if b == 0:
+        return 0  # defined by xgrad (C traps or is undefined)
     q = abs(a) // abs(b)
-    return q if (a < 0) == (b < 0) else -q  # truncate toward zero
+    return q if (a < 0) == (b < 0) else -q  # truncate toward zero; MIN / -1 is wrapped to MIN by the rounding
 
 
 def _mod(d: DType, a: int, b: int) -> int:
     _need_int(d, Ops.MOD)
-    _check_int_overflow(d, Ops.MOD, a, b)
-    return a - b * _idiv(d, a, b)  # the sign of the dividend
+    return a - b * _idiv(d, a, b)  # the sign of the dividend; x MOD 0 is x, MIN MOD -1 is 0
+
+
+def _max(d: DType, a: Any, b: Any) -> Any:
+    return a if a > b or a != a else b  # a NaN in either operand propagates (b's through the failed a > b)
 
 
 def _bitwise(op: Ops, fn: Callable[[Any, Any], Any]) -> Callable[[DType, Any, Any], Any]:
@@ -262,7 +261,7 @@ _ALU: dict[Ops, Callable[..., Any]] = {
     Ops.FDIV: _fdiv,
     Ops.IDIV: _idiv,
     Ops.MOD: _mod,
-    Ops.MAX: lambda d, a, b: a if a > b else b,  # C's (a>b?a:b): NaN in b propagates, NaN in a does not
+    Ops.MAX: _max,
     Ops.CMPLT: lambda d, a, b: a < b,  # Python's float comparisons are IEEE: false with NaN, except !=
     Ops.CMPNE: lambda d, a, b: a != b,
     Ops.CMPEQ: lambda d, a, b: a == b,

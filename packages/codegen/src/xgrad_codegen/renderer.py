@@ -228,7 +228,24 @@ MAX_INLINE_NESTING = 64
 _BARRIER_OPS = frozenset({Ops.STORE, Ops.ASSIGN_ACC, Ops.RANGE, Ops.END})
 
 
+def divisor_may_be_zero(u: UOp) -> bool:
+    """Whether int IDIV/MOD node `u` may divide by 0, by its divisor's bounds."""
+    lo, hi = u.src[1].vmin_vmax
+    return bool(lo <= 0 <= hi)
+
+
+def quotient_may_overflow(u: UOp) -> bool:
+    """Whether int IDIV/MOD node `u` may divide its dtype's minimum by -1, by its operands' bounds."""
+    if dtypes.is_unsigned(u.dtype):
+        return False
+    lo, hi = u.src[1].vmin_vmax
+    return bool(lo <= -1 <= hi and u.src[0].vmin <= dtypes.min(u.dtype.scalar()))
+
+
 def c_max(a: str, b: str, dtype: DType) -> str:
+    """MAX: a NaN in either operand propagates (b's through the failed a>b, a's through a!=a)."""
+    if dtypes.is_float(dtype):
+        return f"(({a}>{b}||{a}!={a})?{a}:{b})"
     return f"({a}>{b}?{a}:{b})"
 
 
@@ -557,4 +574,6 @@ __all__ = [
     "infix_code_for_op",
     "base_uop_rules",
     "round_float",
+    "divisor_may_be_zero",
+    "quotient_may_overflow",
 ]

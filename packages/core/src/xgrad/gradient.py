@@ -50,9 +50,13 @@ def grad_sin(ctx: UOp, ret: UOp) -> GradTuple:
 
 
 def grad_max(ctx: UOp, ret: UOp) -> GradTuple:
+    """As torch: the larger operand takes the gradient, a tie splits it, and with a NaN both take it."""
     a, b = ret.src
-    tie_share = _where(a.alu(Ops.CMPEQ, b), ctx.alu(Ops.MUL, 0.5), _zeros(ctx))
-    return (_where(b.alu(Ops.CMPLT, a), ctx, tie_share), _where(a.alu(Ops.CMPLT, b), ctx, tie_share))
+    unless_smaller = _where(a.alu(Ops.CMPEQ, b), ctx.alu(Ops.MUL, 0.5), ctx)
+    return (
+        _where(a.alu(Ops.CMPLT, b), _zeros(ctx), unless_smaller),
+        _where(b.alu(Ops.CMPLT, a), _zeros(ctx), unless_smaller),
+    )
 
 
 def grad_reduce_sum(ctx: UOp, ret: UOp) -> GradTuple | None:
@@ -69,6 +73,8 @@ def grad_reduce_max(ctx: UOp, ret: UOp) -> GradTuple | None:
     x = ret.src[0]
     assert x.shape is not None
     is_max = x.alu(Ops.CMPEQ, ret.expand(x.shape))
+    if dtypes.is_float(x.dtype):  # a NaN maximum: its NaNs share the gradient (as torch's max)
+        is_max = is_max.alu(Ops.OR, x.alu(Ops.CMPNE, x))
     count = _where(is_max, x.const_like(1), _zeros(x)).reduce_axis(Ops.ADD, ret.arg[1])
     share = ctx.alu(Ops.FDIV, count).expand(x.shape)
     return (_where(is_max, share, _zeros(share)),)

@@ -295,11 +295,11 @@ class ElementwiseMixin(MovementMixin):
         return (x > 0).where(1, 0).cast(x.dtype) - (x < 0).where(1, 0).cast(x.dtype)
 
     def relu(self) -> Tensor:
-        """max(x, 0).
+        """max(x, 0); NaN stays NaN, and the gradient at 0 is 0 (as torch).
 
-        >>> Tensor([-1.0, 0.0, 2.0]).relu().tolist()
-        [0.0, 0.0, 2.0]"""
-        return (self._t() > 0).where(self._t(), 0)
+        >>> Tensor([-1.0, 0.0, 2.0, float("nan")]).relu().tolist()
+        [0.0, 0.0, 2.0, nan]"""
+        return (self._t() <= 0).where(0, self._t())
 
     def logical_not(self) -> Tensor:
         """True where x is zero/false (the result is bool).
@@ -348,22 +348,26 @@ class ElementwiseMixin(MovementMixin):
         raise XgradError(f"div rounding_mode={rounding_mode!r}: use None, 'trunc' or 'floor'")
 
     def idiv(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        """Floor division (Python semantics) for ints; floor(a/b) for floats.
+        """Floor division (Python semantics) for ints; floor(a/b) for floats. An int divided by 0 is 0 (and `mod`
+        gives the dividend), the minimum divided by -1 wraps to the minimum: never a trap (see the core README).
 
-        >>> Tensor([7, -7]).idiv(2).tolist()
-        [3, -4]"""
+        >>> Tensor([7, -7]).idiv(2).tolist(), Tensor([7, -7]).idiv(0).tolist()
+        ([3, -4], [0, 0])"""
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
             return (a / b).floor()
         q = a._alu(Ops.IDIV, b)
-        needs_fix = (a._alu(Ops.MOD, b) != 0) & ((a < 0) != (b < 0)) if not dtypes.is_unsigned(a.dtype) else None
-        return q if needs_fix is None else needs_fix.where(q - 1, q)
+        if dtypes.is_unsigned(a.dtype):
+            return q
+        # truncation rounded up: a remainder whose sign differs from the divisor's (none for a zero divisor)
+        needs_fix = (a._alu(Ops.MOD, b) != 0) & ((a < 0) != (b < 0)) & (b != 0)
+        return needs_fix.where(q - 1, q)
 
     def mod(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        """Remainder with the sign of the divisor (Python semantics).
+        """Remainder with the sign of the divisor (Python semantics); an int remainder by 0 is the dividend.
 
-        >>> Tensor([7, -7]).mod(3).tolist()
-        [1, 2]"""
+        >>> Tensor([7, -7]).mod(3).tolist(), Tensor([7, -7]).mod(0).tolist()
+        ([1, 2], [7, -7])"""
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
             return a - (a / b).floor() * b
@@ -373,7 +377,7 @@ class ElementwiseMixin(MovementMixin):
         return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
 
     def fmod(self, x: Tensor | Scalar) -> Tensor:
-        """Remainder with the sign of the dividend (C's fmod); nan for a float divisor of 0.
+        """Remainder with the sign of the dividend (C's fmod); nan for a float divisor of 0, the dividend for an int 0.
 
         >>> Tensor([-7, 7]).fmod(3).tolist(), Tensor([-7.5]).fmod(2).tolist()
         ([-1, 1], [-1.5])"""
@@ -492,14 +496,14 @@ class ElementwiseMixin(MovementMixin):
         return bool(self.isclose(x, rtol, atol, equal_nan)._t().all().item())
 
     def maximum(self, x: Tensor | Scalar) -> Tensor:
-        """Elementwise max of self and x, broadcasting.
+        """Elementwise max of self and x, broadcasting; a NaN in either propagates (as numpy and torch).
 
-        >>> Tensor([1, 5]).maximum(Tensor([3, 2])).tolist()
-        [3, 5]"""
+        >>> Tensor([1, 5]).maximum(Tensor([3, 2])).tolist(), Tensor([float("nan"), 1.0]).maximum(0.0).tolist()
+        ([3, 5], [nan, 1.0])"""
         return self._binop(Ops.MAX, x)
 
     def minimum(self, x: Tensor | Scalar) -> Tensor:
-        """Elementwise min of self and x, broadcasting.
+        """Elementwise min of self and x, broadcasting; a NaN in either propagates.
 
         >>> Tensor([1, 5]).minimum(Tensor([3, 2])).tolist()
         [1, 2]"""

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from xgrad.dtype import dtypes, least_upper_dtype
+from xgrad.dtype import dtypes, least_upper_dtype, sum_acc_dtype
 from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.mixin.sort import SortMixin
 from xgrad.mixin.unary import _softplus
@@ -57,13 +57,15 @@ class NNMixin(SortMixin):
 
     # ---- normalization ----
     def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
-        """(x - mean) / sqrt(var + eps) over `axis` (biased variance), without scale or shift.
+        """(x - mean) / sqrt(var + eps) over `axis` (biased variance), without scale or shift. 16-bit floats are
+        computed in float32 (as torch) and rounded once at the end.
 
         >>> [round(v, 4) for v in Tensor([1.0, 3.0]).layernorm().tolist()]
         [-1.0, 1.0]"""
         x = self._float()
-        y = x - x.mean(axis, keepdim=True)
-        return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
+        xa = x.cast(sum_acc_dtype(x.dtype))
+        y = xa - xa.mean(axis, keepdim=True)
+        return (y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()).cast(x.dtype)
 
     def batchnorm(
         self,

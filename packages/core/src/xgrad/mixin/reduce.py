@@ -148,14 +148,14 @@ class ReduceMixin(UnaryMixin):
         return ret.cast(self.dtype) if dtype is None and dtypes.is_float(self.dtype) else ret
 
     def max(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        """The largest element over `axis` (all axes if None).
+        """The largest element over `axis` (all axes if None); NaN if the axis holds one (as numpy and torch).
 
         >>> Tensor([[1, 5], [3, 4]]).max(0).tolist()
         [3, 5]"""
         return self._reduce(Ops.MAX, axis, keepdim)
 
     def min(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        """The smallest element over `axis` (all axes if None).
+        """The smallest element over `axis` (all axes if None); NaN if the axis holds one.
 
         >>> Tensor([[1, 5], [3, 4]]).min(0).tolist()
         [1, 4]"""
@@ -190,33 +190,41 @@ class ReduceMixin(UnaryMixin):
         return self._nonzero().logical_not().any(axis, keepdim).logical_not()
 
     def mean(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        """The mean over `axis` (all axes if None), in a float dtype; nan over an empty axis.
+        """The mean over `axis` (all axes if None), in a float dtype; nan over an empty axis. 16-bit floats are summed
+        and divided in float32 (as torch), so a mean that fits the dtype never overflows on the way.
 
         >>> Tensor([[1, 2], [3, 5]]).mean(1).tolist()
         [1.5, 4.0]"""
-        out = self._float().sum(axis, keepdim)
-        n = prod(self.shape) // max(1, prod(out.shape)) if out.numel() else 0
-        return out / n if n else out * math.nan
-
-    def var(self, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
-        """The variance: the sum of squared deviations from the mean over (N - correction). N - correction <= 0
-        gives inf or nan, as torch.
-
-        >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
-        1.6666666269302368"""
         x = self._float()
+        out = x.sum(axis, keepdim, dtype=_acc_dtype(x.dtype))
+        n = prod(self.shape) // max(1, prod(out.shape)) if out.numel() else 0
+        return (out / n if n else out * math.nan).cast(x.dtype)
+
+    def _var_acc(self, axis: Axis, keepdim: bool, correction: int | float) -> Tensor:
+        """The variance in the accumulation dtype (float32 for 16-bit floats): the deviations, their squares and sum
+        stay there, so small 16-bit data neither underflows nor loses its digits."""
+        x = self._float()
+        x = x.cast(_acc_dtype(x.dtype))
         ss = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
         n = prod(self.shape) // max(1, prod(ss.shape)) if ss.numel() else 0
         if n - correction <= 0:  # as torch: inf, or nan where ss is 0 (spelled out: some backends differ on x/0)
             return (ss > 0).where(math.inf, math.nan)
         return ss / (n - correction)
 
+    def var(self, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
+        """The variance: the sum of squared deviations from the mean over (N - correction). N - correction <= 0
+        gives inf or nan, as torch. 16-bit floats are computed in float32 and rounded once at the end.
+
+        >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
+        1.6666666269302368"""
+        return self._var_acc(axis, keepdim, correction).cast(self._float().dtype)
+
     def std(self, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
-        """The square root of `var`.
+        """The square root of `var` (computed like it).
 
         >>> Tensor([1.0, 3.0]).std().item()
         1.4142135381698608"""
-        return self.var(axis, keepdim, correction).sqrt()
+        return self._var_acc(axis, keepdim, correction).sqrt().cast(self._float().dtype)
 
     def var_mean(self, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Tensor, Tensor]:
         """(var, mean).
@@ -238,7 +246,7 @@ class ReduceMixin(UnaryMixin):
         return m.isinf().where(0.0, m)
 
     def logsumexp(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        """log(sum(exp(x))) without overflow; -inf over an empty axis.
+        """log(sum(exp(x))) without overflow; -inf over an empty axis. 16-bit floats are computed in float32.
 
         >>> round(Tensor([1000.0, 1000.0]).logsumexp().item(), 3)
         1000.693"""
@@ -247,14 +255,15 @@ class ReduceMixin(UnaryMixin):
         if any(self.shape[a] == 0 for a in axes):
             shape = self._reduced_shape(axes, keepdim)
             return self._tensor_cls().full(shape, -math.inf, device=self.device, dtype=x.dtype)
-        m = x._safe_max(axis)
-        out = (x - m).exp().sum(axis, keepdim=True).log() + m
+        xa = x.cast(_acc_dtype(x.dtype))
+        m = xa._safe_max(axis)
+        out = ((xa - m).exp().sum(axis, keepdim=True).log() + m).cast(x.dtype)
         return out if keepdim else out.reshape(self._reduced_shape(axes, False))
 
     # ---- arg-reductions ----
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index (int32) of the largest element along `axis` (of the flattened tensor if None); the first one on
-        ties.
+        ties, the first NaN where there is one (as numpy and torch).
 
         >>> Tensor([[1, 3, 3], [4, 0, 4]]).argmax(1).tolist(), Tensor([[1, 3], [4, 0]]).argmax().item()
         ([1, 0], 2)"""
@@ -270,10 +279,12 @@ class ReduceMixin(UnaryMixin):
         count_down = self._tensor_cls().arange(n, 0, -1, device=self.device, dtype=dtypes.int32)
         count_down = count_down.reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
         hit = self == self.max(ax, keepdim=True)
+        if dtypes.is_float(self.dtype):
+            hit = hit | self.isnan()  # the max is NaN then, equal to nothing
         return n - hit.where(count_down, 0).max(ax, keepdim)
 
     def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
-        """The index (int32) of the smallest element; the first one on ties.
+        """The index (int32) of the smallest element; the first one on ties, the first NaN where there is one.
 
         >>> Tensor([[1, 0, 0], [4, 5, 4]]).argmin(1).tolist()
         [1, 0]"""
@@ -287,22 +298,25 @@ class ReduceMixin(UnaryMixin):
 
     # ---- softmax family ----
     def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
-        """exp(x) / sum(exp(x)) along `axis`, computed in `dtype` if given.
+        """exp(x) / sum(exp(x)) along `axis`, in `dtype` if given; 16-bit floats are computed in float32 (as torch)
+        and rounded once at the end.
 
         >>> Tensor([0.0, 0.0]).softmax().tolist()
         [0.5, 0.5]"""
         x = self.cast(dtype) if dtype is not None else self._float()
-        e = (x - x._safe_max(axis)).exp()
-        return e / e.sum(axis, keepdim=True)
+        xa = x.cast(_acc_dtype(x.dtype))
+        e = (xa - xa._safe_max(axis)).exp()
+        return (e / e.sum(axis, keepdim=True)).cast(x.dtype)
 
     def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
-        """x - logsumexp(x) along `axis`, without overflow.
+        """x - logsumexp(x) along `axis`, without overflow; computed like `softmax`.
 
         >>> [round(v, 6) for v in Tensor([1000.0, 1000.0]).log_softmax().tolist()]
         [-0.693147, -0.693147]"""
         x = self.cast(dtype) if dtype is not None else self._float()
-        shifted = x - x._safe_max(axis)
-        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+        xa = x.cast(_acc_dtype(x.dtype))
+        shifted = xa - xa._safe_max(axis)
+        return (shifted - shifted.exp().sum(axis, keepdim=True).log()).cast(x.dtype)
 
     def softmin(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
         """softmax(-x).
@@ -355,7 +369,8 @@ class ReduceMixin(UnaryMixin):
             return self._t(), self._t().cast(dtypes.int32)
         running = _scan_last(x, "max")
         pos = self._tensor_cls().arange(n, device=self.device, dtype=dtypes.int32)
-        indices = _scan_last((x == running).where(pos, -1), "max")
+        hit = (x == running) | x.isnan() if dtypes.is_float(x.dtype) else x == running  # a NaN: torch's index
+        indices = _scan_last(hit.where(pos, -1), "max")
         if dtypes.is_float(x.dtype) and n <= _SELECT_MAX_N:
             # the same values, picked out by index so that the gradient goes where torch's does
             picked = indices.unsqueeze(-1) == pos

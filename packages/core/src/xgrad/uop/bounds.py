@@ -40,7 +40,7 @@ def bounds(u: UOp) -> tuple[int | float, int | float]:
             return (max(a0, b0), max(a1, b1))
         if u.op is Ops.IDIV and isinstance(b0, int) and b0 == b1 and b0 != 0:
             vals = [_trunc_div(x, b0) if math.isfinite(x) else x * (1 if b0 > 0 else -1) for x in (a0, a1)]
-            return (min(vals), max(vals))
+            return _in_range(dt, min(vals), max(vals))  # MIN // -1 wraps
         if u.op is Ops.MOD and isinstance(b0, int) and b0 == b1 and b0 > 0:
             if a0 >= 0:
                 return (0, min(a1, b0 - 1)) if a1 < b0 else (0, b0 - 1)

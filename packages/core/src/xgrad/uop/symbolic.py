@@ -1,7 +1,8 @@
 """Symbolic simplification of index arithmetic (used by the scheduler and codegen).
 
 IR in: any UOp graph; the rules act on ALU nodes over ints (`dtypes.index` above all), bools and constants, with C
-semantics (IDIV truncates toward zero, MOD takes the dividend's sign).
+semantics (IDIV truncates toward zero, MOD takes the dividend's sign) made total: x IDIV 0 is 0, x MOD 0 is x, and
+MIN IDIV -1 wraps to MIN (MOD gives 0), so `a == (a IDIV b) * b + a MOD b` always holds. Every backend gives these.
 IR out: the same graph with constants folded and index expressions in canonical form: a sum is a left-nested chain of
 `term * coeff` with its constant last, like terms combined, divisions and remainders split where the bounds
 (`UOp.vmin/vmax`) make it valid, and comparisons, maxima and conditions that the bounds decide replaced by constants.
@@ -27,20 +28,21 @@ _INF = math.inf
 
 
 def _c_idiv(a: int, b: int) -> int:
+    """C's truncating division, defined at 0 (x IDIV 0 is 0); the caller wraps MIN IDIV -1 to its dtype."""
     if not (isinstance(a, int) and isinstance(b, int)):
         raise TypeError("IDIV takes ints")
+    if b == 0:
+        return 0
     q = abs(a) // abs(b)
     return q if (a < 0) == (b < 0) else -q
 
 
 def _c_mod(a: int, b: int) -> int:
-    return a - b * _c_idiv(a, b)
+    return a - b * _c_idiv(a, b)  # x MOD 0 is x
 
 
 def _c_max(a: Any, b: Any) -> Any:
-    if a != a or b != b:
-        raise ValueError("MAX of NaN is left to the device")
-    return max(a, b)
+    return a if a > b or a != a else b  # NaN in either operand propagates
 
 
 def _c_shl(a: int, b: int) -> int:
@@ -97,7 +99,7 @@ _EXEC: dict[Ops, Callable[..., Any]] = {
 
 
 def _fold_value(op: Ops, dtype: DType, args: tuple[Any, ...]) -> Any | None:
-    """The value of `op(*args)` in `dtype`, or None where folding is unsafe (division by zero, domain errors)."""
+    """The value of `op(*args)` in `dtype`, or None where folding is unsafe (domain errors)."""
     fn = _EXEC.get(op)
     if fn is None or dtype.count != 1:
         return None
@@ -159,6 +161,10 @@ def fold_int_zero(x: UOp) -> UOp | None:
     return _zero(x) if dtypes.is_int(x.dtype) else None
 
 
+def fold_dividend(x: UOp) -> UOp | None:
+    return x if dtypes.is_int(x.dtype) else None
+
+
 def fold_self_compare(u: UOp, x: UOp) -> UOp | None:
     if dtypes.is_float(x.dtype):
         return None  # NaN != NaN
@@ -170,7 +176,7 @@ _FALSE = UPat.const(_BOOL, False)
 
 pm_constant_fold = PatternMatcher(
     [
-        # every source a constant: evaluate (division by zero and domain errors stay unfolded)
+        # every source a constant: evaluate (domain errors stay unfolded)
         (UPat(GroupOp.ALU, src=UPat(Ops.CONST), name="u"), fold_alu_consts),
         (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="c"),), name="u"), fold_cast_const),
         (UPat(Ops.CAST, src=(UPat.var("x"),), name="u"), lambda u, x: x if x.dtype == u.dtype else None),
@@ -181,7 +187,9 @@ pm_constant_fold = PatternMatcher(
         (UPat.var("x") * 0, fold_int_zero),
         (UPat(Ops.FDIV, src=(UPat.var("x"), UPat.const(None, 1.0))), lambda x: x),
         (UPat.var("x") // 1, lambda x: x),
-        (UPat.var("x") // -1, lambda x: x * -1),
+        (UPat.var("x") // -1, lambda x: x * -1),  # MIN // -1 wraps to MIN, as MIN * -1 does
+        (UPat.var("x") // 0, fold_int_zero),  # the defined results of a zero divisor (see the module docstring)
+        (UPat.var("x") % 0, fold_dividend),
         (UPat.var("x") % 1, fold_int_zero),
         (UPat.var("x") % -1, fold_int_zero),
         (UPat.var("x") + UPat.var("x") * -1, fold_int_zero),
