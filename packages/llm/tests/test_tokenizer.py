@@ -15,6 +15,7 @@ from __future__ import annotations
 import doctest
 import json
 import pathlib
+import random
 from typing import Any
 
 import pytest
@@ -126,6 +127,24 @@ def test_bpe_matches_hf_tokenizers_for_each_preset(tmp_path: pathlib.Path, pre: 
         assert ids == hf.encode(text, add_special_tokens=False).ids, text
         assert tok.decode(ids, special=True) == text
         assert hf.decode(ids, skip_special_tokens=False) == text
+
+
+FUZZ_POOL = [
+    *" \n\t\r\x0b\x0c\x1c\x1f\x85\u2028",
+    *"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?'\"()[]{}<>/\\-_=+*&^%$#@~`|",
+    *"中文日本語한국어éüñßΩжǅʰ😀🎉👩\u200d🇫🇷\u00a0\u3000\u2003²½٣\u0301",
+    *["<|im_end|>", "<|endoftext|>", "'s", "'LL", "the ", " of", "ing", "123456", "  ", "\n\n"],
+]
+
+
+@pytest.mark.parametrize("pre", sorted(PRE_TOKENIZERS))
+def test_bpe_matches_hf_tokenizers_on_random_text(tmp_path: pathlib.Path, pre: str) -> None:
+    hf = hf_bpe(pre)
+    tok = Tokenizer.from_gguf(bpe_gguf(tmp_path, hf, pre))
+    rng = random.Random(pre)
+    for _ in range(300):
+        text = "".join(rng.choice(FUZZ_POOL) for _ in range(rng.randint(1, 30)))
+        assert tok.encode(text, add_bos=False) == hf.encode(text, add_special_tokens=False).ids, repr(text)
 
 
 def test_bpe_special_tokens_and_bos(tmp_path: pathlib.Path) -> None:
