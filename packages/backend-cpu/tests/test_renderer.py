@@ -473,8 +473,8 @@ def test_half_math_goes_through_float() -> None:
 def test_capabilities() -> None:
     r = CRenderer("x86-64-v3")
     assert r.arch == "x86-64-v3" and r.device == "CPU" and not r.has_local
-    assert dtypes.bfloat16 not in r.supported_dtypes and not any(d in r.supported_dtypes for d in dtypes.fp8s)
-    assert {dtypes.float16, dtypes.float32, dtypes.bool, dtypes.uint8} <= r.supported_dtypes
+    assert dtypes.bfloat16 not in r.native_dtypes and not any(d in r.native_dtypes for d in dtypes.fp8s)
+    assert {dtypes.float16, dtypes.float32, dtypes.bool, dtypes.uint8} <= r.native_dtypes
     assert Ops.POW not in r.supported_ops and {Ops.EXP2, Ops.MULACC, Ops.WHERE, Ops.SHL} <= r.supported_ops
     assert r.legalize is not None
 

@@ -126,7 +126,7 @@ def test_64_bit_dtypes_are_refused_with_the_reason(dtype: DType) -> None:
 
 
 def test_float16_without_shader_f16_is_refused() -> None:
-    assert dtypes.float16 not in WGSLRenderer("").supported_dtypes
+    assert dtypes.float16 not in WGSLRenderer("").native_dtypes
     with pytest.raises(DTypeError, match="shader-f16"):
         render(unary_program(dtypes.float16), arch="")
 

@@ -435,7 +435,7 @@ def test_missing_op_rewrite_matches_the_op_on_reference_executor(op: Ops, dtype:
 @dataclass
 class _FakeRenderer:
     supported_ops: frozenset[Ops] = field(default_factory=lambda: frozenset(GroupOp.ALU - {Ops.POW}))
-    supported_dtypes: frozenset[DType] = field(default_factory=lambda: frozenset(dtypes.all))
+    native_dtypes: frozenset[DType] = field(default_factory=lambda: frozenset(dtypes.all))
 
 
 def test_decompositions_for_full_renderer_is_empty() -> None:
@@ -444,7 +444,7 @@ def test_decompositions_for_full_renderer_is_empty() -> None:
 
 def test_decompositions_for_renderer_lacking_bf16_and_fp8_emulates_each() -> None:
     r = _FakeRenderer(
-        supported_dtypes=frozenset(d for d in dtypes.all if d != dtypes.bfloat16 and not dtypes.is_fp8(d))
+        native_dtypes=frozenset(d for d in dtypes.all if d != dtypes.bfloat16 and not dtypes.is_fp8(d))
     )
     names = [name for name, _ in decompositions_for(r)]
     assert names == [

@@ -95,6 +95,11 @@ UNCHANGED: dict[str, Any] = {
     "NO_MEMORY_PLANNER": 1,
     "DISALLOW_BROADCAST": 1,  # (on the elementwise graph: matmul broadcasts implicitly inside)
     "NUM_CPU_THREADS": 1,
+    # tinygrad's knobs accepted with no effect in xgrad
+    "IMAGE": 1,
+    "CHECK_OOB": 1,
+    "EMULATED_DTYPES": "bfloat16,float16",
+    "ALLREDUCE_CAST": 0,
 }
 
 # knobs that cannot be changed meaningfully inside one process, with their declared effect and why

@@ -17,6 +17,8 @@ MODULES = [
     "xgrad.engine.jit",
     "xgrad.engine.function",
     "xgrad.gradient",
+    "xgrad.helpers",
+    "xgrad.device",
     *(f"xgrad.mixin.{m.name}" for m in pkgutil.iter_modules(xgrad.mixin.__path__)),
 ]
 

@@ -311,7 +311,7 @@ class CRenderer(CStyleRenderer):
         Ops.IDIV: rule_c_divmod,
         Ops.MOD: rule_c_divmod,
     }
-    supported_dtypes = frozenset(
+    native_dtypes = frozenset(
         {dtypes.bool, *dtypes.ints, dtypes.index, dtypes.float16, dtypes.float32, dtypes.float64}
     )
     has_local = False

@@ -251,12 +251,12 @@ class WGSLRenderer(CStyleRenderer):
         supported = {*PACKED_BITS, dtypes.int32, dtypes.uint32, dtypes.index, dtypes.float32}
         if F16_FEATURE in self.features:
             supported.add(dtypes.float16)
-        self.supported_dtypes = frozenset(supported)
+        self.native_dtypes = frozenset(supported)
 
     # ---- types and constants ----
     def render_dtype(self, ctx: RenderState | None, dtype: DType) -> str:
         scalar = dtype.scalar()
-        if scalar not in self.supported_dtypes:
+        if scalar not in self.native_dtypes:
             why = UNSUPPORTED_REASON.get(scalar, "WGSL has no such type and codegen did not emulate it")
             raise DTypeError(f"the WGSL renderer cannot use {scalar!r}: {why}")
         if dtype.count > 1:

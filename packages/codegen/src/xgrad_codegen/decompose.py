@@ -7,7 +7,7 @@ CONST, RANGE, REDUCE, WHERE. IR out: the same kind of AST in which
 - EXP2, LOG2 and SIN are polynomial approximations made of ADD, MUL, FDIV, comparisons and bit ops
   (`pm_transcendental`);
 - other ALU ops the renderer lacks are spelled with ones it has (`pm_decompose_missing`).
-`decompositions_for(renderer)` picks the passes from the renderer's `supported_ops` and `supported_dtypes` alone.
+`decompositions_for(renderer)` picks the passes from the renderer's `supported_ops` and `native_dtypes` alone.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Renderer(Protocol):
     def supported_ops(self) -> frozenset[Ops]: ...
 
     @property
-    def supported_dtypes(self) -> frozenset[DType]: ...
+    def native_dtypes(self) -> frozenset[DType]: ...
 
 
 # ---- small builders ----
@@ -485,7 +485,7 @@ def _rules_for_missing(pm: PatternMatcher, supported: frozenset[Ops]) -> Pattern
 def decompositions_for(renderer: Renderer) -> list[tuple[str, PatternMatcher]]:
     """The ordered (pass name, matcher) list a renderer needs, chosen from its declared ops and dtypes only.
     Emulation comes first (it makes float32 math that the later passes may decompose further)."""
-    ops, dts = renderer.supported_ops, renderer.supported_dtypes
+    ops, dts = renderer.supported_ops, renderer.native_dtypes
     passes: list[tuple[str, PatternMatcher]] = []
     if dtypes.bfloat16 not in dts:
         passes.append(("emulate bfloat16", pm_emulate_bf16))

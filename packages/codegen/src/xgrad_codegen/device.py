@@ -69,6 +69,10 @@ class CompiledProgram:
 class CompiledDevice:
     """A device that runs generated kernels. Subclasses set the parts; `compile` and `launch` do the rest."""
 
+    # tinygrad's device-graph class (batched kernel launches), None where there is none: xgrad's TinyJit replays the
+    # captured launches directly on every device, so no device has one
+    graph: Any = None
+
     def __init__(
         self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, program_factory: ProgramFactory
     ):

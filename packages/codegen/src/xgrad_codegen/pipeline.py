@@ -95,7 +95,7 @@ class _Declared:
     """The two attributes `decompositions_for` reads from a renderer, for a renderer seen without some ops."""
 
     supported_ops: frozenset[Ops]
-    supported_dtypes: frozenset[DType]
+    native_dtypes: frozenset[DType]
 
 
 def decompositions_for(renderer: Any) -> list[tuple[str, PatternMatcher]]:
@@ -104,5 +104,5 @@ def decompositions_for(renderer: Any) -> list[tuple[str, PatternMatcher]]:
     from xgrad_codegen.decompose import decompositions_for as chosen
 
     if TRANSCENDENTAL.value >= 2:
-        return chosen(_Declared(renderer.supported_ops - TRANSCENDENTAL_OPS, renderer.supported_dtypes))
+        return chosen(_Declared(renderer.supported_ops - TRANSCENDENTAL_OPS, renderer.native_dtypes))
     return chosen(renderer)

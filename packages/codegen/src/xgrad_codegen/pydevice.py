@@ -59,7 +59,7 @@ class PythonRenderer(Renderer):
     device = "PYTHON"
     name = "PYTHON"
     supported_ops = frozenset(GroupOp.ALU - {Ops.POW}) | {Ops.CAST, Ops.BITCAST}
-    supported_dtypes = frozenset(dtypes.all)
+    native_dtypes = frozenset(dtypes.all)
 
     def render(self, name: str, uops: list[UOp]) -> str:
         ids = {u: i for i, u in enumerate(uops)}

@@ -22,6 +22,8 @@ from xgrad.uop.pattern import PatternMatcher
 from xgrad_codegen.legalize import PURE_OPS as _PURE
 from xgrad_codegen.legalize import legalize_linear, pm_split_vector_ops, split_vector_alu
 
+EMULATED = frozenset({dtypes.bfloat16, *dtypes.fp8s})  # what decompositions_for emulates where a target lacks it
+
 
 class Renderer:
     """A target language. Codegen reads the attributes; `render` prints one kernel."""
@@ -30,7 +32,7 @@ class Renderer:
     name: str = ""
     arch: str | None = None
     supported_ops: frozenset[Ops] = frozenset()  # ALU ops rendered natively; codegen decomposes the others
-    supported_dtypes: frozenset[DType] = frozenset()  # scalar dtypes the language has; others are decomposed
+    native_dtypes: frozenset[DType] = frozenset()  # scalar dtypes the language has; codegen emulates bf16/fp8
     max_vector_width: int = 1  # widest vector dtype (in lanes) codegen may produce
     masked_stores: bool = False  # stores a vector under a bool vector gate, one per lane (codegen's vectorize)
     has_local: bool = False  # GPU workgroups (LOCAL/GROUP axes)
@@ -40,7 +42,12 @@ class Renderer:
     legalize: PatternMatcher | None = None  # this language's own rewrites, applied right before printing
 
     def supports_dtype(self, dtype: DType) -> bool:
-        return dtype.scalar() in self.supported_dtypes
+        return dtype.scalar() in self.native_dtypes
+
+    def supported_dtypes(self) -> list[DType]:
+        """The dtypes tensors may hold on this target (tinygrad's renderer method): its `native_dtypes` and those
+        codegen emulates with them (bfloat16 and the fp8 formats, see `decompositions_for`), in `dtypes.all` order."""
+        return [d for d in dtypes.all if d in self.native_dtypes or d in EMULATED]
 
     def compile_only(self, ast: UOp) -> str:
         """Run the codegen pipeline for this renderer and print the source (the NULL device's compile step)."""

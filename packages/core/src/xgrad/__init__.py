@@ -11,13 +11,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device
-from xgrad.helpers import Context, getenv
+from xgrad.helpers import Context, GlobalCounters, getenv
 
 if TYPE_CHECKING:
     from xgrad.dtype import dtypes
     from xgrad.engine.function import function
     from xgrad.engine.jit import TinyJit
-    from xgrad.engine.realize import GlobalCounters
     from xgrad.tensor import Tensor
     from xgrad.uop.ops import UOp
 
@@ -29,7 +28,6 @@ _LAZY = {
     "Tensor": ("xgrad.tensor", "Tensor"),
     "dtypes": ("xgrad.dtype", "dtypes"),
     "UOp": ("xgrad.uop.ops", "UOp"),
-    "GlobalCounters": ("xgrad.engine.realize", "GlobalCounters"),
     "TinyJit": ("xgrad.engine.jit", "TinyJit"),
     "function": ("xgrad.engine.function", "function"),
 }

@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from xgrad.device import Device
 from xgrad.dtype import DType
+from xgrad.helpers import GlobalCounters
 from xgrad.uop.ops import UOp
 
 
@@ -118,6 +119,9 @@ class Buffer:
             else:
                 self._handle = alloc.alloc(self.nbytes)
                 self._allocator = alloc
+                GlobalCounters.mem_used += self.nbytes
+                per_device = GlobalCounters.mem_used_per_device
+                per_device[self.device] = per_device.get(self.device, 0) + self.nbytes
         return self
 
     @property
@@ -147,6 +151,8 @@ class Buffer:
 
     def __del__(self) -> None:
         if self._allocator is not None:
+            GlobalCounters.mem_used -= self.nbytes
+            GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
             try:
                 self._allocator.free(self._handle, self.nbytes)
             except Exception:  # interpreter shutdown: the device may be gone

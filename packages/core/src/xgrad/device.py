@@ -17,6 +17,7 @@ from xgrad.errors import DeviceError
 from xgrad.helpers import DEV
 
 if TYPE_CHECKING:
+    from xgrad.dtype import DType
     from xgrad.plugin import Registry
 
 INSTALL_HINT = "e.g. from an xgrad checkout: pip install packages/core packages/codegen packages/backend-cpu"
@@ -162,9 +163,10 @@ class _Device:
 
     @property
     def DEFAULT(self) -> str:  # noqa: N802 (the tinygrad spelling)
-        """The DEV knob if set, else the available device that runs kernels with the highest priority."""
+        """The DEV knob's (first) device if set, else the available device that runs kernels with the highest priority.
+        An interface prefix (`DEV=MOCK+NV`) is not part of the name: a backend reads it as `DEV.interface`."""
         if DEV.value:
-            return self.canonicalize(DEV.value)
+            return self.canonicalize(DEV.device)
         registry = _registry()
         if self._default is not None and self._default[0] is registry:  # availability is checked once per registry
             return self._default[1]
@@ -209,6 +211,20 @@ class _Device:
             return spec.factory(arch if arch is not None else spec.default_arch)
         except Exception as e:
             raise DeviceError(f"building renderer {key} (plugin {record.name}) failed: {type(e).__name__}: {e}") from e
+
+
+def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
+    """Whether tensors of `dtype` can be computed on `device` (default: Device.DEFAULT): its renderer's
+    `supported_dtypes()`, which include what codegen emulates there (bfloat16, fp8). A device without a renderer
+    (DISK, NULL with none installed) only stores bytes and holds every dtype.
+
+    >>> is_dtype_supported(dtypes.float32, "CPU"), is_dtype_supported(dtypes.bfloat16, "CPU")
+    (True, True)
+    """
+    renderer = getattr(Device[device if device is not None else Device.DEFAULT], "renderer", None)
+    if renderer is None:
+        return True
+    return dtype.scalar() in renderer.supported_dtypes()
 
 
 _plugin: Any = None  # the module xgrad.plugin, once a device was opened

@@ -11,9 +11,13 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import gc
+import getpass
 import math
 import os
 import pathlib
+import platform
+import sys
 import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -104,11 +108,82 @@ _keys: dict[Effect, str] = {}  # knobs_key's answers; emptied by every knob writ
 
 def knob(name: str, default: KnobValue, help: str, affects: Effect) -> ContextVar[KnobValue]:
     """Declare an environment knob once, with what it affects; returns its ContextVar."""
-    assert name not in KNOBS, f"knob {name} declared twice"
-    var = ContextVar(name, default)
-    KNOBS[name] = Knob(name, default, help, affects, var)
+    return _declare(ContextVar(name, default), help, affects)
+
+
+V = TypeVar("V", bound=ContextVar[Any])
+
+
+def _declare(var: V, help: str, affects: Effect) -> V:
+    assert var.key not in KNOBS, f"knob {var.key} declared twice"
+    KNOBS[var.key] = Knob(var.key, var.default, help, affects, var)
     _keys.clear()
     return var
+
+
+@dataclass(frozen=True)
+class DeviceTarget:
+    """One entry of the DEV knob, `[INTERFACE+]TYPE[:index][:RENDERER[:ARCH]]`: "MOCK+AMD:HIP:gfx1100" has interface
+    "MOCK", device "AMD", renderer "HIP", arch "gfx1100". Absent parts are "" (so `DEV.arch.startswith(...)` works)."""
+
+    interface: str
+    device: str  # the device name without the interface: "AMD:HIP:gfx1100", what Device.DEFAULT opens
+    type: str  # "AMD"
+    index: int
+    renderer: str
+    arch: str
+
+
+@functools.cache
+def parse_dev(raw: str) -> tuple[DeviceTarget, ...]:
+    """The `;`-separated targets of a DEV value (empty for ""). The device part is checked by `Device`, not here."""
+    targets = []
+    for entry in (e.strip() for e in raw.split(";")):
+        if not entry:
+            continue
+        interface, plus, device = entry.rpartition("+")
+        if plus and not device:
+            raise KnobError(f"DEV={raw!r} names an interface but no device after '+'; write it like MOCK+AMD")
+        typ, *parts = device.split(":")
+        index = int(parts.pop(0)) if parts and parts[0].isdigit() else 0
+        renderer = parts[0] if parts else ""
+        arch = ":".join(parts[1:])  # AMD targets carry ':' (gfx90a:xnack-)
+        targets.append(DeviceTarget(interface.upper(), device, typ.upper(), index, renderer, arch))
+    return tuple(targets)
+
+
+class DeviceKnob(ContextVar[str]):
+    """The DEV knob: a string knob (`DEV.value`, `Context(DEV=...)`) that also reads as its parsed first target, as
+    tinygrad code reads it: `DEV.interface` ("MOCK" for "MOCK+AMD"), `DEV.device` (the name without interface),
+    `DEV.type`, `DEV.renderer`, `DEV.arch` ("" where absent); `DEV.targets` holds every `;`-separated entry."""
+
+    @property
+    def targets(self) -> tuple[DeviceTarget, ...]:
+        return parse_dev(self.value)
+
+    def _first(self) -> DeviceTarget:
+        targets = parse_dev(self.value)
+        return targets[0] if targets else DeviceTarget("", "", "", 0, "", "")
+
+    @property
+    def interface(self) -> str:
+        return self._first().interface
+
+    @property
+    def device(self) -> str:
+        return self._first().device
+
+    @property
+    def type(self) -> str:
+        return self._first().type
+
+    @property
+    def renderer(self) -> str:
+        return self._first().renderer
+
+    @property
+    def arch(self) -> str:
+        return self._first().arch
 
 
 def changed_knobs() -> dict[str, Any]:
@@ -166,10 +241,9 @@ def getenv(key: str, default: Any = 0) -> Any:
 DEBUG = knob(
     "DEBUG", 0, "1 kernel counts, 2 per-kernel time/GFLOPS/GB/s, 3 schedule, 4 generated source, 5+ graphs", Effect.NONE
 )
-DEV = knob(
-    "DEV",
-    "",
-    "default device, optionally with renderer and target for compile-only work: CPU, NULL:CUDA:sm_90",
+DEV = _declare(
+    DeviceKnob("DEV", ""),
+    "default device [INTERFACE+]TYPE[:index][:RENDERER[:ARCH]], e.g. CPU, NULL:CUDA:sm_90 (compile only), MOCK+NV",
     Effect.NONE,
 )
 BEAM = knob("BEAM", 0, "beam width for kernel optimization search (0 = heuristics)", Effect.CODEGEN)
@@ -238,6 +312,80 @@ RING = knob(
 RING_ALLREDUCE_THRESHOLD = knob(
     "RING_ALLREDUCE_THRESHOLD", 256_000, "elements from which allreduce uses the ring", Effect.SCHEDULE
 )
+# tinygrad's knobs that have nothing to act on in xgrad: declared so that tinygrad code setting or importing them runs
+# (`Context(IMAGE=0)`, `from xgrad.helpers import CHECK_OOB`); each help line says why it does nothing
+IMAGE = knob("IMAGE", 0, "tinygrad's Qualcomm image/texture path; no effect: xgrad has no image dtypes", Effect.NONE)
+CHECK_OOB = knob(
+    "CHECK_OOB", 0, "tinygrad's z3 proof of index bounds; no effect: xgrad does not run z3 on kernels", Effect.NONE
+)
+EMULATED_DTYPES = knob(
+    "EMULATED_DTYPES",
+    "",
+    "tinygrad's comma list of dtypes to emulate; no effect: xgrad emulates every dtype a renderer lacks (bfloat16, "
+    "fp8) and only those, see renderer.supported_dtypes()",
+    Effect.NONE,
+)
+ALLREDUCE_CAST = knob(
+    "ALLREDUCE_CAST",
+    1,
+    "tinygrad's allreduce in bf16/half for upcast values; no effect: xgrad's allreduce sums in the tensor's dtype",
+    Effect.NONE,
+)
+
+# ---- platform constants tinygrad code imports from helpers ----
+OSX = platform.system() == "Darwin"
+WIN = sys.platform == "win32"
+CI = os.environ.get("CI", "") != ""
+
+
+class GlobalCounters:
+    """Totals since the last `reset()`: kernels run, operations, bytes moved, kernel seconds (DEBUG>=2); `mem_used`
+    is the bytes of device memory allocated now (all devices; per device in `mem_used_per_device`), which `reset()`
+    keeps, as tinygrad's does."""
+
+    global_ops: int = 0
+    global_mem: int = 0
+    time_sum_s: float = 0.0
+    kernel_count: int = 0
+    mem_used: int = 0
+    mem_used_per_device: dict[str, int] = {}  # noqa: RUF012 (a class-level counter, like the ints)
+
+    @staticmethod
+    def reset() -> None:
+        GlobalCounters.global_ops = GlobalCounters.global_mem = GlobalCounters.kernel_count = 0
+        GlobalCounters.time_sum_s = 0.0
+
+
+def temp(name: str, append_user: bool = False) -> str:
+    """A path named `name` in the system's temporary directory (with `.<user>` appended when `append_user`)."""
+    return str(pathlib.Path(tempfile.gettempdir()) / (f"{name}.{getpass.getuser()}" if append_user else name))
+
+
+def polyN(x: T, coefficients: Sequence[float]) -> T:  # noqa: N802 (the tinygrad spelling)
+    """The polynomial with `coefficients` (highest power first) at `x`, by Horner's rule; `x` may be a number, a
+    Tensor or a UOp.
+
+    >>> polyN(2.0, [1.0, 0.0, -3.0])
+    1.0
+    """
+    acc: Any = 0.0
+    for c in coefficients:
+        acc = acc * x + c
+    return acc  # type: ignore[no-any-return]
+
+
+class disable_gc(contextlib.ContextDecorator):  # noqa: N801 (the tinygrad spelling)
+    """Turn Python's cyclic garbage collector off inside a `with` block or a decorated function, and back on after
+    (only if it was on)."""
+
+    def __enter__(self) -> disable_gc:
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._was_enabled:
+            gc.enable()
 
 
 def cache_dir() -> pathlib.Path:

@@ -16,28 +16,13 @@ from xgrad.engine.memory import plan_memory
 from xgrad.engine.multi import schedule_multi
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.engine.schedule_cache import GraphScan, cached_schedule, scan_graph
-from xgrad.helpers import DEBUG, KeyedRef
+from xgrad.helpers import DEBUG, GlobalCounters, KeyedRef  # GlobalCounters: also imported from here
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
 from xgrad.uop.symshape import rebind, unbind_graph
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
-
-
-class GlobalCounters:
-    """Totals since the last `reset()`: kernels run, operations, bytes moved, kernel seconds (DEBUG>=2)."""
-
-    global_ops: int = 0
-    global_mem: int = 0
-    time_sum_s: float = 0.0
-    kernel_count: int = 0
-    mem_used: int = 0
-
-    @staticmethod
-    def reset() -> None:
-        GlobalCounters.global_ops = GlobalCounters.global_mem = GlobalCounters.kernel_count = 0
-        GlobalCounters.time_sum_s = 0.0
 
 
 class LiveSet:

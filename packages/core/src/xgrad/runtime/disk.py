@@ -65,6 +65,8 @@ class DiskAllocator:
 
 
 class DiskDevice:
+    graph: Any = None  # no device graph (see CompiledDevice.graph)
+
     def __init__(self, name: str):
         path = parse_device(name).path
         if not path:

@@ -43,6 +43,8 @@ class NullProgram:
 
 
 class NullDevice:
+    graph: Any = None  # no device graph (see CompiledDevice.graph)
+
     def __init__(self, name: str):
         self.name = name
         self.allocator = NullAllocator()
