@@ -1,0 +1,384 @@
+"""One decoder-only Transformer for every supported GGUF architecture: a `GGUFFile` in, logits out.
+
+The architectures differ only in data: `ARCHS` holds what the metadata does not say (the RoPE layout, the FFN
+activation, whether embeddings are scaled, which layers use a sliding window), `ModelConfig.from_metadata` reads the
+rest from the `{arch}.*` keys, and optional tensors (q/k norms, q/k/v biases, post-norms, an untied output head)
+are used where the file has them. Supported: llama (1-3, and Mistral files, which say `llama`), qwen2, qwen3 and
+gemma3.
+
+Conventions of GGUF that this follows:
+- A weight matrix is stored (out_features, in_features), so a projection is `x @ w.T`.
+- llama files store the q and k projections permuted for llama.cpp's "normal" RoPE, which rotates adjacent pairs
+  (x[2i], x[2i+1]); the other architectures keep the Hugging Face layout and rotate halves (x[i], x[i + d/2]).
+- gemma's RMSNorm multiplies by (1 + w); the GGUF converter stores 1 + w, so every norm here multiplies by the
+  stored weight.
+
+The KV cache lives in the model: one key and one value tensor per layer, `cache_len` positions long. `forward`
+writes the keys and values of its T positions at `start_pos` (an int, or a bound Variable so that one compiled
+program serves every position) and attends over positions [0, start_pos + T).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from xgrad import Tensor, Variable
+from xgrad.errors import XgradError
+from xgrad_llm.gguf import GGUFFile
+from xgrad_llm.quants import GGMLType, dequantize, tensor_nbytes
+
+Size = Any  # an int, or a bound Variable (a UOp): a position in the sequence
+
+
+class ModelError(XgradError, ValueError):
+    """A GGUF file holds a model this code cannot run: an unsupported architecture, a missing key or tensor."""
+
+
+@dataclass(frozen=True)
+class ArchTraits:
+    """What an architecture does that its GGUF metadata does not say."""
+
+    rope_style: str  # "norm": rotate adjacent pairs (llama's permuted q/k); "neox": rotate the two halves
+    activation: str  # of the gate in the gated FFN: "silu" or "gelu_tanh"
+    scale_embeddings: bool  # multiply the token embeddings by sqrt(dim) (gemma)
+    swa_pattern: int = 0  # with a sliding window: every n-th layer is global, the others slide (0: all slide)
+    local_rope_theta: float = 0.0  # RoPE base of the sliding-window layers when the file does not say (0: global's)
+
+
+ARCHS: dict[str, ArchTraits] = {
+    "llama": ArchTraits("norm", "silu", False),
+    "qwen2": ArchTraits("neox", "silu", False),
+    "qwen3": ArchTraits("neox", "silu", False),
+    "gemma3": ArchTraits("neox", "gelu_tanh", True, swa_pattern=6, local_rope_theta=10000.0),
+}
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "silu": lambda x: x.silu(),
+    "gelu_tanh": lambda x: x.gelu("tanh"),
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape and arithmetic of one model, from its GGUF metadata."""
+
+    arch: str
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int  # of queries and keys
+    value_dim: int  # of values (per head)
+    ffn_dim: int
+    vocab_size: int
+    norm_eps: float
+    context_length: int  # what the model was trained for
+    rope_dim: int  # leading dims of each head that RoPE rotates
+    rope_theta: float
+    rope_local_theta: float  # base of the sliding-window layers
+    rope_scale: float  # linear scaling: global layers divide positions by this
+    rope_style: str
+    activation: str
+    embed_scale: float
+    attn_scale: float  # scores are q.k * attn_scale
+    sliding_window: int  # 0: none
+    sliding_layers: tuple[bool, ...]  # per layer: does it use the sliding window
+    attn_softcap: float  # 0: none; else scores = cap * tanh(scores / cap)
+    final_softcap: float  # 0: none; likewise for the logits
+
+    @classmethod
+    def from_metadata(cls, md: dict[str, Any], vocab_size: int) -> ModelConfig:
+        """The config of the model described by GGUF metadata `md` whose embedding has `vocab_size` rows. Raises
+        `ModelError` for an unsupported architecture or a missing key."""
+        arch = md.get("general.architecture")
+        if arch not in ARCHS:
+            raise ModelError(
+                f"architecture {arch!r} is not supported; xgrad_llm runs {', '.join(sorted(ARCHS))} "
+                "(MoE models are not supported yet)"
+            )
+        traits = ARCHS[arch]
+
+        def get(key: str, default: Any = None) -> Any:
+            value = md.get(f"{arch}.{key}", default)
+            if value is None:
+                raise ModelError(f"the model's metadata has no {arch}.{key}; is the GGUF file complete?")
+            if isinstance(value, list):  # per-layer values (some files): only uniform ones are supported
+                if len(set(value)) != 1:
+                    raise ModelError(f"{arch}.{key} differs between layers ({value}); that is not supported yet")
+                value = value[0]
+            return value
+
+        dim = int(get("embedding_length"))
+        n_layers = int(get("block_count"))
+        n_heads = int(get("attention.head_count"))
+        n_kv_heads = int(get("attention.head_count_kv", n_heads))
+        head_dim = int(get("attention.key_length", dim // n_heads))
+        value_dim = int(get("attention.value_length", head_dim))
+        if n_heads % n_kv_heads:
+            raise ModelError(f"{arch}.attention.head_count {n_heads} is not a multiple of head_count_kv {n_kv_heads}")
+        window = int(get("attention.sliding_window", 0))
+        sliding = tuple(_sliding_layers(md, arch, traits, n_layers, window))
+        scaling = str(get("rope.scaling.type", "none"))
+        rope_scale = 1.0
+        if scaling == "linear":
+            rope_scale = float(get("rope.scaling.factor"))
+        elif scaling not in ("none", ""):
+            raise ModelError(f"{arch}.rope.scaling.type {scaling!r} is not supported yet (only linear)")
+        theta = float(get("rope.freq_base", 10000.0))
+        return cls(
+            arch=arch,
+            dim=dim,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            value_dim=value_dim,
+            ffn_dim=int(get("feed_forward_length")),
+            vocab_size=vocab_size,
+            norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+            context_length=int(get("context_length", 2048)),
+            rope_dim=int(get("rope.dimension_count", head_dim)),
+            rope_theta=theta,
+            rope_local_theta=float(get("rope.freq_base_swa", traits.local_rope_theta or theta)),
+            rope_scale=rope_scale,
+            rope_style=traits.rope_style,
+            activation=traits.activation,
+            embed_scale=math.sqrt(dim) if traits.scale_embeddings else 1.0,
+            attn_scale=1.0 / math.sqrt(head_dim),
+            sliding_window=window,
+            sliding_layers=sliding,
+            attn_softcap=float(get("attn_logit_softcapping", 0.0)),
+            final_softcap=float(get("final_logit_softcapping", 0.0)),
+        )
+
+
+def _sliding_layers(md: dict[str, Any], arch: str, traits: ArchTraits, n_layers: int, window: int) -> list[bool]:
+    """Which layers slide: an explicit per-layer `attention.sliding_window_pattern` array where the file has one,
+    else every layer but each `swa_pattern`-th (gemma3: five sliding, then one global)."""
+    if window <= 0:
+        return [False] * n_layers
+    pattern = md.get(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(pattern, list):
+        if len(pattern) != n_layers:
+            raise ModelError(
+                f"{arch}.attention.sliding_window_pattern has {len(pattern)} entries for {n_layers} layers"
+            )
+        return [bool(p) for p in pattern]
+    every = int(pattern) if isinstance(pattern, int) else traits.swa_pattern
+    return [every == 0 or (i + 1) % every != 0 for i in range(n_layers)]
+
+
+def rope_tables(cfg: ModelConfig, theta: float, scale: float, length: int, factors: np.ndarray | None) -> Tensor:
+    """cos and sin of every position < length and rotated pair: shape (2, length, rope_dim // 2), float32.
+    `factors` (llama 3's `rope_freqs.weight`) divide the frequencies."""
+    inv_freq = 1.0 / theta ** (np.arange(0, cfg.rope_dim, 2, dtype=np.float64) / cfg.rope_dim)
+    if factors is not None:
+        inv_freq = inv_freq / factors.astype(np.float64)
+    angles = np.outer(np.arange(length, dtype=np.float64) / scale, inv_freq)
+    return Tensor(np.stack([np.cos(angles), np.sin(angles)]).astype(np.float32)).realize()
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * weight
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
+    """Rotate the first 2 * cos.shape[-1] dims of each head of x (B, T, heads, head_dim) by the angles of cos/sin
+    (T, rot/2)."""
+    half = cos.shape[-1]
+    rot = 2 * half
+    c = cos.reshape(1, cos.shape[0], 1, half)
+    s = sin.reshape(1, sin.shape[0], 1, half)
+    xr = x[..., :rot]
+    if style == "neox":
+        a, b = xr[..., :half], xr[..., half:]
+        out = Tensor.cat(a * c - b * s, b * c + a * s, dim=-1)
+    else:
+        pairs = xr.reshape(*x.shape[:-1], half, 2)
+        a, b = pairs[..., 0], pairs[..., 1]
+        out = Tensor.stack(a * c - b * s, a * s + b * c, dim=-1).reshape(*x.shape[:-1], rot)
+    return out if rot == x.shape[-1] else Tensor.cat(out, x[..., rot:], dim=-1)
+
+
+def softcap(x: Tensor, cap: float) -> Tensor:
+    return x if cap <= 0 else (x / cap).tanh() * cap
+
+
+class Transformer:
+    """The model of a GGUF file with its KV cache.
+
+    `quantized=False` (default) dequantises every weight once into float32 on `device` at load; `quantized=True`
+    keeps each matrix's GGUF blocks in memory and dequantises them inside the kernels that use them (less memory;
+    speed depends on the quant type). `cache_len` is how many positions the KV cache holds.
+
+    `forward(h, start_pos, last)` takes embeddings h (B, T, dim) from `embed`/`embed_token`, writes their keys and
+    values at positions [start_pos, start_pos + T) and returns the logits (B, vocab) of position `last` of the T
+    (or, with last=None, of all of them: (B, T, vocab)).
+    """
+
+    def __init__(
+        self, f: GGUFFile, cache_len: int, quantized: bool = False, device: str = "CPU", batch: int = 1
+    ) -> None:
+        embd = f.tensors.get("token_embd.weight")
+        if embd is None:
+            raise ModelError(f"{f.paths[0]}: no tensor token_embd.weight; is this a language model?")
+        self.cfg = cfg = ModelConfig.from_metadata(f.metadata, embd.shape[0])
+        self.file, self.quantized, self.device, self.batch = f, quantized, device, batch
+        self.cache_len = cache_len
+        self.tok_type = embd.type
+        self.tok_raw: Tensor | None = None
+        self.tok_embd: Tensor | None = None
+        if quantized and embd.type not in (GGMLType.F32,):
+            row_bytes = tensor_nbytes(embd.type, (1, cfg.dim))
+            self.tok_raw = f.raw("token_embd.weight").to(device).contiguous().realize().reshape(cfg.vocab_size, -1)
+            assert self.tok_raw.shape[1] == row_bytes
+        else:
+            self.tok_embd = self._matrix("token_embd.weight")
+        self.output = self._matrix("output.weight") if "output.weight" in f.tensors else self._tied_output()
+        self.output_norm = self._vector("output_norm.weight")
+        self.layers: list[dict[str, Tensor]] = [self._layer(i) for i in range(cfg.n_layers)]
+        factors = f.tensor("rope_freqs.weight", "CPU").numpy() if "rope_freqs.weight" in f.tensors else None
+        self.rope_global = rope_tables(cfg, cfg.rope_theta, cfg.rope_scale, cache_len, factors)
+        self.rope_local = rope_tables(cfg, cfg.rope_local_theta, 1.0, cache_len, None)
+        self.cache_k = [
+            Tensor.zeros(batch, cfg.n_kv_heads, cache_len, cfg.head_dim, device=device).contiguous().realize()
+            for _ in range(cfg.n_layers)
+        ]
+        self.cache_v = [
+            Tensor.zeros(batch, cfg.n_kv_heads, cache_len, cfg.value_dim, device=device).contiguous().realize()
+            for _ in range(cfg.n_layers)
+        ]
+
+    # ---- weights ----
+    def _matrix(self, name: str) -> Tensor:
+        info = self.file.tensors[name]
+        if not self.quantized or info.type == GGMLType.F32:
+            return self.file.tensor(name, self.device).contiguous().realize()
+        raw = self.file.raw(name).to(self.device).contiguous().realize()
+        return dequantize(raw, info.type, info.shape)  # lazy: fuses into the matmul that uses it
+
+    def _tied_output(self) -> Tensor:
+        if self.tok_embd is not None:
+            return self.tok_embd
+        assert self.tok_raw is not None
+        return dequantize(self.tok_raw.reshape(-1), self.tok_type, (self.cfg.vocab_size, self.cfg.dim))
+
+    def _vector(self, name: str) -> Tensor:
+        return self.file.tensor(name, self.device).contiguous().realize()
+
+    def _layer(self, i: int) -> dict[str, Tensor]:
+        w: dict[str, Tensor] = {}
+        required = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up")
+        for short in (*required, "ffn_down"):
+            name = f"blk.{i}.{short}.weight"
+            if name not in self.file.tensors:
+                raise ModelError(f"{self.file.paths[0]}: tensor {name} is missing (MoE layers are not supported yet)")
+            w[short] = self._vector(name) if short.endswith("norm") else self._matrix(name)
+        optional = ("attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm")
+        for short in optional:
+            if (name := f"blk.{i}.{short}.weight") in self.file.tensors:
+                w[short] = self._vector(name)
+        for short in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            if (name := f"blk.{i}.{short}.bias") in self.file.tensors:
+                w[f"{short}.bias"] = self._vector(name)
+        return w
+
+    # ---- embeddings ----
+    def embed_token(self, tok: Size) -> Tensor:
+        """The (scaled) embedding of token id `tok` (an int or a bound Variable): shape (1, dim). A slice of the
+        table, so one compiled program serves every id."""
+        if self.tok_embd is not None:
+            row = self.tok_embd.shrink(((tok, tok + 1), None))
+        else:
+            assert self.tok_raw is not None
+            raw = self.tok_raw.shrink(((tok, tok + 1), None)).reshape(-1)
+            row = dequantize(raw, self.tok_type, (1, self.cfg.dim))
+        return row * self.cfg.embed_scale if self.cfg.embed_scale != 1.0 else row
+
+    def embed(self, ids: list[int]) -> Tensor:
+        """Embeddings (1, len(ids), dim) of a list of token ids, realized."""
+        out = Tensor.empty(len(ids), self.cfg.dim, device=self.device).contiguous().realize()
+        tok, row = Variable("tok", 0, self.cfg.vocab_size - 1), Variable("row", 0, max(len(ids) - 1, 0))
+        for r, i in enumerate(ids):
+            at = row.bind(r)
+            out.shrink(((at, at + 1), None)).assign(self.embed_token(tok.bind(i))).realize()
+        return out.reshape(1, len(ids), self.cfg.dim)
+
+    # ---- the network ----
+    def forward(self, h: Tensor, start_pos: Size, last: Size | None = None) -> Tensor:
+        cfg = self.cfg
+        for i, w in enumerate(self.layers):
+            h = self._block(i, w, h, start_pos)
+        if last is not None:
+            h = h.shrink((None, (last, last + 1), None))
+        logits = rms_norm(h, self.output_norm, cfg.norm_eps) @ self.output.T
+        logits = softcap(logits, cfg.final_softcap)
+        return logits[:, 0] if last is not None else logits
+
+    __call__ = forward
+
+    def _block(self, i: int, w: dict[str, Tensor], h: Tensor, start_pos: Size) -> Tensor:
+        eps = self.cfg.norm_eps
+        a = self._attention(i, w, rms_norm(h, w["attn_norm"], eps), start_pos)
+        if "post_attention_norm" in w:
+            a = rms_norm(a, w["post_attention_norm"], eps)
+        h = h + a
+        x = rms_norm(h, w["ffn_norm"], eps)
+        gate = ACTIVATIONS[self.cfg.activation](x @ w["ffn_gate"].T)
+        m = (gate * (x @ w["ffn_up"].T)) @ w["ffn_down"].T
+        if "post_ffw_norm" in w:
+            m = rms_norm(m, w["post_ffw_norm"], eps)
+        return h + m
+
+    def _project(self, w: dict[str, Tensor], name: str, x: Tensor) -> Tensor:
+        y = x @ w[name].T
+        return y + w[f"{name}.bias"] if f"{name}.bias" in w else y
+
+    def _attention(self, i: int, w: dict[str, Tensor], x: Tensor, start_pos: Size) -> Tensor:
+        cfg = self.cfg
+        b, t, _ = x.shape
+        hd, vd, kv = cfg.head_dim, cfg.value_dim, cfg.n_kv_heads
+        group = cfg.n_heads // kv
+        q = self._project(w, "attn_q", x).reshape(b, t, cfg.n_heads, hd)
+        k = self._project(w, "attn_k", x).reshape(b, t, kv, hd)
+        v = self._project(w, "attn_v", x).reshape(b, t, kv, vd)
+        if "attn_q_norm" in w:
+            q = rms_norm(q, w["attn_q_norm"], cfg.norm_eps)
+        if "attn_k_norm" in w:
+            k = rms_norm(k, w["attn_k_norm"], cfg.norm_eps)
+        sliding = cfg.sliding_layers[i]
+        table = (self.rope_local if sliding else self.rope_global).shrink((None, (start_pos, start_pos + t), None))
+        q = apply_rope(q, table[0], table[1], cfg.rope_style)
+        k = apply_rope(k, table[0], table[1], cfg.rope_style)
+
+        end = start_pos + t
+        ck, cv = self.cache_k[i], self.cache_v[i]
+        Tensor.realize(  # the assigns themselves are realized: realizing the cache would not run them
+            ck.shrink((None, None, (start_pos, end), None)).assign(k.transpose(1, 2)),
+            cv.shrink((None, None, (start_pos, end), None)).assign(v.transpose(1, 2)),
+        )
+        keys = ck.shrink((None, None, (0, end), None)).unsqueeze(2)  # (B, KV, 1, S, hd)
+        values = cv.shrink((None, None, (0, end), None)).unsqueeze(2)
+
+        qg = q.reshape(b, t, kv, group, hd).permute(0, 2, 3, 1, 4)  # (B, KV, G, T, hd)
+        scores = softcap((qg @ keys.transpose(-1, -2)) * cfg.attn_scale, cfg.attn_softcap)  # (B, KV, G, T, S)
+        window = cfg.sliding_window if sliding else 0
+        if t > 1 or window:
+            rows = Tensor.arange(start_pos, end, device=self.device).reshape(t, 1)
+            cols = Tensor.arange(end, device=self.device).reshape(1, -1)
+            keep = cols <= rows
+            if window:
+                keep = keep & (cols > rows - window)
+            scores = keep.where(scores, -math.inf)
+        out = scores.softmax(-1) @ values  # (B, KV, G, T, vd)
+        out = out.permute(0, 3, 1, 2, 4).reshape(b, t, cfg.n_heads * vd)
+        return self._project(w, "attn_output", out)
+
+    def logits_all(self, ids: list[int]) -> Tensor:
+        """Logits (1, len(ids), vocab) of every position of `ids` from position 0: one full pass (for tests)."""
+        return self.forward(self.embed(ids), 0).realize()
