@@ -217,7 +217,7 @@ def test_decompression_is_capped_relative_to_file_size(tmp_path: pathlib.Path) -
         torch_load(tmp_path / "z.pt", max_alloc_ratio=0)
     with pytest.raises(CheckpointError, match="decompressing"):
         torch_load(tmp_path / "z.pt", max_alloc_ratio=1)
-    loaded = torch_load(tmp_path / "z.pt", max_alloc_ratio=(16 << 20) / size)
+    loaded = torch_load(tmp_path / "z.pt", max_alloc_ratio=(40 << 20) / size)  # decompressed, then copied
     assert loaded["w"].shape == (16 << 20,) and loaded["w"][:3].tolist() == [0, 0, 0]
 
 
@@ -417,3 +417,15 @@ def test_safe_load_errors_are_typed() -> None:
     with pytest.raises(DTypeError, match="C64"):
         safe_load(Tensor(raw))
     assert issubclass(CheckpointError, XgradError) and issubclass(UnsafePickleError, CheckpointError)
+
+
+def test_naming_a_decompressed_storage_many_times_is_capped() -> None:
+    """Each tensor over a compressed member is a copy: 2000 tensors over one 1 MiB storage would be 2 GiB."""
+    st = g("torch", "ByteStorage")
+    pid = MARK + s("storage") + st + s("0") + s("cpu") + i(1 << 20) + b"t" + b"Q"
+    tensor = g("torch._utils", "_rebuild_tensor_v2") + MARK + pid + i(0) + MARK + i(1 << 20) + b"t" + MARK + i(1)
+    tensor += b"t" + NEWFALSE + NONE + b"t" + REDUCE
+    raw = torch_zip(prog(b"]", MARK, *([tensor] * 2000), b"e"), {"0": b"\0" * (1 << 20)}, zipfile.ZIP_DEFLATED)
+    assert len(raw) < 400_000
+    with pytest.raises(CheckpointError, match="max_alloc_ratio"):
+        torch_load(Tensor(raw))

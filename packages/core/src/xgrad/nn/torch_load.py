@@ -301,6 +301,8 @@ def _rebuild(storage: Any, offset: Any, size: Any, stride: Any, dtype: DType) ->
             f"torch_load: tensor of shape {brief(shape)} strides {brief(strides)} at offset {offset} reaches past its "
             f"storage of {elems} {dtype.name} elements; the file is corrupt"
         )
+    if storage.src.host is not None:  # a decompressed member: each tensor over it is a copy, however often named
+        _budget().charge(int(prod(stored)) * dtype.itemsize, f"a {dtype.name} tensor of shape {brief(stored)}")
     t = _read_layout(storage.src, offset, stored, strides, dtype)
     if stored == shape:
         return t
