@@ -429,3 +429,22 @@ def test_naming_a_decompressed_storage_many_times_is_capped() -> None:
     assert len(raw) < 400_000
     with pytest.raises(CheckpointError, match="max_alloc_ratio"):
         torch_load(Tensor(raw))
+
+
+@pytest.mark.parametrize("use", ["dict_key", "set", "frozenset_op", "frozenset_call", "storage_key"])
+def test_deeply_nested_tuples_cannot_crash_hashing(use: str) -> None:
+    """Python hashes nested tuples recursively with no recursion check: 10**5 levels as a dict key would segfault."""
+    deep = EMPTY_TUPLE + TUPLE1 * 100_000
+    body = {
+        "dict_key": EMPTY_DICT + deep + i(1) + SETITEM,
+        "set": g("builtins", "set") + MARK + deep + b"l" + TUPLE1 + REDUCE,
+        "frozenset_op": MARK + deep + b"\x91",
+        "frozenset_call": g("builtins", "frozenset") + MARK + deep + b"l" + TUPLE1 + REDUCE,
+        "storage_key": MARK + s("storage") + g("torch", "FloatStorage") + deep + s("cpu") + i(1) + b"t" + b"Q",
+    }[use]
+    for container in (torch_zip(prog(body)), legacy(prog(body))):
+        with pytest.raises(CheckpointError, match="deep"):
+            torch_load(Tensor(container))
+    shallow = {"dict_key": EMPTY_DICT + EMPTY_TUPLE + TUPLE1 * 50 + i(1) + SETITEM}.get(use)
+    if shallow is not None:
+        assert len(torch_load(Tensor(torch_zip(prog(shallow))))) == 1

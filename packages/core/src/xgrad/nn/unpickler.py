@@ -13,7 +13,8 @@ later user. This reader is an interpreter written for loading weights instead:
 - containers are mutated only when this load created them (`_fresh`, kept alive so their ids stay unique);
 - REDUCE calls only the callables of the allowed table, BUILD only sets the state of a fresh `OrderedDict`
   (torch stores a state dict's `_metadata` that way) or checks a fresh numpy dtype's state without applying it;
-- reads never ask for more bytes than the file has, and the memory REDUCE results take is charged to a `Budget`.
+- reads never ask for more bytes than the file has, and the memory REDUCE results take is charged to a `Budget`;
+- tuples and frozensets nest at most `MAX_HASHABLE_NESTING` deep (hashing deeper ones overflows the C stack).
 
 Failures raise `UnsafePickleError` (the pickle asked for something not allowed; nothing of it ran) or
 `CheckpointError` (the bytes are not a well-formed pickle).
@@ -34,6 +35,9 @@ import numpy as np
 from xgrad.nn.fileview import Budget, CheckpointError, UnsafePickleError
 
 _MARK = object()  # stands for a MARK on the stack
+# Python hashes nested tuples and frozensets recursively without a recursion check: a pickle that uses a tuple 10**6
+# levels deep as a dict key would crash the process. Hashable containers a pickle builds may nest this deep.
+MAX_HASHABLE_NESTING = 100
 _CHUNK = 1 << 16
 _short = reprlib.Repr()
 _short.maxstring = 60
@@ -108,10 +112,30 @@ class SafeUnpickler:
         self._stack: list[Any] = []
         self._memo: dict[int, Any] = {}
         self._fresh: dict[int, Any] = {}
+        self._nesting: dict[int, tuple[Any, int]] = {}  # id -> (tuple or frozenset, its nesting depth)
 
     # ---- helpers ----
     def _new(self, obj: Any) -> Any:
         self._fresh[id(obj)] = obj
+        return obj
+
+    def _depth(self, items: Any) -> int:
+        """1 + the deepest nesting of the tuples and frozensets among `items` (checked against the limit)."""
+        depth = 1
+        for x in items:
+            if type(x) in (tuple, frozenset) and (known := self._nesting.get(id(x))) is not None and known[0] is x:
+                depth = max(depth, known[1] + 1)
+        if depth > MAX_HASHABLE_NESTING:
+            raise CheckpointError(
+                f"{self._what}: the pickle nests tuples more than {MAX_HASHABLE_NESTING} deep; the file is corrupt "
+                "or built to crash the reader"
+            )
+        return depth
+
+    def _hashable(self, obj: Any) -> Any:
+        """Record the nesting depth of a tuple or frozenset this load built."""
+        if type(obj) in (tuple, frozenset) and obj:
+            self._nesting[id(obj)] = (obj, self._depth(obj))
         return obj
 
     def _is_fresh(self, obj: Any) -> bool:
@@ -254,13 +278,13 @@ def _op_dup(u: SafeUnpickler) -> None:
 
 
 def _op_tuple(u: SafeUnpickler) -> None:
-    u._stack.append(tuple(u._pop_mark()))
+    u._stack.append(u._hashable(tuple(u._pop_mark())))
 
 
 def _tuple_n(n: int) -> Callable[[SafeUnpickler], None]:
     def handler(u: SafeUnpickler) -> None:
         items = [u._pop() for _ in range(n)][::-1]
-        u._stack.append(tuple(items))
+        u._stack.append(u._hashable(tuple(items)))
 
     return handler
 
@@ -289,7 +313,9 @@ def _op_empty_set(u: SafeUnpickler) -> None:
 
 
 def _op_frozenset(u: SafeUnpickler) -> None:
-    u._stack.append(frozenset(u._pop_mark()))
+    items = u._pop_mark()
+    u._depth(items)  # before anything is hashed
+    u._stack.append(u._hashable(frozenset(items)))
 
 
 def _target(u: SafeUnpickler, kinds: tuple[type, ...], op: str) -> Any:
@@ -350,7 +376,10 @@ def _op_reduce(u: SafeUnpickler) -> None:
         raise CheckpointError(
             f"{u._what}: REDUCE arguments are {type(args).__name__}, not a tuple; the file is corrupt"
         )
-    result = func(*args)
+    for a in args:  # a callable may hash its arguments (set, frozenset, OrderedDict keys)
+        if isinstance(a, (list, tuple, set, frozenset)):
+            u._depth(a)
+    result = u._hashable(func(*args))
     u._charge(result)
     u._stack.append(u._new(result) if id(func) in u._makers else result)
 
