@@ -82,6 +82,7 @@ ELEMENTWISE: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "hardsigmoid": (lambda x: x.hardsigmoid(), torch.nn.functional.hardsigmoid),
     "hardswish": (lambda x: x.hardswish(), torch.nn.functional.hardswish),
     "elu": (lambda x: x.elu(), torch.nn.functional.elu),
+    "sign": (lambda x: x.sign(), lambda t: torch.from_numpy(np.sign(t.numpy()))),  # numpy's NaN; torch gives 0
 }
 
 

@@ -131,6 +131,22 @@ def test_argmax_argmin_pick_the_first_tie_like_torch(xgrad_device: str, dtype: D
             assert out.shape == tuple(want.shape) and out.tolist() == want.tolist(), (name, axis, keepdim)
 
 
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint32], ids=str)
+def test_min_and_minimum_at_the_int_extremes(xgrad_device: str, dtype: DType) -> None:
+    """min as the negated max of the negation wrapped at the minimum (int32.min gave 0): the order is reversed
+    without negating (bitwise not), found by test_fuzz_ops."""
+    skip_unsupported(xgrad_device, dtype)
+    info = np.iinfo(dtype.name)
+    a = np.array([[0, info.min, info.max, 1], [info.max, 5, info.min + 1, 0]], dtype.name)
+    b = np.array([[info.min, 0, 1, info.max], [info.min, info.max, info.min, 0]], dtype.name)
+    t, u = Tensor(a, device=xgrad_device, dtype=dtype), Tensor(b, device=xgrad_device, dtype=dtype)
+    np.testing.assert_array_equal(t.min(1).numpy(), a.min(1))
+    np.testing.assert_array_equal(t.min().numpy(), a.min())
+    np.testing.assert_array_equal(t.max(0).numpy(), a.max(0))
+    np.testing.assert_array_equal(t.minimum(u).numpy(), np.minimum(a, b))
+    np.testing.assert_array_equal(t.argmin(1).numpy(), a.argmin(1))
+
+
 def test_argmax_of_0d_is_0_and_of_an_empty_axis_raises(xgrad_device: str) -> None:
     assert Tensor(3.5, device=xgrad_device).argmax().item() == 0
     with pytest.raises(ShapeError, match="size 0"):

@@ -287,12 +287,13 @@ class ElementwiseMixin(MovementMixin):
         return (x < 0).where(-x, (x == 0).where(0, x))
 
     def sign(self) -> Tensor:
-        """-1, 0 or 1 by the sign of x, in x's dtype.
+        """-1, 0 or 1 by the sign of x, in x's dtype; NaN stays NaN (as numpy and tinygrad; torch gives 0).
 
         >>> Tensor([-2.0, 0.0, 3.0]).sign().tolist()
         [-1.0, 0.0, 1.0]"""
         x = self._t()
-        return (x > 0).where(1, 0).cast(x.dtype) - (x < 0).where(1, 0).cast(x.dtype)
+        s = (x > 0).where(1, 0).cast(x.dtype) - (x < 0).where(1, 0).cast(x.dtype)
+        return (x != x).where(x.detach(), s) if dtypes.is_float(x.dtype) else s
 
     def relu(self) -> Tensor:
         """max(x, 0); NaN stays NaN, and the gradient at 0 is 0 (as torch).
@@ -510,7 +511,9 @@ class ElementwiseMixin(MovementMixin):
         a, b = self._broadcasted(x)
         if a.dtype == dtypes.bool:
             return a & b
-        return -((-a).maximum(-b)) if not dtypes.is_unsigned(a.dtype) else (a < b).where(a, b)
+        if dtypes.is_float(a.dtype):
+            return -((-a).maximum(-b))
+        return ~((~a).maximum(~b))  # bitwise not reverses the order of ints without wrapping (negation would)
 
     def where(self, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
         """Pick `x` where self is true, else `y`.

@@ -159,11 +159,8 @@ class ReduceMixin(UnaryMixin):
 
         >>> Tensor([[1, 5], [3, 4]]).min(0).tolist()
         [1, 4]"""
-        if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool:
-            return -((-self.cast(dtypes.int64 if self.dtype.itemsize >= 4 else dtypes.int32)).max(axis, keepdim)).cast(
-                self.dtype
-            )
-        return -((-self).max(axis, keepdim))
+        # max of the order reversed: negation for floats, bitwise not for ints (negating the minimum would wrap)
+        return self._order_reversed().max(axis, keepdim)._order_reversed()
 
     def any(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """Whether any element is nonzero (False over an empty axis).

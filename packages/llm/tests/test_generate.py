@@ -1,0 +1,134 @@
+"""Generation: the KV-cache runner (chunked prefill and one-token decode, JIT'd at a symbolic position) against a
+full recompute and transformers' greedy choices; sampling settings; stop strings."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import tiny_models as tm  # noqa: E402
+
+from xgrad_llm.generate import (  # noqa: E402
+    LLM,
+    GenerationError,
+    Sampler,
+    SamplingParams,
+    _stop_prefix_len,
+    common_prefix,
+)
+from xgrad_llm.model import Transformer  # noqa: E402
+
+PROMPT = [2, 5, 100, 270, 271, 30, 260, 262, 263, 9, 40]
+SPEC = tm.Spec("gemma3", n_layers=2, n_kv_heads=1, head_dim=32, tied=True, sliding_window=6)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: Any) -> tuple[Any, pathlib.Path, LLM]:
+    hf, path = tm.make(SPEC, tmp_path_factory.mktemp("gen"))
+    return hf, path, LLM.load(path, max_context=40, chunk=4)
+
+
+def test_greedy_generation_matches_transformers(tiny: tuple[Any, pathlib.Path, LLM]) -> None:
+    hf, _, llm = tiny
+    got = list(llm.generate(PROMPT, SamplingParams(max_tokens=12)))
+    ids, want = list(PROMPT), []
+    for _ in range(12):
+        tok = int(np.argmax(tm.hf_logits(hf, ids)[-1]))
+        if tok == 1:  # eos
+            break
+        want.append(tok)
+        ids.append(tok)
+    assert got == want
+    assert list(llm.generate(PROMPT, SamplingParams(max_tokens=12))) == got  # deterministic, cache reused
+
+
+def test_chunked_prefill_and_prefix_reuse_equal_full_recompute(tiny: tuple[Any, pathlib.Path, LLM]) -> None:
+    _, path, llm = tiny
+    from xgrad_llm.gguf import open_gguf
+
+    ids = PROMPT + [7, 8, 9, 10, 11, 12]  # 17 tokens: four chunks of 4 and a decode
+    full = Transformer(open_gguf(path), cache_len=32).logits_all(ids).numpy()[0]
+    llm.runner.cached = []
+    for n in (17, 9, 10, 3, 14):  # fresh, a shorter prefix (reused), one more, much shorter, longer again
+        np.testing.assert_allclose(llm.runner.feed(ids[:n]), full[n - 1], atol=1e-4, rtol=0)
+    other = ids[:6] + [99, 98, 97]  # diverges after 6: only the new tail runs
+    ref = Transformer(open_gguf(path), cache_len=32).logits_all(other).numpy()[0]
+    np.testing.assert_allclose(llm.runner.feed(other), ref[-1], atol=1e-4, rtol=0)
+    assert llm.runner.cached == other
+
+
+def test_sampling_with_seed_is_reproducible(tiny: tuple[Any, pathlib.Path, LLM]) -> None:
+    _, _, llm = tiny
+    p = SamplingParams(max_tokens=10, temperature=1.5, top_k=40, top_p=0.95, min_p=0.01, seed=7)
+    a = list(llm.generate(PROMPT, p))
+    b = list(llm.generate(PROMPT, p))
+    c = list(llm.generate(PROMPT, SamplingParams(max_tokens=10, temperature=1.5, seed=8)))
+    assert a == b and len(a) == 10
+    assert a != c
+
+
+def test_context_overflow_is_an_error(tiny: tuple[Any, pathlib.Path, LLM]) -> None:
+    _, _, llm = tiny
+    with pytest.raises(GenerationError, match="max_context"):
+        llm.runner.feed([5] * 41)
+    out = list(llm.generate([5] * 38, SamplingParams(max_tokens=10)))
+    assert len(out) <= 2  # stops at the end of the context
+
+
+class _Letters:
+    """A stand-in incremental decoder: token t reads as chr(ord('a') + t % 26)."""
+
+    def push(self, tok: int) -> str:
+        return chr(ord("a") + tok % 26)
+
+
+def test_stop_strings_cut_the_text(tiny: tuple[Any, pathlib.Path, LLM], monkeypatch: Any) -> None:
+    _, _, llm = tiny
+    monkeypatch.setattr(llm, "stream_decoder", lambda: _Letters())
+    p = SamplingParams(max_tokens=12, temperature=1.0, seed=1)
+    text = "".join(llm.stream_text(PROMPT, p))
+    assert len(text) == 12
+    stop = text[5:7]
+    first = text.find(stop)
+    cut = "".join(llm.stream_text(PROMPT, SamplingParams(max_tokens=12, temperature=1.0, seed=1, stop=(stop,))))
+    assert cut == text[:first]
+    ids = list(llm.generate(PROMPT, SamplingParams(max_tokens=12, temperature=1.0, seed=1, stop=(stop,))))
+    assert len(ids) == first + len(stop) - 1  # ends before the token that completes the stop string
+
+
+def test_sampler_settings() -> None:
+    logits = np.array([1.0, 3.0, 2.0, -1.0, 2.9])
+    assert Sampler(SamplingParams())(logits) == 1  # temperature 0: greedy
+    assert {Sampler(SamplingParams(temperature=5.0, top_k=1, seed=s))(logits) for s in range(20)} == {1}
+    tight = {Sampler(SamplingParams(temperature=1.0, min_p=0.5, seed=s))(logits) for s in range(50)}
+    assert tight == {1, 4}  # only tokens at least half as likely as the best
+    # probabilities 0.41, 0.37, 0.15, ...: top_p 0.4 keeps the best alone, 0.5 needs the second too
+    assert {Sampler(SamplingParams(temperature=1.0, top_p=0.4, seed=s))(logits) for s in range(50)} == {1}
+    assert {Sampler(SamplingParams(temperature=1.0, top_p=0.5, seed=s))(logits) for s in range(50)} == {1, 4}
+    # the repetition penalty divides a positive logit: 3 / 2 < 2.9, so token 4 wins greedily
+    assert Sampler(SamplingParams(repetition_penalty=2.0))(logits, [1]) == 4
+    draws = [Sampler(SamplingParams(temperature=1.0, seed=3))(logits) for _ in range(3)]
+    assert len(set(draws)) == 1  # the same seed draws the same
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [dict(temperature=-1.0), dict(top_p=0.0), dict(min_p=2.0), dict(top_k=-1), dict(repetition_penalty=0.0)],
+)
+def test_bad_sampling_params_are_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(GenerationError, match=next(iter(bad))):
+        SamplingParams(**bad)
+
+
+def test_helpers() -> None:
+    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
+    assert _stop_prefix_len("hello wo", ("world",)) == 2
+    assert _stop_prefix_len("hello", ("xyz", "lo!")) == 2
+    assert _stop_prefix_len("abc", ()) == 0
