@@ -32,7 +32,7 @@ SPEC = tm.Spec("gemma3", n_layers=2, n_kv_heads=1, head_dim=32, tied=True, slidi
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: Any) -> tuple[Any, pathlib.Path, LLM]:
     hf, path = tm.make(SPEC, tmp_path_factory.mktemp("gen"))
-    return hf, path, LLM.load(path, max_context=40, chunk=4)
+    return hf, path, LLM.load(path, max_context=128, chunk=4)
 
 
 def test_greedy_generation_matches_transformers(tiny: tuple[Any, pathlib.Path, LLM]) -> None:
@@ -77,8 +77,8 @@ def test_sampling_with_seed_is_reproducible(tiny: tuple[Any, pathlib.Path, LLM])
 def test_context_overflow_is_an_error(tiny: tuple[Any, pathlib.Path, LLM]) -> None:
     _, _, llm = tiny
     with pytest.raises(GenerationError, match="max_context"):
-        llm.runner.feed([5] * 41)
-    out = list(llm.generate([5] * 38, SamplingParams(max_tokens=10)))
+        llm.runner.feed([5] * 129)
+    out = list(llm.generate([5] * 126, SamplingParams(max_tokens=10)))
     assert len(out) <= 2  # stops at the end of the context
 
 
@@ -87,6 +87,9 @@ class _Letters:
 
     def push(self, tok: int) -> str:
         return chr(ord("a") + tok % 26)
+
+    def flush(self) -> str:
+        return ""
 
 
 def test_stop_strings_cut_the_text(tiny: tuple[Any, pathlib.Path, LLM], monkeypatch: Any) -> None:
@@ -125,6 +128,15 @@ def test_sampler_settings() -> None:
 def test_bad_sampling_params_are_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(GenerationError, match=next(iter(bad))):
         SamplingParams(**bad)
+
+
+def test_chat_streams_text_from_the_template(tiny: tuple[Any, pathlib.Path, LLM]) -> None:
+    _, _, llm = tiny
+    messages = [{"role": "user", "content": "hi"}]
+    ids = llm.chat_ids(messages)
+    assert ids[0] == 2 and ids == llm.encode(llm.template.render(messages))  # BOS once, as the file says
+    p = SamplingParams(max_tokens=8, temperature=1.0, seed=5)
+    assert "".join(llm.chat(messages, p)) == llm.decode(list(llm.generate(ids, p)))
 
 
 def test_helpers() -> None:

@@ -15,7 +15,6 @@ order; temperature 0 is greedy. A seed makes the draws, and so the text, reprodu
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import time
@@ -29,6 +28,8 @@ from xgrad import Device, Tensor, TinyJit, Variable
 from xgrad.errors import XgradError
 from xgrad_llm.gguf import GGUFFile, open_gguf
 from xgrad_llm.model import Transformer
+from xgrad_llm.template import ChatTemplate
+from xgrad_llm.tokenizer import StreamDecoder, Tokenizer, TokenizerError
 
 DEFAULT_CONTEXT = 4096
 DEFAULT_CHUNK = 32
@@ -187,8 +188,8 @@ class LLM:
         self.file, self.model, self.runner = file, model, runner
         self.metadata = file.metadata
         self.eog = _eog_ids(file.metadata)
-        self._tokenizer: Any = None
-        self._template: Any = None
+        self._tokenizer: Tokenizer | None = None
+        self._template: ChatTemplate | None = None
 
     @classmethod
     def load(
@@ -215,17 +216,17 @@ class LLM:
 
     # ---- text ----
     @property
-    def tokenizer(self) -> Any:
-        """The file's tokenizer (`xgrad_llm.tokenizer.Tokenizer`), built on first use."""
+    def tokenizer(self) -> Tokenizer:
+        """The file's tokenizer, built on first use."""
         if self._tokenizer is None:
-            self._tokenizer = importlib.import_module("xgrad_llm.tokenizer").Tokenizer.from_gguf(self.metadata)
+            self._tokenizer = Tokenizer.from_gguf(self.metadata)
         return self._tokenizer
 
     @property
-    def template(self) -> Any:
-        """The chat template (`xgrad_llm.template.ChatTemplate`): the file's, or a built-in fallback."""
+    def template(self) -> ChatTemplate:
+        """The chat template: the file's, or a built-in one that fits its vocabulary."""
         if self._template is None:
-            self._template = importlib.import_module("xgrad_llm.template").ChatTemplate.from_gguf(self.metadata)
+            self._template = ChatTemplate.from_gguf(self.metadata)
         return self._template
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
@@ -236,15 +237,15 @@ class LLM:
         return str(self.tokenizer.decode(list(ids)))
 
     def stream_decoder(self) -> Any:
-        """A fresh incremental decoder (`xgrad_llm.tokenizer.StreamDecoder`): `.push(id) -> str`, UTF-8 safe."""
-        return importlib.import_module("xgrad_llm.tokenizer").StreamDecoder(self.tokenizer)
+        """A fresh incremental decoder: `.push(id) -> str`, UTF-8 safe."""
+        return StreamDecoder(self.tokenizer)
 
     def is_eog(self, tok: int) -> bool:
         if tok in self.eog:
             return True
         try:
-            return bool(self.tokenizer.is_eog(tok))
-        except ImportError:  # no tokenizer module: the metadata's ids only
+            return self.tokenizer.is_eog(tok)
+        except TokenizerError:  # no usable vocabulary in the file: the metadata's ids only
             return False
 
     # ---- generation ----
@@ -293,19 +294,15 @@ class LLM:
             if len(pending) > hold:
                 yield pending[: len(pending) - hold]
                 pending = pending[len(pending) - hold :]
-        if pending:
-            yield pending
+        pending += decoder.flush()
+        cut = min((i for s in params.stop if (i := pending.find(s)) >= 0), default=len(pending))
+        if pending[:cut]:
+            yield pending[:cut]
 
     def chat_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        """The prompt ids of a conversation: the chat template rendered (with the assistant's turn opened) and
-        tokenized; BOS is added only if the rendered text does not start with it already."""
-        text = self.template.render(list(messages), add_generation_prompt=True)
-        bos = self.metadata.get("tokenizer.ggml.bos_token_id")
-        ids = self.encode(text, add_bos=False)
-        add_bos = bool(self.metadata.get("tokenizer.ggml.add_bos_token", False))
-        if add_bos and isinstance(bos, int) and (not ids or ids[0] != bos):
-            ids = [bos, *ids]
-        return ids
+        """The prompt ids of a conversation: the chat template rendered with the assistant's turn opened (it drops
+        a leading BOS text) and tokenized with BOS as the file says."""
+        return self.encode(self.template.render(list(messages), add_generation_prompt=True))
 
     def chat(self, messages: Sequence[dict[str, str]], params: SamplingParams | None = None) -> Iterator[str]:
         """Stream the assistant's reply to `messages` ([{"role": ..., "content": ...}, ...]) as text."""
