@@ -373,19 +373,19 @@ def test_to_dtype_raises_listing_valid_names_for_unknown_name() -> None:
 
 
 def test_default_dtypes_read_knobs_case_insensitively() -> None:
-    assert dtypes.default_float() == dtypes.float32 and dtypes.default_int() == dtypes.int32
+    assert dtypes.default_float == dtypes.float32 and dtypes.default_int == dtypes.int32
     for name, expected in [("half", dtypes.float16), ("HALF", dtypes.float16), ("bfloat16", dtypes.bfloat16)]:
         with Context(DEFAULT_FLOAT=name):
-            assert dtypes.default_float() == expected
+            assert dtypes.default_float == expected
     with Context(DEFAULT_INT="long"):
-        assert dtypes.default_int() == dtypes.int64
+        assert dtypes.default_int == dtypes.int64
 
 
 def test_default_dtypes_raise_for_wrong_kind() -> None:
     with Context(DEFAULT_FLOAT="int32"), pytest.raises(DTypeError, match="DEFAULT_FLOAT"):
-        dtypes.default_float()
+        _ = dtypes.default_float
     with Context(DEFAULT_INT="float32"), pytest.raises(DTypeError, match="DEFAULT_INT"):
-        dtypes.default_int()
+        _ = dtypes.default_int
 
 
 def test_from_py_scalars_are_weak() -> None:

@@ -456,7 +456,7 @@ def test_one_hot_matches_torch(xgrad_device, dtype):
     t = torch.from_numpy(arr.astype(np.int64))
     np.testing.assert_array_equal(x.one_hot().numpy(), torch.nn.functional.one_hot(t).numpy())
     np.testing.assert_array_equal(x.one_hot(6).numpy(), torch.nn.functional.one_hot(t, 6).numpy())
-    assert x.one_hot(4).dtype == dtypes.default_int()
+    assert x.one_hot(4).dtype == dtypes.default_int
     with pytest.raises(DTypeError):
         Tensor([0.0]).one_hot(2)
 

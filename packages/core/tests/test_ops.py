@@ -154,7 +154,7 @@ def test_python_scalars_are_weak(xgrad_device):
     assert (h * 2.5).dtype == dtypes.float16
     i8 = Tensor([1, 2], device=xgrad_device, dtype=dtypes.int8)
     assert (i8 + 1).dtype == dtypes.int8
-    assert (i8 + 1.5).dtype == dtypes.default_float()
+    assert (i8 + 1.5).dtype == dtypes.default_float
     assert (i8 + 1.5).tolist() == [2.5, 3.5]
 
 

@@ -22,7 +22,7 @@ def check_sort(device: str, a: np.ndarray, dim: int = -1, descending: bool = Fal
     values, indices = Tensor(a, device=device, dtype=dtype).sort(dim, descending)
     want, want_idx = torch.sort(torch.tensor(a), dim=dim, descending=descending, stable=True)
     assert values.shape == tuple(want.shape) and indices.shape == tuple(want_idx.shape)
-    assert indices.dtype == dtypes.default_int()
+    assert indices.dtype == dtypes.default_int
     np.testing.assert_array_equal(indices.numpy(), want_idx.numpy())
     np.testing.assert_array_equal(values.numpy(), want.numpy())
 

@@ -173,3 +173,136 @@ def test_is_dtype_supported() -> None:
         assert is_dtype_supported(d) == (d in renderer.supported_dtypes())
     with tempfile.NamedTemporaryFile() as f:
         assert is_dtype_supported(dtypes.float64, f"DISK:{f.name}")
+
+
+# ---- the dtype module ----
+def test_dtypes_dict_names_every_dtype_and_alias() -> None:
+    from xgrad.dtype import DTYPES_DICT
+
+    assert DTYPES_DICT["float"] is dtypes.float32 and DTYPES_DICT["half"] is dtypes.float16
+    assert DTYPES_DICT["uchar"] is dtypes.uint8 and DTYPES_DICT["bfloat16"] is dtypes.bfloat16
+    assert set(DTYPES_DICT.values()) == set(dtypes.all)
+    assert not {"void", "index", "weakint", "weakfloat"} & set(DTYPES_DICT)
+
+
+def test_invalid_is_a_picklable_singleton() -> None:
+    import pickle
+
+    from xgrad.dtype import Invalid, InvalidType
+
+    assert InvalidType() is Invalid and repr(Invalid) == "Invalid"
+    assert pickle.loads(pickle.dumps(Invalid)) is Invalid
+    assert pickle.loads(pickle.dumps([Invalid, (Invalid,)]))[1][0] is Invalid
+
+
+def test_strong_dtype_makes_weak_dtypes_concrete() -> None:
+    from xgrad.dtype import strong_dtype
+
+    assert strong_dtype(dtypes.weakint) is dtypes.default_int
+    assert strong_dtype(dtypes.weakfloat) is dtypes.default_float
+    assert strong_dtype(dtypes.uint8) is dtypes.uint8
+    with Context(DEFAULT_FLOAT="half"):
+        assert strong_dtype(dtypes.weakfloat) is dtypes.float16
+
+
+def test_scalar_converters_match_numpy_and_ml_dtypes() -> None:
+    from xgrad.dtype import float_to_bf16, float_to_fp8, float_to_fp16, fp8_to_float
+
+    rng = np.random.default_rng(0)
+    xs = np.concatenate([rng.normal(0, 100, 200), [0.0, -0.0, 1e-8, 65504.0, 65520.0, 1e6, np.inf, -np.inf]])
+    with np.errstate(over="ignore"):
+        want16 = xs.astype(np.float16)
+    for x, w in zip(xs, want16, strict=True):
+        assert float_to_fp16(float(x)) == float(w)
+        # bfloat16 keeps float32's exponent: round the float32 bits to the top 16, ties to even
+        bits = np.array([x], dtype=np.float32).view(np.uint32)[0]
+        rounded = (int(bits) + 0x7FFF + ((int(bits) >> 16) & 1)) >> 16 << 16
+        assert float_to_bf16(float(np.float32(x))) == float(np.array([rounded], dtype=np.uint32).view(np.float32)[0])
+    assert np.isnan(float_to_bf16(float("nan"))) and np.isnan(float_to_fp16(float("nan")))
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    for d, ml in [(dtypes.fp8e4m3, ml_dtypes.float8_e4m3fn), (dtypes.fp8e5m2, ml_dtypes.float8_e5m2)]:
+        for b in range(256):
+            want = float(np.array([b], dtype=np.uint8).view(ml)[0])
+            got = fp8_to_float(b, d)
+            assert got == want or (np.isnan(got) and np.isnan(want))
+        for x in rng.normal(0, 10, 100):
+            assert float_to_fp8(float(x), d) == int(np.array([x], dtype=ml).view(np.uint8)[0])
+
+
+def test_truncate_indexes_like_tinygrads_table() -> None:
+    from xgrad.dtype import truncate
+
+    assert truncate[dtypes.int8](200) == -56 == truncate(dtypes.int8)(200)
+    assert truncate[dtypes.float16](1.0001) == 1.0
+
+
+def test_can_lossless_cast_matches_numpy_safe_casts_but_64_bit_ints_to_double() -> None:
+    from xgrad.dtype import can_lossless_cast, to_np_dtype
+
+    std = [d for d in dtypes.all if d.fmt is not None]
+    for a in std:
+        for b in std:
+            want = bool(np.can_cast(to_np_dtype(a), to_np_dtype(b), "safe"))
+            if a in (dtypes.int64, dtypes.uint64) and b == dtypes.float64:
+                want = False  # tinygrad's table: a double holds 53 bits
+            assert can_lossless_cast(a, b) == want, (a, b)
+    assert can_lossless_cast(dtypes.fp8e4m3, dtypes.half) and can_lossless_cast(dtypes.bfloat16, dtypes.float)
+    assert not can_lossless_cast(dtypes.half, dtypes.bfloat16) and not can_lossless_cast(dtypes.bfloat16, dtypes.half)
+    assert can_lossless_cast(dtypes.bool, dtypes.fp8e5m2)
+
+
+def test_str_of_a_dtype_is_tinygrads_spelling() -> None:
+    assert str(dtypes.float32) == "dtypes.float" and str(dtypes.float16) == "dtypes.half"
+    assert str(dtypes.float64) == "dtypes.double" and str(dtypes.int32) == "dtypes.int"
+    assert str(dtypes.uint8) == "dtypes.uchar" and str(dtypes.int64) == "dtypes.long"
+    assert str(dtypes.bfloat16) == "dtypes.bfloat16" and str(dtypes.bool) == "dtypes.bool"
+    assert repr(dtypes.float32) == "dtypes.float32"
+
+
+@pytest.mark.parametrize(
+    ("method", "dtype"),
+    [
+        ("short", dtypes.int16),
+        ("long", dtypes.int64),
+        ("int", dtypes.int32),
+        ("half", dtypes.float16),
+        ("float", dtypes.float32),
+        ("double", dtypes.float64),
+        ("bfloat16", dtypes.bfloat16),
+        ("bool", dtypes.bool),
+    ],
+)
+def test_cast_shorthands(method: str, dtype: object) -> None:
+    x = np.array([-3.7, 0.0, 2.5, 1000.25], dtype=np.float32)
+    out = getattr(Tensor(x), method)()
+    assert out.dtype == dtype
+    if dtype != dtypes.bfloat16:
+        np.testing.assert_array_equal(out.numpy(), x.astype(out.numpy().dtype))
+
+
+def test_weak_float_promotion() -> None:
+    assert (Tensor([1, 2]) * 1.5).dtype == dtypes.default_float  # int tensor * Python float -> default float
+    assert (Tensor([1.0], dtype=dtypes.half) * 1.5).dtype == dtypes.half  # the float tensor's dtype wins
+    assert (Tensor([True]) + 1.5).dtype == dtypes.default_float
+    assert (Tensor([1], dtype=dtypes.uint8) + 300).dtype == dtypes.uint8  # Python ints are weak too
+    assert (Tensor([1], dtype=dtypes.int8) * 2.0).dtype == dtypes.default_float
+    with Context(DEFAULT_FLOAT="half"):
+        assert (Tensor([1, 2]) / 2).dtype == dtypes.half
+
+
+def test_default_float_and_int_are_assignable_dtype_values() -> None:
+    assert dtypes.default_float is dtypes.float32 and dtypes.default_int is dtypes.int32
+    assert np.dtype(dtypes.default_float.fmt) == np.float32  # how tinygrad code makes numpy arrays
+    try:
+        dtypes.default_float = dtypes.float16
+        dtypes.default_int = dtypes.int64
+        assert Tensor([1.5]).dtype == dtypes.float16 and Tensor([1]).dtype == dtypes.int64
+        assert (Tensor([1, 2]) * 0.5).dtype == dtypes.float16
+    finally:
+        dtypes.default_float = dtypes.float32
+        dtypes.default_int = dtypes.int32
+    assert Tensor([1.5]).dtype == dtypes.float32
+    from xgrad.errors import DTypeError
+
+    with pytest.raises(DTypeError, match="default_float must be a float dtype"):
+        dtypes.default_float = dtypes.int8

@@ -83,6 +83,12 @@ class DType(metaclass=_Interned):
             return f"dtypes.{self.name}"
         return f"dtypes.{self.name}.vec({self.count})"
 
+    def __str__(self) -> str:
+        """tinygrad's spelling, the C-style alias where there is one: `str(dtypes.float32) == "dtypes.float"`
+        (`repr` keeps the sized name, `dtypes.float32`)."""
+        name = _C_NAMES.get(self.name, self.name)
+        return f"dtypes.{name}" if self.count == 1 else f"dtypes.{name}.vec({self.count})"
+
     def _sort_key(self) -> tuple[int, int, str, int]:
         return (self.priority, self.itemsize, self.name, self.count)
 
@@ -190,7 +196,8 @@ def _finfo(d: DType) -> tuple[int, int]:
 
 
 def _default_float() -> DType:
-    """The dtype of Python floats in tensors, from the DEFAULT_FLOAT knob (names like "float32", "half", "HALF")."""
+    """The dtype of Python floats in tensors, from the DEFAULT_FLOAT knob (names like "float32", "half", "HALF"); read
+    and set as `dtypes.default_float`."""
     d = to_dtype(DEFAULT_FLOAT.value)
     if not _is_float(d):
         raise DTypeError(
@@ -212,11 +219,38 @@ def _fields() -> dict[str, DType]:
     return {**{d.name: d for d in dtypes.all}, **_ALIASES}
 
 
-class dtypes:  # noqa: N801 -- the public name is lowercase, like a module
-    """Namespace of every dtype, the dtype groups and the dtype predicates.
+class _DTypesNamespace(type):
+    """`dtypes.default_float` and `dtypes.default_int` read as DType values and assign like attributes, as in
+    tinygrad (`dtypes.default_float = dtypes.half`); both are views of the DEFAULT_FLOAT/DEFAULT_INT knobs, so
+    `Context(DEFAULT_FLOAT="half")` and the environment set the same thing."""
 
-    >>> dtypes.half, dtypes.is_float(dtypes.half), dtypes.int.max
-    (dtypes.float16, True, 2147483647)
+    @property
+    def default_float(cls) -> DType:
+        return _default_float()
+
+    @default_float.setter
+    def default_float(cls, d: DType) -> None:
+        if not isinstance(d, DType) or not _is_float(d) or d in dtypes.weaks:
+            raise DTypeError(f"dtypes.default_float must be a float dtype like dtypes.half, got {d!r}")
+        DEFAULT_FLOAT.value = d.name
+
+    @property
+    def default_int(cls) -> DType:
+        return _default_int()
+
+    @default_int.setter
+    def default_int(cls, d: DType) -> None:
+        if not isinstance(d, DType) or not _is_int(d) or d in (dtypes.weakint, dtypes.index):
+            raise DTypeError(f"dtypes.default_int must be an int dtype like dtypes.int64, got {d!r}")
+        DEFAULT_INT.value = d.name
+
+
+class dtypes(metaclass=_DTypesNamespace):  # noqa: N801 -- the public name is lowercase, like a module
+    """Namespace of every dtype, the dtype groups and the dtype predicates; `dtypes.default_float` and
+    `dtypes.default_int` are the current defaults (assignable).
+
+    >>> dtypes.half, dtypes.is_float(dtypes.half), dtypes.int.max, dtypes.default_float
+    (dtypes.float16, True, 2147483647, dtypes.float32)
     """
 
     void: Final = DType(-1, 0, "void", None)
@@ -270,8 +304,6 @@ class dtypes:  # noqa: N801 -- the public name is lowercase, like a module
     is_fp8 = staticmethod(_is_fp8)
     from_py = staticmethod(_from_py)
     finfo = staticmethod(_finfo)
-    default_float = staticmethod(_default_float)
-    default_int = staticmethod(_default_int)
     max = staticmethod(_dtype_max)
     min = staticmethod(_dtype_min)
     fields = staticmethod(_fields)
@@ -283,6 +315,14 @@ _UINT_SET: Final = frozenset(dtypes.uints)
 _ALIASES: Final[dict[str, DType]] = {
     k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and k != v.name and not k.startswith("_")
 }
+_C_NAMES: Final[dict[str, str]] = {v.name: k for k, v in _ALIASES.items() if k not in ("half", "float", "double")} | {
+    "float16": "half",
+    "float32": "float",
+    "float64": "double",
+}
+# every user-nameable dtype by name and alias (tinygrad's table; no void, index or weak dtypes)
+DTYPES_DICT: Final[dict[str, DType]] = {**{d.name: d for d in dtypes.all}, **_ALIASES}
+INVERSE_DTYPES_DICT: Final[dict[str, str]] = {d.name: _C_NAMES.get(d.name, d.name) for d in dtypes.all}
 
 # ---- promotion lattice (JAX style) ----
 # `a -> b` means b is the least dtype directly above a; least_upper_dtype is the least common upper bound.
@@ -351,6 +391,36 @@ def _concrete(d: DType) -> DType:
     if d == dtypes.weakfloat:
         return _default_float()
     return d
+
+
+def strong_dtype(d: DType) -> DType:
+    """The concrete dtype a weak one becomes (weakint -> default_int, weakfloat -> default_float); others as they are.
+
+    >>> strong_dtype(dtypes.weakfloat), strong_dtype(dtypes.weakint), strong_dtype(dtypes.half)
+    (dtypes.float32, dtypes.int32, dtypes.float16)
+    """
+    return _concrete(d.scalar()).vec(d.count)
+
+
+class InvalidType:
+    """The value of an element nothing has written (`Tensor.invalids`): one object, `Invalid`; `InvalidType()` and
+    unpickling both return it."""
+
+    _the: InvalidType | None = None
+
+    def __new__(cls) -> InvalidType:
+        if cls._the is None:
+            cls._the = super().__new__(cls)
+        return cls._the
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (InvalidType, ())
+
+    def __repr__(self) -> str:
+        return "Invalid"
+
+
+Invalid: Final = InvalidType()
 
 
 def least_upper_dtype(*ds: DType) -> DType:
@@ -695,15 +765,65 @@ def _format_round(f: _Format) -> Callable[[Any], Any]:
     return round_
 
 
-def truncate(d: DType) -> Callable[[Any], Any]:
-    """A function mapping a Python number to the nearest value `d` holds: two's complement wraparound for ints,
-    round-to-nearest-even for floats (fp8 saturates), bool(x) for bool. Used by constant folding.
+def float_to_fp16(x: float) -> float:
+    """`x` rounded to the nearest float16 value (ties to even; beyond the range, +-inf).
 
-    >>> truncate(dtypes.int8)(200), truncate(dtypes.uint8)(-1), truncate(dtypes.bool)(2)
+    >>> float_to_fp16(1.0001), float_to_fp16(70000.0)
+    (1.0, inf)
+    """
+    return float(_struct_round("e")(x))
+
+
+def float_to_bf16(x: float) -> float:
+    """`x` rounded to the nearest bfloat16 value (ties to even; beyond the range, +-inf; NaN stays NaN).
+
+    >>> float_to_bf16(1.00390625), float_to_bf16(3.0078125)
+    (1.0, 3.0)
+    """
+    return float(_format_round(_FORMATS["bfloat16"])(x))
+
+
+def float_to_fp8(x: float, dtype: DType) -> int:
+    """The fp8 bit pattern (0..255) of `x` in fp8 `dtype`, rounded to nearest even and saturating at the format's
+    largest finite value (see `float_to_fp8_bits`).
+
+    >>> float_to_fp8(1.0, dtypes.fp8e4m3), float_to_fp8(-1000.0, dtypes.fp8e4m3)
+    (56, 254)
+    """
+    return int(float_to_fp8_bits([float(x)], dtype)[0])
+
+
+def fp8_to_float(x: int, dtype: DType) -> float:
+    """The value of fp8 bit pattern `x` (0..255) in fp8 `dtype`.
+
+    >>> fp8_to_float(56, dtypes.fp8e4m3), fp8_to_float(0x7E, dtypes.fp8e4m3)
+    (1.0, 448.0)
+    """
+    return float(_decode([int(x)], _fp8_format(dtype))[0])
+
+
+class _Truncate:
+    """`truncate(d)` or, as in tinygrad, `truncate[d]`: a function mapping a Python number to the nearest value `d`
+    holds: two's complement wraparound for ints, round-to-nearest-even for floats (fp8 saturates), bool(x) for bool.
+    Used by constant folding.
+
+    >>> truncate(dtypes.int8)(200), truncate(dtypes.uint8)(-1), truncate[dtypes.bool](2)
     (-56, 255, True)
     >>> truncate(dtypes.float16)(1.0001), truncate(dtypes.fp8e4m3)(1000.0)
     (1.0, 448.0)
     """
+
+    def __call__(self, d: DType) -> Callable[[Any], Any]:
+        return _truncate(d)
+
+    def __getitem__(self, d: DType) -> Callable[[Any], Any]:
+        return _truncate(d)
+
+
+truncate: Final = _Truncate()
+
+
+def _truncate(d: DType) -> Callable[[Any], Any]:
     s = d.scalar()
     if s == dtypes.bool:
         return bool

@@ -480,6 +480,34 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         [False, True]"""
         return self.cast(dtypes.bool)
 
+    def double(self) -> Tensor:
+        """Cast to float64.
+
+        >>> Tensor([1, 2]).double().dtype == dtypes.float64
+        True"""
+        return self.cast(dtypes.float64)
+
+    def bfloat16(self) -> Tensor:
+        """Cast to bfloat16 (round to nearest even).
+
+        >>> Tensor([1.00390625]).bfloat16().float().tolist()
+        [1.0]"""
+        return self.cast(dtypes.bfloat16)
+
+    def long(self) -> Tensor:
+        """Cast to int64 (floats round toward zero).
+
+        >>> Tensor([2.9]).long().tolist(), Tensor([2.9]).long().dtype == dtypes.int64
+        ([2], True)"""
+        return self.cast(dtypes.int64)
+
+    def short(self) -> Tensor:
+        """Cast to int16 (ints wrap around).
+
+        >>> Tensor([40000]).short().tolist()
+        [-25536]"""
+        return self.cast(dtypes.int16)
+
 
 def _is_plain_buffer(u: UOp) -> bool:
     x = u

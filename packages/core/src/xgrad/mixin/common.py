@@ -39,7 +39,7 @@ def scalar_dtype(x: Scalar) -> DType:
     """The dtype of a tensor made from a Python scalar alone."""
     if isinstance(x, bool):
         return dtypes.bool
-    return dtypes.default_int() if isinstance(x, int) else dtypes.default_float()
+    return dtypes.default_int if isinstance(x, int) else dtypes.default_float
 
 
 def with_requires_grad(t: Tensor, requires_grad: bool | None) -> Tensor:

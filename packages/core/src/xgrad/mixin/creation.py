@@ -47,7 +47,7 @@ class CreationMixin(ReduceMixin):
         from xgrad.engine.schedule import new_buffer_uop
 
         sh = _shape_arg(*shape)
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float()
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if is_symbolic(sh):  # memory for the largest value; the tensor is a view of its first numel elements
             from xgrad.engine.schedule import buffer_view
 
@@ -141,7 +141,7 @@ class CreationMixin(ReduceMixin):
             raise ShapeError("arange with a symbolic start or stop needs int start, stop and step")
         if isinstance(start, UOp) and step != 1:
             raise ShapeError("arange with a symbolic start needs step 1; scale the result instead")
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_int()
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_int
         dev = (UOp(Ops.DEVICE, arg=canonical_device(device)),)
         if isinstance(start, UOp):  # element i of the shrunk count is start + i
             _shape_arg(ssimplify(stop - start))
@@ -161,7 +161,7 @@ class CreationMixin(ReduceMixin):
         >>> Tensor._sint_tensor(Variable("n", 1, 9).bind(4) * 2, dtype="float32").item()
         8.0
         """
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_int()
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_int
         if not isinstance(s, UOp):
             return cls.full((), int(s), device=device, dtype=dt)
         return cls.arange(s, s + 1, device=device, dtype=dtypes.int32).reshape(()).cast(dt)
@@ -184,7 +184,7 @@ class CreationMixin(ReduceMixin):
         >>> Tensor.linspace(0, 1, 5).tolist()
         [0.0, 0.25, 0.5, 0.75, 1.0]
         """
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float()
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if dt == dtypes.bool:
             raise DTypeError("linspace does not support dtype bool; use a numeric dtype")
         if steps < 0:
@@ -215,7 +215,7 @@ class CreationMixin(ReduceMixin):
         cols = n if m is None else m
         if n < 0 or cols < 0:
             raise ShapeError(f"eye needs sizes >= 0, got n={n}, m={cols}")
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float()
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         rows = cls.arange(n, device=device, dtype=dtypes.int32).reshape(n, 1)
         diagonal = rows == cls.arange(cols, device=device, dtype=dtypes.int32).reshape(1, cols)
         return with_requires_grad(diagonal.cast(dt), requires_grad)

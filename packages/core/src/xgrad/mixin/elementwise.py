@@ -527,13 +527,7 @@ class ElementwiseMixin(MovementMixin):
             yt, xt = y._broadcasted(x)
         else:
             dt = least_upper_dtype(weak_dtype(x), weak_dtype(y))
-            dt = (
-                dtypes.default_float()
-                if dt == dtypes.weakfloat
-                else dtypes.default_int()
-                if dt == dtypes.weakint
-                else dt
-            )
+            dt = dtypes.default_float if dt == dtypes.weakfloat else dtypes.default_int if dt == dtypes.weakint else dt
             xt, yt = cond._const(x, dt), cond._const(y, dt)
         shape = broadcast_shape(broadcast_shape(cond.shape, xt.shape), yt.shape)
         cond, xt, yt = cond._broadcast_to(shape), xt._broadcast_to(shape), yt._broadcast_to(shape)

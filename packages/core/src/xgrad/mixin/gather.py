@@ -168,7 +168,7 @@ class GatherMixin(RandomMixin):
         [[0, 0], [1, 1]]
         """
         flat = (self != 0).flatten() if self.dtype != dtypes.bool else self.flatten()
-        n, dt = flat.shape[0], dtypes.default_int()
+        n, dt = flat.shape[0], dtypes.default_int
         if n == 0 or self.ndim == 0:
             table = self._scalar(0, dt).reshape(1, 1).expand(n, self.ndim)
         else:
@@ -219,4 +219,4 @@ class GatherMixin(RandomMixin):
             num_classes = int(self.max().item()) + 1 if self.numel() else 0
         if num_classes < 0:
             raise IndexingError(f"one_hot num_classes must be -1 or non-negative, got {num_classes}")
-        return self._one_hot_mask(num_classes).cast(dtypes.default_int())
+        return self._one_hot_mask(num_classes).cast(dtypes.default_int)

@@ -155,7 +155,7 @@ class IndexingMixin(GatherMixin):
                 if arr.dtype == object:
                     raise IndexingError(f"index list {it!r} is ragged or mixes kinds; use equal-length lists of ints")
                 if arr.size == 0 or (isinstance(it, (list, tuple)) and arr.dtype.kind in "iu"):
-                    arr = arr.astype(to_np_dtype(dtypes.default_int()))  # Python ints index in the default int
+                    arr = arr.astype(to_np_dtype(dtypes.default_int))  # Python ints index in the default int
                 items.append(tensor_cls(arr, device=self.device))
             elif isinstance(it, tensor_cls):
                 if it.dtype != dtypes.bool and not dtypes.is_int(it.dtype):

@@ -136,7 +136,7 @@ def _shape_of(shape: tuple[Any, ...]) -> tuple[int, ...]:
 
 
 def _float_dtype(dtype: DType | str | None, what: str) -> DType:
-    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float()
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(dt):
         raise DTypeError(f"{what} makes floating-point tensors, not {dt.name}; use randint for integers")
     return dt
@@ -436,7 +436,7 @@ class RandomMixin(CreationMixin):
         """
         if not isinstance(low, int) or not isinstance(high, int) or isinstance(low, bool) or isinstance(high, bool):
             raise DTypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_int()
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_int
         if not dtypes.is_int(dt):
             raise DTypeError(f"randint makes integers, not {dt.name}; use rand or uniform for floats")
         if low >= high:
@@ -477,7 +477,7 @@ class RandomMixin(CreationMixin):
         # TODO: rank with argsort of the keys once Tensor.argsort exists (O(n log^2 n) bitonic network)
         if n < 0:
             raise ShapeError(f"randperm needs n >= 0, got {n}")
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_int()
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_int
         dev = canonical_device(device)
         tc = cls._tensor_cls()
         if n == 0:
@@ -528,7 +528,7 @@ class RandomMixin(CreationMixin):
         out = picks[0]
         for i, pick in enumerate(picks[1:], start=1):  # stack the draws along axis 1
             out = out.pad(((0, 0), (0, 1))) + pick.pad(((0, 0), (i, 0)))
-        return (out.reshape(num_samples) if self.ndim == 1 else out).cast(dtypes.default_int())
+        return (out.reshape(num_samples) if self.ndim == 1 else out).cast(dtypes.default_int)
 
     def dropout(self, p: float = 0.5) -> Tensor:
         """In training (`Context(TRAINING=1)`), zero each element with probability `p` and scale the rest by

@@ -43,7 +43,7 @@ class SortMixin(ConvMixin):
         >>> values.tolist(), indices.tolist()
         ([1, 1, 2, 3], [1, 3, 2, 0])
         """
-        index_dtype = dtypes.default_int()
+        index_dtype = dtypes.default_int
         if self.ndim == 0:
             return self._t(), self._tensor_cls().zeros((), device=self.device, dtype=index_dtype)
         axis = self._axis(dim)

@@ -34,7 +34,7 @@ def _filled(shape: int | tuple[int, ...], value: float, dtype: DType | None = No
     their running statistics or weights.)"""
     from xgrad.tensor import Tensor
 
-    dt = dtype or dtypes.default_float()
+    dt = dtype or dtypes.default_float
     return Tensor(np.full(shape, value, dtype=np.float32 if dtypes.is_float(dt) else np.int32), dtype=dt)
 
 
