@@ -306,3 +306,31 @@ def test_default_float_and_int_are_assignable_dtype_values() -> None:
 
     with pytest.raises(DTypeError, match="default_float must be a float dtype"):
         dtypes.default_float = dtypes.int8
+
+
+# ---- errors: xgrad's typed errors are also the builtin types tinygrad raises ----
+def test_errors_derive_from_tinygrads_builtin_types() -> None:
+    from xgrad.errors import CompileError, DeviceError, DTypeError, IndexingError, JitError, ShapeError, XgradError
+    from xgrad.nn.optim import OptimizerError
+
+    for cls in (DeviceError, CompileError, JitError, OptimizerError):
+        assert issubclass(cls, RuntimeError) and issubclass(cls, XgradError)
+    assert issubclass(ShapeError, ValueError) and issubclass(DTypeError, TypeError)
+    assert issubclass(IndexingError, IndexError)
+
+
+def test_bool_and_len_of_a_tensor_raise_type_error() -> None:
+    with pytest.raises(TypeError, match="truth value"):
+        bool(Tensor([1, 2]))
+    with pytest.raises(TypeError, match="0-d"):
+        len(Tensor(3.0))
+
+
+def test_unavailable_device_raises_runtime_error() -> None:
+    with pytest.raises(RuntimeError):
+        Device["NO_SUCH_DEVICE_XYZ"]
+
+
+def test_reshape_mismatch_raises_value_error() -> None:
+    with pytest.raises(ValueError):
+        Tensor.ones(2, 3).reshape(4, 2)

@@ -1,5 +1,7 @@
 """The one error hierarchy of xgrad: every user-facing failure is an `XgradError` that says what went wrong and how
-to fix it."""
+to fix it. Where tinygrad raises a builtin type for the same failure, the xgrad error also derives from it, so
+tinygrad code's `except RuntimeError:` (devices, compiling, the JIT, optimizers), `except ValueError:` (shapes),
+`except TypeError:` (dtypes, a tensor's truth value) and `except IndexError:` keep working."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ class XgradError(Exception):
     """Base of every error xgrad raises on purpose."""
 
 
-class DeviceError(XgradError):
+class DeviceError(XgradError, RuntimeError):
     """A device name is unknown, unavailable, or failed to open."""
 
 
@@ -16,7 +18,7 @@ class PluginError(XgradError):
     """A backend plugin failed to load, raised in a hook, or targets another plugin API version."""
 
 
-class CompileError(XgradError):
+class CompileError(XgradError, RuntimeError):
     """A generated kernel failed to compile; carries the source and the compiler's log."""
 
     def __init__(self, message: str, source: str = "", log: str = "") -> None:
@@ -39,8 +41,12 @@ class IndexingError(XgradError, IndexError):
     """An index is out of range or of an unsupported kind."""
 
 
-class JitError(XgradError):
+class JitError(XgradError, RuntimeError):
     """A TinyJit call does not match what was captured, or cannot be captured."""
+
+
+class TensorUsageError(XgradError, TypeError):
+    """A tensor was used where Python needs a plain value it does not have: `len()` of a 0-d tensor, `bool(t)`."""
 
 
 class KnobError(XgradError, ValueError):

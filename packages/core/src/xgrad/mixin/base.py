@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from xgrad.dtype import DType, dtypes
-from xgrad.errors import IndexingError, ShapeError, XgradError
+from xgrad.errors import IndexingError, ShapeError, TensorUsageError
 from xgrad.mixin.common import Scalar
 from xgrad.uop.ops import UOp
 from xgrad.uop.symshape import sym_prod
@@ -116,11 +116,11 @@ class TensorBase:
 
     def __len__(self) -> int:
         if not self.shape:
-            raise XgradError("len() of a 0-d tensor")
+            raise TensorUsageError("len() of a 0-d tensor; use .shape or .numel()")
         return self.shape[0]
 
     def __bool__(self) -> bool:
-        raise XgradError("the truth value of a Tensor is ambiguous; use .item() or .any()/.all()")
+        raise TensorUsageError("the truth value of a Tensor is ambiguous; use .item() or .any()/.all()")
 
     def __repr__(self) -> str:
         return f"<Tensor {self.device} {self.shape} {self.dtype.name}>"

@@ -37,7 +37,7 @@ from xgrad.tensor import Tensor
 from xgrad.uop.ops import Ops
 
 
-class OptimizerError(XgradError):
+class OptimizerError(XgradError, RuntimeError):
     """An optimizer was built or stepped wrongly (no parameters, missing grads, outside training mode)."""
 
 
