@@ -103,11 +103,16 @@ def _bound_vars(args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tens
         raise JitError(f"TinyJit arguments: {e}") from None
 
 
+def _lazy(u: UOp) -> bool:
+    """An input still to be computed (a realize gives it a buffer); a constant stays one (see `_spec_of`)."""
+    return u.op is Ops.ASSIGN or (u.base.op is not Ops.BUFFER and u.base.op is not Ops.CONST)
+
+
 def _spec_of(t: Tensor, index: int) -> InputSpec:
     if t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN:
         raise JitError(
-            f"TinyJit input {index} is not a realized buffer (it is a lazy {t.uop.op.name}); "
-            "call .realize() on it before passing it in (or .contiguous().realize() for a constant)"
+            f"TinyJit input {index} is not a buffer (it is a {t.uop.base.op.name}); "
+            "pass .contiguous().realize() of a constant, or a .clone()"
         )
     u = unbind_graph([t.uop])[0][0]  # symbolic views compare without their values
     placeholder = UOp(Ops.BUFFER, t.dtype, u.base.src, (-1, u.base.arg[1]))
@@ -160,6 +165,8 @@ class TinyJit(Generic[R]):
         inputs = _input_tensors(args, kwargs)
         if len({id(t) for t in inputs}) != len(inputs):
             raise JitError("the same Tensor is passed to a TinyJit twice; pass it once (or pass a .clone())")
+        if self.calls and (lazy := [t for t in inputs if _lazy(t.uop)]):
+            lazy[0].realize(*lazy[1:])  # as tinygrad: an unrealized input is computed first, outside the capture
         if self.calls == 0:
             self.calls = 1
             return self._realized(self.fxn(*args, **kwargs))
