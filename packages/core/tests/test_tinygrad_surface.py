@@ -347,3 +347,23 @@ def test_jit_realizes_lazy_inputs() -> None:
         out = f(Tensor(x) + 0, (Tensor(y) * 2).exp())  # lazy inputs, as tinygrad code passes them
         np.testing.assert_allclose(out.numpy(), x * np.exp(y * 2) + 1, rtol=1e-5)
     assert f.calls == 2  # captured, and replayed
+
+
+# ---- random ----
+def test_uniform_with_an_int_dtype_covers_low_to_high() -> None:
+    t = Tensor.uniform(4000, low=-5, high=5, dtype=dtypes.int32)
+    assert t.dtype == dtypes.int32
+    values, counts = np.unique(t.numpy(), return_counts=True)
+    assert values.tolist() == list(range(-5, 5)) and counts.min() > 250  # every value, about equally often
+
+
+def test_randint_argument_rules_raise_type_error() -> None:
+    with pytest.raises(TypeError):
+        Tensor.randint(3, low=0.5, high=3)
+    with pytest.raises(TypeError):
+        Tensor.randint(3, high=3, dtype=dtypes.float32)
+
+
+def test_multinomial_of_one_weight() -> None:
+    assert Tensor([2.0]).multinomial(3, replacement=True).tolist() == [0, 0, 0]
+    assert Tensor([[0.5]]).multinomial(1).tolist() == [[0]]

@@ -363,12 +363,18 @@ class RandomMixin(CreationMixin):
         requires_grad: bool | None = None,
         **kwargs: Any,
     ) -> Tensor:
-        """Uniform random floats in [low, high).
+        """Uniform random floats in [low, high). An int `dtype` gives `low` plus the offset rounded down, as tinygrad's
+        (ints in [low, high) for int bounds).
 
         >>> x = Tensor.uniform(100, low=-2.0, high=-1.0)
         >>> bool(((x >= -2.0) & (x < -1.0)).all().item())
         True
+        >>> sorted(set(Tensor.uniform(200, low=-2, high=2, dtype=dtypes.int32).tolist()))
+        [-2, -1, 0, 1]
         """
+        if dtype is not None and dtypes.is_int(dt := to_dtype(dtype)):
+            offset = (cls.rand(*shape, **kwargs) * (high - low)).cast(dt)  # >= 0: the cast rounds it down
+            return with_requires_grad(offset + low, requires_grad)
         dt = _float_dtype(dtype, "uniform")
         return with_requires_grad((cls.rand(*shape, dtype=dt, **kwargs) * (high - low) + low).cast(dt), requires_grad)
 
