@@ -209,9 +209,8 @@ class LLM:
         ctx = max_context if max_context is not None else min(trained, DEFAULT_CONTEXT)
         if ctx < 1:
             raise GenerationError(f"max_context must be >= 1, got {ctx}")
-        model = Transformer(f, cache_len=ctx + chunk - 1, quantized=quantized, device=device or Device.DEFAULT)
-        if progress is not None:
-            progress("loaded", 1, 1)
+        dev = device or Device.DEFAULT
+        model = Transformer(f, cache_len=ctx + chunk - 1, quantized=quantized, device=dev, progress=progress)
         return cls(f, model, Runner(model, ctx, chunk))
 
     # ---- text ----

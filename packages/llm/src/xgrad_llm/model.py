@@ -214,7 +214,8 @@ class Transformer:
 
     `quantized=False` (default) dequantises every weight once into float32 on `device` at load; `quantized=True`
     keeps each matrix's GGUF blocks in memory and dequantises them inside the kernels that use them (less memory;
-    speed depends on the quant type). `cache_len` is how many positions the KV cache holds.
+    speed depends on the quant type). `cache_len` is how many positions the KV cache holds. `progress(what, done,
+    total)` is called as layers load.
 
     `forward(h, start_pos, last)` takes embeddings h (B, T, dim) from `embed`/`embed_token`, writes their keys and
     values at positions [start_pos, start_pos + T) and returns the logits (B, vocab) of position `last` of the T
@@ -222,7 +223,13 @@ class Transformer:
     """
 
     def __init__(
-        self, f: GGUFFile, cache_len: int, quantized: bool = False, device: str = "CPU", batch: int = 1
+        self,
+        f: GGUFFile,
+        cache_len: int,
+        quantized: bool = False,
+        device: str = "CPU",
+        batch: int = 1,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> None:
         embd = f.tensors.get("token_embd.weight")
         if embd is None:
@@ -241,7 +248,11 @@ class Transformer:
             self.tok_embd = self._matrix("token_embd.weight")
         self.output = self._matrix("output.weight") if "output.weight" in f.tensors else self._tied_output()
         self.output_norm = self._vector("output_norm.weight")
-        self.layers: list[dict[str, Tensor]] = [self._layer(i) for i in range(cfg.n_layers)]
+        self.layers: list[dict[str, Tensor]] = []
+        for i in range(cfg.n_layers):
+            self.layers.append(self._layer(i))
+            if progress is not None:
+                progress("layers", i + 1, cfg.n_layers)
         factors = f.tensor("rope_freqs.weight", "CPU").numpy() if "rope_freqs.weight" in f.tensors else None
         self.rope_global = rope_tables(cfg, cfg.rope_theta, cfg.rope_scale, cache_len, factors)
         self.rope_local = rope_tables(cfg, cfg.rope_local_theta, 1.0, cache_len, None)
