@@ -367,3 +367,23 @@ def test_randint_argument_rules_raise_type_error() -> None:
 def test_multinomial_of_one_weight() -> None:
     assert Tensor([2.0]).multinomial(3, replacement=True).tolist() == [0, 0, 0]
     assert Tensor([[0.5]]).multinomial(1).tolist() == [[0]]
+
+
+# ---- indexing ----
+def test_index_lists_mixing_slices_and_int_lists_like_numpy() -> None:
+    a = np.arange(20).reshape(4, 5)
+    t = Tensor(a)
+    np.testing.assert_array_equal(t[:, [1, 3]].numpy(), a[:, [1, 3]])
+    np.testing.assert_array_equal(t[[slice(None), [0, 3, 4]]].numpy(), a[(slice(None), [0, 3, 4])])
+    np.testing.assert_array_equal(t[[1, slice(1, 4)]].numpy(), a[1, 1:4])
+    np.testing.assert_array_equal(t[[0, 2]].numpy(), a[[0, 2]])  # a list of ints stays an advanced index
+
+
+def test_index_errors_are_tinygrads_types() -> None:
+    t = Tensor.ones(4, 5)
+    with pytest.raises(ValueError, match="step cannot be zero"):
+        t[::0]
+    with pytest.raises(IndexError):
+        t[1.5]
+    with pytest.raises(IndexError):
+        t["a"]

@@ -77,6 +77,8 @@ class IndexingMixin(GatherMixin):
         >>> t[[1, 0], [2, 2]].tolist(), t[t > 4].tolist()
         ([6, 3], [5, 6])
         """
+        if type(indices) is list and any(i is None or i is Ellipsis or isinstance(i, slice) for i in indices):
+            indices = tuple(indices)  # numpy's older rule, kept by tinygrad: a list holding a slice is a tuple
         if (view := self._symbolic_index(indices)) is not None:  # a bound Variable in an index: t[:, :start_pos]
             return view
         if (mask := self._large_leading_mask(indices)) is not None:  # x[mask]: compact the rows directly
@@ -334,13 +336,17 @@ def _dims_consumed(it: Any, tensor_cls: type[Tensor]) -> int:
     return 1
 
 
+class SliceStepError(IndexingError, ValueError):
+    """A slice with step 0 (a ValueError too, as Python's and tinygrad's)."""
+
+
 def _slice_plan(s: slice, n: int) -> tuple[int, int, int]:
     """(start, count, step) of a Python slice over n elements."""
     for part in (s.start, s.stop, s.step):
         if part is not None and not isinstance(part, (int, np.integer)):
             raise IndexingError(f"slice {s} must hold ints or None")
     if s.step == 0:
-        raise IndexingError("slice step cannot be zero")
+        raise SliceStepError("slice step cannot be zero; use a positive or negative step")
     start, stop, step = s.indices(n)
     return start, len(range(start, stop, step)), step
 
