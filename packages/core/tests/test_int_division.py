@@ -70,12 +70,16 @@ def test_int_division_by_tensor_with_zeros_and_minus_one(xgrad_device: str, dtyp
 
 @pytest.mark.parametrize("op", list(OPS))
 @pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint32], ids=str)
-@pytest.mark.parametrize("divisor", [0, -1, 3])
-def test_int_division_by_constant(xgrad_device: str, dtype: DType, op: str, divisor: int) -> None:
-    """A Python number as the divisor: constant folding and the kernels' plain division agree with the tensor case."""
+@pytest.mark.parametrize("divisor", [0, -1, 3, "min"])
+def test_int_division_by_constant(xgrad_device: str, dtype: DType, op: str, divisor: int | str) -> None:
+    """A Python number as the divisor: constant folding and the kernels' plain division agree with the tensor case.
+    The dtype's minimum as divisor: the simplifier's x // -c -> -(x // c) must not apply (-MIN wraps to MIN)."""
     skip_unsupported(xgrad_device, dtype)
-    if divisor < 0 and dtypes.is_unsigned(dtype):
-        pytest.skip("a negative divisor does not fit an unsigned dtype")
+    if divisor == "min":
+        divisor = int(np.iinfo(_np(dtype)).min)
+    assert isinstance(divisor, int)
+    if divisor <= 0 and dtypes.is_unsigned(dtype):
+        pytest.skip("a negative divisor does not fit an unsigned dtype (its minimum is 0: see the zero divisor)")
     a, _ = _operands(dtype)
     b = np.full_like(a, divisor)
     out = OPS[op](Tensor(a, device=xgrad_device, dtype=dtype), divisor)

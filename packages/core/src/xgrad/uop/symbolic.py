@@ -347,7 +347,8 @@ def fold_idiv(x: UOp, c: UOp) -> UOp | None:
         return None
     d: int = c.arg
     if d < 0:
-        return (x // -d) * -1
+        # x // MIN stays: -MIN does not fit the dtype (it wraps back to MIN, and the rule would undo itself)
+        return (x // -d) * -1 if -d <= dtypes.max(x.dtype) else None
     if (inner := _divmod_pair(x, Ops.IDIV)) is not None:
         return inner[0] // (inner[1] * d)
     terms, const = _terms(x)
@@ -368,7 +369,7 @@ def fold_mod(x: UOp, c: UOp) -> UOp | None:
         return None
     d: int = c.arg
     if d < 0:
-        return x % -d
+        return x % -d if -d <= dtypes.max(x.dtype) else None
     if (inner := _divmod_pair(x, Ops.MOD)) is not None and inner[1] % d == 0:
         return inner[0] % d
     lo, hi = x.vmin, x.vmax
