@@ -387,3 +387,27 @@ def test_index_errors_are_tinygrads_types() -> None:
         t[1.5]
     with pytest.raises(IndexError):
         t["a"]
+
+
+# ---- nn ----
+@pytest.mark.parametrize(("kernel", "dilation"), [(3, 1), (4, 1), (3, 2), ((2, 5), 1)])
+def test_conv2d_padding_same_and_valid_like_torch(kernel: int | tuple[int, int], dilation: int) -> None:
+    torch = pytest.importorskip("torch")
+    kh, kw = kernel if isinstance(kernel, tuple) else (kernel, kernel)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 2, 7, 8)).astype(np.float32)
+    w = rng.standard_normal((3, 2, kh, kw)).astype(np.float32)
+    for padding in ("same", "valid"):
+        want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=padding, dilation=dilation)
+        got = Tensor(x).conv2d(Tensor(w), padding=padding, dilation=dilation)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_padding_strings_errors() -> None:
+    x, w = Tensor.ones(1, 2, 7, 7), Tensor.ones(3, 2, 3, 3)
+    with pytest.raises(RuntimeError, match="stride 1"):
+        x.conv2d(w, padding="same", stride=2)
+    with pytest.raises(RuntimeError, match="not a padding string"):
+        x.conv2d(w, padding="bogus")
+    with pytest.raises(ValueError):
+        x.conv2d(w, padding="bogus")

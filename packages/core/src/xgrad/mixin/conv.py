@@ -76,6 +76,23 @@ def _resolve_padding(padding: int | Sequence[int], n: int) -> list[tuple[int, in
     raise ShapeError(f"padding {tuple(pads)} must be an int, {n} ints or {2 * n} ints for {n} spatial dimensions")
 
 
+class ConvPaddingError(ShapeError, RuntimeError):
+    """A padding string conv2d does not take (a RuntimeError too, as torch's, and a ValueError as every ShapeError)."""
+
+
+def _string_padding(padding: str, k: tuple[int, ...], s: tuple[int, ...], d: tuple[int, ...]) -> list[tuple[int, int]]:
+    """torch's padding strings: "valid" pads nothing; "same" keeps the spatial sizes (stride 1 only), with the odd
+    element of an even total after."""
+    if padding == "valid":
+        return [(0, 0)] * len(k)
+    if padding != "same":
+        raise ConvPaddingError(f"padding {padding!r} is not a padding string; use 'same', 'valid' or ints")
+    if any(x != 1 for x in s):
+        raise ConvPaddingError(f"padding='same' needs stride 1, got stride {s}; give the padding as ints")
+    totals = [di * (ki - 1) for ki, di in zip(k, d, strict=True)]
+    return [(t // 2, t - t // 2) for t in totals]
+
+
 def _tuple(x: IntOrTuple, n: int, what: str) -> tuple[int, ...]:
     t = make_tuple(x, n)
     if len(t) != n:
@@ -131,12 +148,12 @@ class ConvMixin(LinalgMixin):
         groups: int = 1,
         stride: IntOrTuple = 1,
         dilation: IntOrTuple = 1,
-        padding: IntOrTuple = 0,
+        padding: IntOrTuple | str = 0,
         dtype: DType | str | None = None,
     ) -> Tensor:
         """Cross-correlation of (N, C_in, *spatial) with weight (C_out, C_in / groups, *kernel), any number of spatial
-        dims. `padding`: int, one int per dim, or 2 per dim in torch F.pad order (last dim first). `dtype` is the
-        accumulation dtype.
+        dims. `padding`: int, one int per dim, 2 per dim in torch F.pad order (last dim first), or "same"/"valid" (as
+        torch's). `dtype` is the accumulation dtype.
 
         >>> Tensor([[[1.0, 2.0, 3.0, 4.0]]]).conv2d(Tensor([[[1.0, -1.0]]])).tolist()
         [[[-1.0, -1.0, -1.0]]]
@@ -152,7 +169,7 @@ class ConvMixin(LinalgMixin):
                 f"{cin} = weight.shape[1] * groups and C_out = {cout} divisible by groups"
             )
         k, s, d = _kernel_stride_dilation(weight, stride, dilation, n)
-        pads = _resolve_padding(padding, n)
+        pads = _string_padding(padding, k, s, d) if isinstance(padding, str) else _resolve_padding(padding, n)
         x = self.pad(((0, 0), (0, 0), *pads)) if any(p != (0, 0) for p in pads) else self._t()
         windows = _pool(x, k, s, d)  # (N, C_in, *o, *k)
         o = windows.shape[2 : 2 + n]
