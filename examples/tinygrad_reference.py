@@ -7,7 +7,7 @@ steps with `nn.optim.Adam` inside a `TinyJit` step under `Tensor.train()`, its w
 
 The only lines changed from the tinygrad original are the two import lines marked `# was: ...`:
 
-    from tinygrad import Tensor, nn, TinyJit, dtypes, Device
+    from tinygrad import Tensor, nn, TinyJit, dtypes, Device, GlobalCounters
     from tinygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 
 Run: python examples/tinygrad_reference.py [--steps 12] [--batch 32]
@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from xgrad import Device, Tensor, TinyJit, dtypes, nn  # was: from tinygrad import ...
+from xgrad import Device, GlobalCounters, Tensor, TinyJit, dtypes, nn  # was: from tinygrad import ...
 from xgrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save  # was: tinygrad...
 
 
@@ -85,7 +85,7 @@ def get_data(n: int = 512, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         patterns = rng.standard_normal((10, 8, 8)).astype(np.float32)
         y = rng.integers(0, 10, n).astype(np.int32)
         x = patterns[y] + 0.5 * rng.standard_normal((n, 8, 8)).astype(np.float32)
-    x = (x - x.mean()) / x.std()
+    x = ((x - x.mean()) / x.std()).astype(np.dtype(dtypes.default_float.fmt))
     return x.reshape(-1, 1, 8, 8), y
 
 
@@ -106,7 +106,7 @@ def train(model: Model, steps: int = 12, batch: int = 32, lr: float = 3e-3, seed
     losses = []
     for _ in range(steps):
         idx = rng.integers(0, len(xs), batch)
-        x, y = Tensor(xs[idx]).realize(), Tensor(ys[idx], dtype=dtypes.int32).realize()
+        x, y = Tensor(xs[idx]), Tensor(ys[idx]).cast(dtypes.int32)  # lazy inputs: the JIT realizes them
         losses.append(train_step(x, y).item())
     return losses
 
@@ -131,12 +131,21 @@ def main(steps: int = 12, batch: int = 32, seed: int = 0, verbose: bool = True) 
         model2 = Model()
         load_state_dict(model2, safe_load(fn))
         x_eval, y_eval = get_data(64, seed=seed + 1)
+        GlobalCounters.reset()
         logits = evaluate(model, x_eval)
+        eval_kernels = GlobalCounters.kernel_count
         logits2 = evaluate(model2, x_eval)
     if verbose:
-        print(f"reloaded model matches: {np.array_equal(logits, logits2)}")
+        print(f"reloaded model matches: {np.array_equal(logits, logits2)}; eval ran {eval_kernels} kernels")
         print(f"eval accuracy on 64 images: {(logits.argmax(-1) == y_eval).mean() * 100:.1f}%")
-    return {"model": model, "losses": losses, "x_eval": x_eval, "logits": logits, "logits_reloaded": logits2}
+    return {
+        "model": model,
+        "losses": losses,
+        "x_eval": x_eval,
+        "logits": logits,
+        "logits_reloaded": logits2,
+        "eval_kernels": eval_kernels,
+    }
 
 
 if __name__ == "__main__":

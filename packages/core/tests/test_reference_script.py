@@ -63,6 +63,10 @@ def test_reference_script_reloaded_weights_give_identical_logits(run: dict[str, 
     np.testing.assert_array_equal(run["logits"], run["logits_reloaded"])
 
 
+def test_reference_script_counts_its_eval_kernels(run: dict[str, Any]) -> None:
+    assert run["eval_kernels"] >= 1  # GlobalCounters.reset() then kernel_count, as tinygrad scripts read it
+
+
 def test_reference_script_forward_matches_torch_with_same_weights(run: dict[str, Any]) -> None:
     from xgrad.nn.state import get_state_dict
 
