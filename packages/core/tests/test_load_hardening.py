@@ -271,11 +271,19 @@ def _central_offset(raw: bytes, offset: int) -> bytes:
     return raw[:at] + struct.pack("<I", offset) + raw[at + 4 :]
 
 
+def _central_field(raw: bytes, at: int, value: bytes) -> bytes:
+    """`raw` with bytes at offset `at` of the first central-directory record replaced by `value`."""
+    start = raw.index(b"PK\x01\x02") + at
+    return raw[:start] + value + raw[start + len(value) :]
+
+
 BAD_FILES: dict[str, Any] = {
     "zip_truncated": lambda: _torch_file()[:-30],
     "zip_central_dir_garbage": lambda: _torch_file()[:-200] + b"PK\x01\x02" + b"\xff" * 300,
     "zip_local_header_offset_past_end": lambda: _central_offset(_torch_file(), 0xFFFFFF00),
     "zip_local_header_garbage": lambda: _central_offset(_torch_file(), 5),
+    # found by the fuzzer: zipfile raises NotImplementedError for an unknown "version needed to extract"
+    "zip_version_needed_unknown": lambda: _central_field(_torch_file(), 6, b"\xff\x00"),
     "offset_past_storage": lambda: torch_zip(_patched_pickle((2,), (1,), 3), {"0": b"\0" * 16}),
     "size_past_storage": lambda: torch_zip(_patched_pickle((5,), (1,), 0), {"0": b"\0" * 16}),
     "stride_past_storage": lambda: torch_zip(_patched_pickle((2, 2), (3, 1), 0), {"0": b"\0" * 16}),

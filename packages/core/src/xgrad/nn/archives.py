@@ -45,7 +45,7 @@ def zip_open(src: ByteSource) -> tuple[zipfile.ZipFile, dict[str, zipfile.ZipInf
     try:
         zf = zipfile.ZipFile(TensorIO(src))
         return zf, {info.filename: info for info in zf.infolist() if not info.is_dir()}
-    except MALFORMED as e:
+    except (*MALFORMED, NotImplementedError) as e:  # zipfile: "zip file version 25.5" and other unsupported fields
         raise CheckpointError(f"{src.name}: not a valid zip archive ({type(e).__name__}: {brief(str(e))})") from None
 
 
