@@ -543,5 +543,5 @@ def _opcode_names() -> dict[bytes, str]:
 _NAMES = _opcode_names()
 _CODES = {name: code for code, name in _NAMES.items()}
 _OPS: dict[bytes, Callable[[SafeUnpickler], None]] = {_CODES[name]: h for name, h in _HANDLERS.items()}
-# refused by name (not in the table): INST, OBJ, NEWOBJ, NEWOBJ_EX (instantiate classes), EXT1/2/4 (the copyreg
-# registry), PERSID variants are allowed above, NEXT_BUFFER/READONLY_BUFFER (out-of-band buffers).
+# Left out of the table, so refused by name: INST, OBJ, NEWOBJ, NEWOBJ_EX (they instantiate classes), EXT1/2/4 (the
+# copyreg extension registry) and NEXT_BUFFER/READONLY_BUFFER (out-of-band buffers).
