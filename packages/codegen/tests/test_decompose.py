@@ -443,9 +443,7 @@ def test_decompositions_for_full_renderer_is_empty() -> None:
 
 
 def test_decompositions_for_renderer_lacking_bf16_and_fp8_emulates_each() -> None:
-    r = _FakeRenderer(
-        native_dtypes=frozenset(d for d in dtypes.all if d != dtypes.bfloat16 and not dtypes.is_fp8(d))
-    )
+    r = _FakeRenderer(native_dtypes=frozenset(d for d in dtypes.all if d != dtypes.bfloat16 and not dtypes.is_fp8(d)))
     names = [name for name, _ in decompositions_for(r)]
     assert names == [
         "emulate bfloat16",

@@ -311,9 +311,7 @@ class CRenderer(CStyleRenderer):
         Ops.IDIV: rule_c_divmod,
         Ops.MOD: rule_c_divmod,
     }
-    native_dtypes = frozenset(
-        {dtypes.bool, *dtypes.ints, dtypes.index, dtypes.float16, dtypes.float32, dtypes.float64}
-    )
+    native_dtypes = frozenset({dtypes.bool, *dtypes.ints, dtypes.index, dtypes.float16, dtypes.float32, dtypes.float64})
     has_local = False
     legalize = pm_legalize_c
     infinity = "__builtin_inff()"
