@@ -324,7 +324,9 @@ class Transformer:
     def forward(self, h: Tensor, start_pos: Size, last: Size | None = None) -> Tensor:
         cfg = self.cfg
         for i, w in enumerate(self.layers):
-            h = self._block(i, w, h, start_pos)
+            # realized per layer: the next layer's cache writes realize their inputs, and a lazy residual stream
+            # would make each of them recompute every layer before it
+            h = self._block(i, w, h, start_pos).realize()
         if last is not None:
             h = h.shrink((None, (last, last + 1), None))
         logits = rms_norm(h, self.output_norm, cfg.norm_eps) @ self.output.T
