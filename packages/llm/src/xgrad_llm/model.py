@@ -173,6 +173,17 @@ def _sliding_layers(md: dict[str, Any], arch: str, traits: ArchTraits, n_layers:
     return [every == 0 or (i + 1) % every != 0 for i in range(n_layers)]
 
 
+def _fuse(w: dict[str, Tensor], parts: tuple[str, ...], name: str) -> None:
+    """Replace the matrices `parts` of layer weights `w` (and their biases, when all have one) by their rows
+    stacked into one matrix `name`."""
+    biases = [f"{p}.bias" for p in parts]
+    if any(b in w for b in biases) and not all(b in w for b in biases):
+        return
+    w[name] = Tensor.cat(*(w.pop(p) for p in parts)).contiguous().realize()
+    if biases[0] in w:
+        w[f"{name}.bias"] = Tensor.cat(*(w.pop(b) for b in biases)).contiguous().realize()
+
+
 def rope_tables(cfg: ModelConfig, theta: float, scale: float, length: int, factors: np.ndarray | None) -> Tensor:
     """cos and sin of every position < length and rotated pair: shape (2, length, rope_dim // 2), float32.
     `factors` (llama 3's `rope_freqs.weight`) divide the frequencies."""
@@ -297,6 +308,9 @@ class Transformer:
         for short in ("attn_q", "attn_k", "attn_v", "attn_output"):
             if (name := f"blk.{i}.{short}.bias") in self.file.tensors:
                 w[f"{short}.bias"] = self._vector(name)
+        if not self.quantized:  # one matvec instead of three (two): fewer, larger kernels
+            _fuse(w, ("attn_q", "attn_k", "attn_v"), "attn_qkv")
+            _fuse(w, ("ffn_gate", "ffn_up"), "ffn_gate_up")
         return w
 
     # ---- embeddings ----
@@ -342,8 +356,12 @@ class Transformer:
             a = rms_norm(a, w["post_attention_norm"], eps)
         h = h + a
         x = rms_norm(h, w["ffn_norm"], eps)
-        gate = ACTIVATIONS[self.cfg.activation](x @ w["ffn_gate"].T)
-        m = (gate * (x @ w["ffn_up"].T)) @ w["ffn_down"].T
+        if "ffn_gate_up" in w:
+            gate_up = x @ w["ffn_gate_up"].T
+            gate, up = gate_up[..., : self.cfg.ffn_dim], gate_up[..., self.cfg.ffn_dim :]
+        else:
+            gate, up = x @ w["ffn_gate"].T, x @ w["ffn_up"].T
+        m = (ACTIVATIONS[self.cfg.activation](gate) * up) @ w["ffn_down"].T
         if "post_ffw_norm" in w:
             m = rms_norm(m, w["post_ffw_norm"], eps)
         return h + m
@@ -357,9 +375,15 @@ class Transformer:
         b, t, _ = x.shape
         hd, vd, kv = cfg.head_dim, cfg.value_dim, cfg.n_kv_heads
         group = cfg.n_heads // kv
-        q = self._project(w, "attn_q", x).reshape(b, t, cfg.n_heads, hd)
-        k = self._project(w, "attn_k", x).reshape(b, t, kv, hd)
-        v = self._project(w, "attn_v", x).reshape(b, t, kv, vd)
+        if "attn_qkv" in w:
+            qkv = self._project(w, "attn_qkv", x)
+            nq, nk = cfg.n_heads * hd, kv * hd
+            q, k, v = qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
+        else:
+            q, k, v = (self._project(w, name, x) for name in ("attn_q", "attn_k", "attn_v"))
+        q = q.reshape(b, t, cfg.n_heads, hd)
+        k = k.reshape(b, t, kv, hd)
+        v = v.reshape(b, t, kv, vd)
         if "attn_q_norm" in w:
             q = rms_norm(q, w["attn_q_norm"], cfg.norm_eps)
         if "attn_k_norm" in w:
