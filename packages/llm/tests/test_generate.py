@@ -162,7 +162,8 @@ def _gemma_path() -> pathlib.Path | None:
 
 def test_real_gemma_greedy_continues_the_capital_of_france() -> None:
     """Greedy decoding of the real Gemma 3 270M Q4_K_M (F32, Q8_0, Q5_0, Q4_K, Q6_K tensors) from "The capital of
-    France is": the same 32 ids as the reference in the fixture (see its "how"), and sensible text."""
+    France is" (raw) and from a chat-templated question: the same 32 ids as the reference in the fixture (see its
+    "how"), and sensible text."""
     import json
 
     path = _gemma_path()
@@ -175,3 +176,7 @@ def test_real_gemma_greedy_continues_the_capital_of_france() -> None:
     out = list(llm.generate(ids, SamplingParams(max_tokens=32)))
     assert out == fixture["greedy_ids"]
     assert "France" in llm.decode(out)
+    chat = fixture["chat"]  # the chat-templated prompt (built-in Gemma turns)
+    ids = llm.chat_ids(chat["messages"])
+    assert ids == chat["prompt_ids"]
+    assert list(llm.generate(ids, SamplingParams(max_tokens=32))) == chat["greedy_ids"]
