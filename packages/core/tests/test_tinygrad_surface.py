@@ -148,7 +148,8 @@ def test_global_counters_reset_kernel_count_and_mem_used() -> None:
     assert GlobalCounters.mem_used == used and GlobalCounters.kernel_count == 0  # reset keeps the memory in use
     del t
     gc.collect()
-    assert GlobalCounters.mem_used == used - 256 * 4 * 4  # its buffer is freed, and counted off
+    # its buffer is freed and counted off (the collection may also free garbage earlier tests left in cycles)
+    assert GlobalCounters.mem_used <= used - 256 * 4 * 4
 
 
 # ---- renderer and device objects ----
