@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import struct
 import tracemalloc
 import zipfile
@@ -25,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from fuzzing import LONG_RUN, fuzz_settings
 from loader_cases import g, i, legacy, s, snapshot, torch_zip
 
 from xgrad import Tensor
@@ -37,15 +37,7 @@ st = hypothesis.strategies
 torch = pytest.importorskip("torch")
 safetensors = pytest.importorskip("safetensors")
 
-EXAMPLES = int(os.environ.get("XGRAD_FUZZ_EXAMPLES", "100"))
-LONG_RUN = "XGRAD_FUZZ_EXAMPLES" in os.environ
-FUZZ = hypothesis.settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=not LONG_RUN,
-    database=None,
-    suppress_health_check=list(hypothesis.HealthCheck),
-)
+FUZZ = fuzz_settings(100)
 RAN: dict[str, int] = {}  # examples run per test, printed at the end of each (pytest -s shows them)
 EXPECTED = (CheckpointError, DTypeError)
 
@@ -71,7 +63,7 @@ def check_property(name: str, raw: bytes, load: Callable[[Tensor], Any], before:
 @pytest.fixture(scope="module", autouse=True)
 def report() -> Iterator[None]:
     yield
-    print(f"\nfuzz examples run: {RAN} (max_examples={EXAMPLES}, {'random' if LONG_RUN else 'derandomized'})")
+    print(f"\nfuzz examples run: {RAN} (max_examples={FUZZ.max_examples}, {'random' if LONG_RUN else 'derandomized'})")
 
 
 # ---- safetensors ----

@@ -8,20 +8,20 @@ pad, shrink, expand). The chain runs on xgrad and on numpy, and the results must
 and inf where numpy has them and the rest within float32 rounding (fma contraction, summation order). Integer edges
 follow xgrad's definitions (core README): x // 0 is 0, x % 0 is x, int32 arithmetic wraps.
 
-CI runs FUZZ_EXAMPLES (default 15) derandomized examples per test and device. A longer, random run:
+CI runs 15 derandomized examples per test and device. A longer, random run:
     XGRAD_FUZZ_EXAMPLES=2000 .venv/bin/python -m pytest -q -p no:cacheprovider -n 0 -s \\
         packages/core/tests/test_fuzz_ops.py --hypothesis-show-statistics
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
+from fuzzing import fuzz_settings
 
 from xgrad.dtype import dtypes
 from xgrad.tensor import Tensor
@@ -29,15 +29,7 @@ from xgrad.tensor import Tensor
 hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies
 
-EXAMPLES = int(os.environ.get("XGRAD_FUZZ_EXAMPLES", "15"))
-LONG_RUN = "XGRAD_FUZZ_EXAMPLES" in os.environ
-FUZZ = hypothesis.settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=not LONG_RUN,
-    database=None,
-    suppress_health_check=list(hypothesis.HealthCheck),
-)
+FUZZ = fuzz_settings(15)
 RAN: dict[str, int] = {}  # examples run per test, printed at the end of each (pytest -s shows them)
 
 I32 = np.iinfo(np.int32)

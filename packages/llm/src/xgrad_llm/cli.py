@@ -204,14 +204,7 @@ def _peak_rss_mib() -> float:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        SamplingParams(
-            max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            min_p=args.min_p,
-            repetition_penalty=args.repeat_penalty,
-        )
+        sampling(args)  # bad settings are refused before the model loads
         if args.max_context is not None and args.max_context < 2:
             raise CLIError("--max-context must be at least 2")
         prompt = args.prompt
