@@ -73,7 +73,7 @@ class Progress:
         filled = self.width * step // self.total
         bar = "#" * filled + "." * (self.width - filled)
         rate = samples / max(now - self.start, 1e-9)
-        line = f"[{bar}] {step}/{self.total} loss {loss:.4f} {rate:,.0f} samples/s"
+        line = f"[{bar}] {step}/{self.total} loss {loss:.4f} {rate:,.0f} samples/s (compiling included)"
         self.out.write(("\r" + line + ("\n" if done else "")) if self.tty else line + "\n")
         self.out.flush()
 
