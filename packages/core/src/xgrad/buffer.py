@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from xgrad.device import Device
 from xgrad.dtype import DType
+from xgrad.errors import OutOfMemoryError
 from xgrad.helpers import GlobalCounters
 from xgrad.uop.ops import UOp
 
@@ -117,7 +118,13 @@ class Buffer:
                 self.base.ensure_allocated()
                 self._handle = alloc.offset(self.base._handle, self.offset, self.nbytes)
             else:
-                self._handle = alloc.alloc(self.nbytes)
+                try:
+                    self._handle = alloc.alloc(self.nbytes)
+                except (MemoryError, OSError) as e:
+                    raise OutOfMemoryError(
+                        f"{self.device} could not allocate {self.nbytes:,} bytes ({self.size:,} x {self.dtype.name}): "
+                        f"{e}; use smaller tensors, free others, or move the work to a device with more memory"
+                    ) from None
                 self._allocator = alloc
                 GlobalCounters.mem_used += self.nbytes
                 per_device = GlobalCounters.mem_used_per_device

@@ -14,6 +14,10 @@ class DeviceError(XgradError, RuntimeError):
     """A device name is unknown, unavailable, or failed to open."""
 
 
+class OutOfMemoryError(DeviceError, MemoryError):
+    """A device could not allocate a buffer (the size and the device are in the message)."""
+
+
 class PluginError(XgradError):
     """A backend plugin failed to load, raised in a hook, or targets another plugin API version."""
 

@@ -35,6 +35,25 @@ from xgrad.uop.ops import Ops, UOp
 _set = object.__setattr__  # Tensor.__setattr__ less its bookkeeping, where the caller does that itself
 
 
+def _list_to_np(data: list[Any] | tuple[Any, ...], dtype: DType | None) -> np.ndarray:
+    """Nested Python lists as a numpy array of `dtype` (default: what the values need); a ragged nesting is a
+    ShapeError, an int too big for the dtype a DTypeError."""
+    inferred = dtype or dtypes.from_py(data)
+    try:
+        return np.array(data, dtype=_np_for_py(inferred))
+    except OverflowError:
+        raise DTypeError(
+            f"a Python int in the data does not fit {inferred.name}; give dtype=dtypes.int64 (or float64) or "
+            "smaller values"
+        ) from None
+    except ValueError as e:
+        if "inhomogeneous" not in str(e):
+            raise
+        raise ShapeError(
+            "the nested lists are ragged (rows of one depth have different lengths); pad them to one length"
+        ) from None
+
+
 def _np_to_uop(arr: np.ndarray, device: str, dtype: DType | None) -> UOp:
     if (devices := multi_devices(device)) is not None:  # several devices: build on the first, replicate from there
         first = _np_to_uop(arr, devices[0], dtype)
@@ -112,10 +131,10 @@ class Tensor(MultiMixin, metaclass=_TensorType):
             elif isinstance(data, bytes):
                 self.uop = _np_to_uop(np.frombuffer(data, dtype=np.uint8), dev, dt or dtypes.uint8)
             elif isinstance(data, (list, tuple)):
-                inferred = dt or dtypes.from_py(data)
-                arr = np.array(data, dtype=_np_for_py(inferred))
-                self.uop = _np_to_uop(arr, dev, inferred)
+                self.uop = _np_to_uop(_list_to_np(data, dt), dev, dt or dtypes.from_py(data))
             elif isinstance(data, np.ndarray):
+                if not data.dtype.isnative:  # big-endian data: the same values in this machine's byte order
+                    data = data.astype(data.dtype.newbyteorder("="))
                 self.uop = (
                     _np_to_uop(data, dev, dt)
                     if data.shape != ()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,10 +19,19 @@ if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 
+def _size(s: Any, shape: Any) -> int:
+    """One size of a shape as an int: a Python or numpy integer; anything else (2.5, "3") is a ShapeError."""
+    try:
+        return operator.index(s)
+    except TypeError:
+        raise ShapeError(f"shape {shape} has the size {s!r}; sizes must be integers (e.g. int(n))") from None
+
+
 def _shape_arg(*shape: Any) -> tuple[int, ...]:
     """A shape given as f(2, 3) or f((2, 3)); ShapeError for a negative size. A size may be symbolic (a UOp of bound
     Variables); it is kept as is, so the annotation's int stands for `sint`."""
-    sh = tuple(s if isinstance(s, UOp) else int(s) for s in argfix(*shape))
+    given = argfix(*shape)
+    sh = tuple(s if isinstance(s, UOp) else _size(s, given) for s in given)
     if any(sint_min(s) < 0 for s in sh):
         raise ShapeError(f"negative dimension in shape {shape_str(sh)}; every size must be >= 0")
     return cast("tuple[int, ...]", sh)

@@ -27,7 +27,7 @@ from xgrad.dtype import DType, dtypes, to_dtype
 from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.helpers import TRAINING, argfix, ceildiv, prod
 from xgrad.mixin.common import canonical_device, with_requires_grad
-from xgrad.mixin.creation import CreationMixin
+from xgrad.mixin.creation import CreationMixin, _size
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
 
@@ -129,7 +129,8 @@ def _unit_float64(hi: Tensor, lo: Tensor) -> Tensor:
 
 
 def _shape_of(shape: tuple[Any, ...]) -> tuple[int, ...]:
-    sh = tuple(int(s) for s in argfix(*shape))
+    given = argfix(*shape)
+    sh = tuple(_size(s, given) for s in given)
     if any(s < 0 for s in sh):
         raise ShapeError(f"negative dimension in shape {sh}; every size must be >= 0")
     return sh
