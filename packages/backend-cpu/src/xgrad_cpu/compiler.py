@@ -131,10 +131,14 @@ def check_target(cmd: tuple[str, ...], march: str) -> None:
     if not target:
         try:
             out = subprocess.run(
-                [*cmd, f"-march={march}", "-dM", "-E", "-x", "c", "-"], input="", capture_output=True, text=True
+                [*cmd, f"-march={march}", "-dM", "-E", "-x", "c", "-"],
+                input="",
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
             why = out.stderr.strip().splitlines()[0] if out.stderr.strip() else f"exit {out.returncode}"
-        except OSError as e:
+        except (OSError, subprocess.TimeoutExpired) as e:
             why = str(e)
         raise TargetError(
             f"CPU_MARCH={march!r}: {cmd[0]} rejects -march={march} ({why}); "
