@@ -15,7 +15,7 @@ import pytest
 from xgrad import Device
 from xgrad.errors import CompileError, XgradError
 from xgrad.helpers import KNOBS, Context
-from xgrad_cpu.compiler import CCompiler, CompilerNotFoundError, TargetError, predefined_macros
+from xgrad_cpu.compiler import CCompiler, CompilerNotFoundError, TargetError, knows_evex512, predefined_macros
 from xgrad_cpu.plugin import COMPILER_CANDIDATES
 from xgrad_cpu.program import load_library
 
@@ -130,7 +130,8 @@ def test_vector_width_follows_the_compilers_target() -> None:
     macros = subprocess.run(
         [*c.cmd, *c.flags, "-dM", "-E", "-x", "c", "/dev/null"], capture_output=True, text=True, check=True
     ).stdout
-    assert c.vector_bytes() == (64 if "#define __AVX512F__ 1" in macros else 32)
+    wide = "#define __AVX512F__ 1" in macros and ("#define __EVEX512__ 1" in macros or not knows_evex512(c.name))
+    assert c.vector_bytes() == (64 if wide else 32)
     assert Device["CPU"].renderer.max_vector_width == c.vector_bytes() // 4
 
 
@@ -186,6 +187,25 @@ print("ok")
     env.update(CPU_MARCH="x86-64-v3", CACHELEVEL="0", CC=CCompiler().cmd[0])
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+@pytest.mark.parametrize(
+    "name,macros,width",
+    [
+        ("clang-19", "#define __AVX512F__ 1\n#define __EVEX512__ 1\n", 64),
+        ("clang-19", "#define __AVX512F__ 1\n#define __AVX10_1__ 1\n", 32),  # -mno-avx512f on an AVX10 host
+        ("gcc-12", "#define __AVX512F__ 1\n", 64),  # gcc 12 has no __EVEX512__
+        ("gcc-14", "#define __AVX512F__ 1\n", 32),  # -mno-evex512
+        ("clang-19", "#define __AVX2__ 1\n", 32),
+    ],
+)
+def test_vector_width_needs_512_bit_registers_not_only_avx512_instructions(
+    monkeypatch: pytest.MonkeyPatch, name: str, macros: str, width: int
+) -> None:
+    c = CCompiler()
+    monkeypatch.setattr(c, "name", name)
+    monkeypatch.setattr("xgrad_cpu.compiler.predefined_macros", lambda cmd, flags: macros)
+    assert c.vector_bytes() == width
 
 
 def test_compile_hits_disk_cache_second_time() -> None:

@@ -154,6 +154,13 @@ def check_target(cmd: tuple[str, ...], march: str) -> None:
         )
 
 
+def knows_evex512(name: str) -> bool:
+    """Whether a compiler named like `clang-19` or `gcc-12` (`_name_from_version`) predefines __EVEX512__ when 512-bit
+    vectors are enabled."""
+    m = re.fullmatch(r"(clang|gcc)-(\d+)", name)
+    return m is not None and int(m.group(2)) >= (18 if m.group(1) == "clang" else 14)
+
+
 def _name_from_version(path: str, version: str) -> str:
     first = version.splitlines()[0] if version else ""
     if "clang" in version:
@@ -197,7 +204,13 @@ class CCompiler:
     def vector_bytes(self) -> int:
         """The widest vector register the compiled kernels may use, in bytes: 64 where the target has AVX-512, else
         32 (AVX2, or narrower registers that the compiler pairs up: generated code never uses less than 32)."""
-        return 64 if "__AVX512F__ " in predefined_macros(tuple(self.cmd), self.flags) else 32
+        macros = predefined_macros(tuple(self.cmd), self.flags)
+        if "__AVX512F__ " not in macros:
+            return 32
+        # clang >= 18 and gcc >= 14 can enable AVX-512's instructions without its 512-bit registers (-mno-evex512;
+        # clang 19's -mno-avx512f on an AVX10 host leaves AVX10/256): they say which by __EVEX512__, and a 64-byte
+        # vector argument without it is an error, not a warning
+        return 64 if "__EVEX512__ " in macros or not knows_evex512(self.name) else 32
 
     def cache_key(self, src: str) -> str:
         parts = (
