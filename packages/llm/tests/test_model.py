@@ -93,25 +93,23 @@ def test_gemma3_config_from_metadata(tmp_path: pathlib.Path) -> None:
     assert cfg.attn_scale == pytest.approx(32**-0.5)
 
 
-def test_unsupported_architecture_says_which(tmp_path: pathlib.Path) -> None:
-    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "mamba")
-    w.add_uint32("mamba.block_count", 1)
+def bare_model_file(path: pathlib.Path, arch: str) -> pathlib.Path:
+    """A GGUF of `arch` with one block and an embedding, and no other metadata."""
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_uint32(f"{arch}.block_count", 1)
     w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def test_unsupported_architecture_says_which(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ModelError, match="'mamba' is not supported.*gemma3"):
-        Transformer(open_gguf(tmp_path / "m.gguf"), cache_len=8)
+        Transformer(open_gguf(bare_model_file(tmp_path / "m.gguf", "mamba")), cache_len=8)
 
 
 def test_missing_metadata_key_is_named(tmp_path: pathlib.Path) -> None:
-    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama")
-    w.add_uint32("llama.block_count", 1)
-    w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
     with pytest.raises(ModelError, match="llama.embedding_length"):
-        Transformer(open_gguf(tmp_path / "m.gguf"), cache_len=8)
+        Transformer(open_gguf(bare_model_file(tmp_path / "m.gguf", "llama")), cache_len=8)
