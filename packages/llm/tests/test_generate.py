@@ -123,7 +123,14 @@ def test_sampler_settings() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [dict(temperature=-1.0), dict(top_p=0.0), dict(min_p=2.0), dict(top_k=-1), dict(repetition_penalty=0.0)],
+    [
+        dict(temperature=-1.0),
+        dict(top_p=0.0),
+        dict(min_p=2.0),
+        dict(top_k=-1),
+        dict(repetition_penalty=0.0),
+        dict(stop=("</s>", "")),  # an empty stop string would end every reply at once
+    ],
 )
 def test_bad_sampling_params_are_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(GenerationError, match=next(iter(bad))):

@@ -158,9 +158,9 @@ class Buffer:
 
     def __del__(self) -> None:
         if self._allocator is not None:
-            GlobalCounters.mem_used -= self.nbytes
-            GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
             try:
+                GlobalCounters.mem_used -= self.nbytes
+                GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
                 self._allocator.free(self._handle, self.nbytes)
             except Exception:  # interpreter shutdown: the device may be gone
                 pass

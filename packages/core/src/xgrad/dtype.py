@@ -321,7 +321,7 @@ _C_NAMES: Final[dict[str, str]] = {v.name: k for k, v in _ALIASES.items() if k n
     "float64": "double",
 }
 # every user-nameable dtype by name and alias (tinygrad's table; no void, index or weak dtypes)
-DTYPES_DICT: Final[dict[str, DType]] = {**{d.name: d for d in dtypes.all}, **_ALIASES}
+DTYPES_DICT: Final[dict[str, DType]] = _fields()
 INVERSE_DTYPES_DICT: Final[dict[str, str]] = {d.name: _C_NAMES.get(d.name, d.name) for d in dtypes.all}
 
 # ---- promotion lattice (JAX style) ----

@@ -35,12 +35,12 @@ from xgrad.uop.ops import Ops, UOp
 _set = object.__setattr__  # Tensor.__setattr__ less its bookkeeping, where the caller does that itself
 
 
-def _list_to_np(data: list[Any] | tuple[Any, ...], dtype: DType | None) -> np.ndarray:
-    """Nested Python lists as a numpy array of `dtype` (default: what the values need); a ragged nesting is a
-    ShapeError, an int too big for the dtype a DTypeError."""
+def _list_to_np(data: list[Any] | tuple[Any, ...], dtype: DType | None) -> tuple[np.ndarray, DType]:
+    """Nested Python lists as a numpy array and the dtype it stands for (`dtype`, default: what the values need); a
+    ragged nesting is a ShapeError, an int too big for the dtype a DTypeError."""
     inferred = dtype or dtypes.from_py(data)
     try:
-        return np.array(data, dtype=_np_for_py(inferred))
+        return np.array(data, dtype=_np_for_py(inferred)), inferred
     except OverflowError:
         raise DTypeError(
             f"a Python int in the data does not fit {inferred.name}; give dtype=dtypes.int64 (or float64) or "
@@ -131,7 +131,8 @@ class Tensor(MultiMixin, metaclass=_TensorType):
             elif isinstance(data, bytes):
                 self.uop = _np_to_uop(np.frombuffer(data, dtype=np.uint8), dev, dt or dtypes.uint8)
             elif isinstance(data, (list, tuple)):
-                self.uop = _np_to_uop(_list_to_np(data, dt), dev, dt or dtypes.from_py(data))
+                arr, inferred = _list_to_np(data, dt)
+                self.uop = _np_to_uop(arr, dev, inferred)
             elif isinstance(data, np.ndarray):
                 if not data.dtype.isnative:  # big-endian data: the same values in this machine's byte order
                     data = data.astype(data.dtype.newbyteorder("="))

@@ -64,6 +64,7 @@ class SamplingParams:
             (0 <= self.min_p <= 1, "min_p must be in [0, 1] (0 keeps every token)"),
             (self.repetition_penalty > 0, "repetition_penalty must be > 0 (1 is none)"),
             (self.penalty_last_n >= 0, "penalty_last_n must be >= 0"),
+            (all(self.stop), "stop strings must be non-empty (an empty one would end every reply at once)"),
         ]
         for ok, message in checks:
             if not ok:
