@@ -115,7 +115,7 @@ def test_plugins_env_naming_an_entry_point_module_loads_it_once(info_json: InfoJ
     assert [p["name"] for p in info["plugins"] if "fake" in p["name"]] == ["fake"]
 
 
-@pytest.mark.parametrize("blocked", ["fake", "xgrad-fake-backend", "xgrad_fake_backend"])
+@pytest.mark.parametrize("blocked", ["fake", "xgrad-fake-backend", "xgrad_fake_backend", "XGRAD_Fake.Backend", "FAKE"])
 def test_block_plugins_env_blocks_by_name_distribution_or_module(info_json: InfoJson, blocked: str) -> None:
     info = info_json(XGRAD_BLOCK_PLUGINS=f"nv,{blocked}")
     fake = _plugin(info, "fake")

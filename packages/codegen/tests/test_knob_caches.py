@@ -113,6 +113,7 @@ NOT_TOGGLED: dict[str, str] = {
     "it means a new registry and new devices (tests/ and test_plugin cover it)",
     "XGRAD_PLUGINS": "NONE, read when the plugin registry is built (see XGRAD_DISABLE_PLUGIN_AUTOLOAD)",
     "XGRAD_BLOCK_PLUGINS": "NONE, read when the plugin registry is built (see XGRAD_DISABLE_PLUGIN_AUTOLOAD)",
+    "XGRAD_PLUGIN_OVERRIDE": "NONE, read when the plugin registry is built (see XGRAD_DISABLE_PLUGIN_AUTOLOAD)",
 }
 
 

@@ -83,6 +83,37 @@ class RuntimeDevice(Protocol):
     def synchronize(self) -> None: ...
 
 
+def protocol_members(protocol: type) -> tuple[str, ...]:
+    """The attributes and methods a `typing.Protocol` declares (its own, not `object`'s), sorted."""
+    names = set(getattr(protocol, "__annotations__", {}))
+    names |= {n for n, v in vars(protocol).items() if not n.startswith("_") and callable(v)}
+    return tuple(sorted(names))
+
+
+def runtime_device_problems(device: object, runs_kernels: bool = True) -> list[str]:
+    """What `device` lacks of the contract a device factory must meet (empty when it meets it). Every device has a
+    str `name`; one that runs kernels (`DeviceSpec.runs_kernels`) is a `RuntimeDevice` whose `allocator` is an
+    `Allocator`. Checked by `Device[...]` when a factory returns, so a broken plugin is named at open time."""
+    if device is None:
+        return ["it returned None"]
+    problems = [] if isinstance(getattr(device, "name", None), str) else ["no str attribute 'name'"]
+    if not runs_kernels:
+        return problems
+    for member in protocol_members(RuntimeDevice):
+        if member in ("name", "allocator"):
+            continue
+        if not callable(getattr(device, member, None)):
+            problems.append(f"no method {member}()")
+    allocator = getattr(device, "allocator", None)
+    if allocator is None:
+        problems.append("no attribute 'allocator'")
+    else:
+        missing = [m for m in protocol_members(Allocator) if not callable(getattr(allocator, m, None))]
+        if missing:
+            problems.append(f"its allocator has no method {', '.join(m + '()' for m in missing)}")
+    return problems
+
+
 class Buffer:
     """`size` elements of `dtype` on `device`, allocated on first use. A view (`base` given) shares its base's memory
     from byte `offset`."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ast
 import functools
+import reprlib
+import sys
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xgrad.errors import DeviceError
+from xgrad.errors import DeviceError, PluginError
 from xgrad.helpers import DEV
 
 if TYPE_CHECKING:
@@ -158,23 +160,52 @@ class _Device:
                 raise DeviceError(
                     f"opening device {canonical} (plugin {record.name}) failed: {type(e).__name__}: {e}"
                 ) from e
+            from xgrad.buffer import runtime_device_problems
+
+            if problems := runtime_device_problems(device, spec.runs_kernels):
+                kind = "a device that runs kernels (xgrad.buffer.RuntimeDevice)" if spec.runs_kernels else "a device"
+                raise PluginError(
+                    f"plugin {record.label()}: the factory of device {typ} gave {reprlib.repr(device)} for "
+                    f"{canonical}, not {kind}: {'; '.join(problems)}. Fix or update the plugin, or hide it with "
+                    f"XGRAD_BLOCK_PLUGINS={record.switch()}"
+                )
             self._opened[canonical] = device
             return device
 
     @property
     def DEFAULT(self) -> str:  # noqa: N802 (the tinygrad spelling)
-        """The DEV knob's (first) device if set, else the available device that runs kernels with the highest priority.
-        An interface prefix (`DEV=MOCK+NV`) is not part of the name: a backend reads it as `DEV.interface`."""
+        """The DEV knob's (first) device if set, else the available device that runs kernels with the highest priority
+        that opens. A device that fails to open is passed over with one warning on stderr naming its plugin and the
+        switch that hides it; a fallback (priority below `xgrad.plugin.FALLBACK_BELOW`: WebGPU on the CPU, the PYTHON
+        interpreter) is chosen with one warning saying why each installed device above it is unavailable. An
+        interface prefix (`DEV=MOCK+NV`) is not part of the name: a backend reads it as `DEV.interface`."""
         if DEV.value:
             return self.canonicalize(DEV.device)
         registry = _registry()
         if self._default is not None and self._default[0] is registry:  # availability is checked once per registry
             return self._default[1]
-        candidates = self.get_available_devices(runs_kernels_only=True)
-        if not candidates:
-            raise DeviceError(no_default_reason(registry))
-        self._default = (registry, candidates[0])
-        return candidates[0]
+        with self._lock:
+            candidates = self.get_available_devices(runs_kernels_only=True)
+            failures: list[str] = []
+            for name in candidates:
+                try:
+                    self[name]
+                except (DeviceError, PluginError) as e:
+                    record = registry.devices[name][1]
+                    failures.append(f"{name}: {e}")
+                    _warn_once(
+                        f"xgrad: device {name} of plugin {record.label()} failed to open, so it is not the default "
+                        f"device; hide the plugin with XGRAD_BLOCK_PLUGINS={record.switch()} or choose a device with "
+                        f"DEV. The error: {e}",
+                        key=f"open {name} {record.name}",
+                    )
+                    continue
+                if slower := _fallback_reason(registry, name):
+                    _warn_once(slower)
+                self._default = (registry, name)
+                return name
+            reason = no_default_reason(registry)
+            raise DeviceError(f"{reason}; devices that failed to open: {'; '.join(failures)}" if failures else reason)
 
     @DEFAULT.setter
     def DEFAULT(self, name: str) -> None:  # noqa: N802
@@ -247,6 +278,42 @@ def _describe_devices(registry: Registry) -> str:
     failed = [r for r in registry.plugins if r.status != "loaded"]
     lines += [f"  plugin {r.name} {r.status}: {r.reason}" for r in failed]
     return "devices:\n" + "\n".join(lines) + "\nrun `xgrad info` for details"
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str, key: str | None = None) -> None:
+    """Print `message` on stderr unless a message with the same key (default: the message) was printed before."""
+    key = message if key is None else key
+    if key not in _warned:
+        _warned.add(key)
+        print(message, file=sys.stderr)
+
+
+def _fallback_reason(registry: Registry, name: str) -> str:
+    """The warning for a default device below FALLBACK_BELOW (a fallback, slower than the C backend): why each
+    installed device that would outrank it is unavailable, as `xgrad info` says. Devices of backends not built yet
+    (their availability check is `xgrad.plugin.Unavailable`) are left out; "" when nothing is left."""
+    from xgrad.plugin import FALLBACK_BELOW, Unavailable
+
+    priority = registry.devices[name][0].priority
+    if priority >= FALLBACK_BELOW:
+        return ""
+    reasons = [
+        f"{other}: {registry.device_available(other)[1]}"
+        for other, (spec, _) in sorted(registry.devices.items())
+        if spec.runs_kernels
+        and spec.priority > priority
+        and not isinstance(spec.available, Unavailable)
+        and not registry.device_available(other)[0]
+    ]
+    if not reasons:
+        return ""
+    return (
+        f"xgrad: the default device is {name}, a fallback, because {'; '.join(reasons)}. "
+        f"Fix that (`xgrad info` lists every device) or set DEV={name} to choose it and silence this warning"
+    )
 
 
 def no_default_reason(registry: Registry) -> str:

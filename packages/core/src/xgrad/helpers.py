@@ -305,7 +305,18 @@ CPU_MARCH = knob(
 NUM_CPU_THREADS = knob("NUM_CPU_THREADS", 0, "CPU worker threads (0 = the cores this process may use)", Effect.RUNTIME)
 XGRAD_DISABLE_PLUGIN_AUTOLOAD = knob("XGRAD_DISABLE_PLUGIN_AUTOLOAD", 0, "1 = load no entry-point plugins", Effect.NONE)
 XGRAD_PLUGINS = knob("XGRAD_PLUGINS", "", "comma list of modules to load as plugins explicitly", Effect.NONE)
-XGRAD_BLOCK_PLUGINS = knob("XGRAD_BLOCK_PLUGINS", "", "comma list of plugin names not to load", Effect.NONE)
+XGRAD_BLOCK_PLUGINS = knob(
+    "XGRAD_BLOCK_PLUGINS",
+    "",
+    "comma list of plugins not to load: entry-point, module or distribution names",
+    Effect.NONE,
+)
+XGRAD_PLUGIN_OVERRIDE = knob(
+    "XGRAD_PLUGIN_OVERRIDE",
+    "",
+    "comma list of plugins whose devices and renderers win name clashes with xgrad's bundled ones (e.g. CPU)",
+    Effect.NONE,
+)
 RING = knob(
     "RING", 1, "multi-device allreduce: 0 never ring, 1 ring above RING_ALLREDUCE_THRESHOLD, 2 always", Effect.SCHEDULE
 )

@@ -6,7 +6,14 @@ group `xgrad.backends` (or named in the XGRAD_PLUGINS knob). Hooks return descri
 
 A plugin that fails to import, raises in a hook, returns something that is not a list of specs, or targets another
 PLUGIN_API_VERSION never breaks anything: it is kept as a `PluginRecord` with status "failed" and the reason, and
-`xgrad info` shows it. See tests/fixtures/xgrad-fake-backend for a complete third-party plugin.
+`xgrad info` shows it (an import that raises KeyboardInterrupt is not caught: Ctrl-C stops the program).
+See tests/fixtures/xgrad-fake-backend for a complete third-party plugin.
+
+Name clashes are settled by rank, not by load order: a plugin named in XGRAD_PLUGIN_OVERRIDE outranks xgrad's bundled
+plugins (BUNDLED_MODULES), which outrank every other plugin; between equals the first loaded keeps the name (the
+builtin plugin, then entry points sorted by name, then XGRAD_PLUGINS in its order). The loser's record lists the clash
+under `problems`. Plugin names in the knobs match a plugin's entry-point name, module or distribution, compared as
+PEP 503 normalises distribution names (case, and runs of `-`, `_`, `.` are equal).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import functools
 import importlib
 import importlib.metadata
 import importlib.util
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,12 +31,27 @@ from typing import Any, Literal
 import pluggy
 
 from xgrad.errors import PluginError
-from xgrad.helpers import XGRAD_BLOCK_PLUGINS, XGRAD_DISABLE_PLUGIN_AUTOLOAD, XGRAD_PLUGINS
+from xgrad.helpers import XGRAD_BLOCK_PLUGINS, XGRAD_DISABLE_PLUGIN_AUTOLOAD, XGRAD_PLUGIN_OVERRIDE, XGRAD_PLUGINS
 
 PROJECT_NAME = "xgrad"
 ENTRY_POINT_GROUP = "xgrad.backends"
 PLUGIN_API_VERSION = 1
 BUILTIN_PLUGIN_MODULE = "xgrad.builtin_plugin"
+# a runnable device of lower priority is a fallback (slower than C compiled for the host): the default device becomes
+# one only with a warning that says why each installed device of higher priority is unavailable
+FALLBACK_BELOW = 10
+# the plugin modules of the distributions in xgrad's repository: their device and renderer names win clashes with a
+# third-party plugin's unless the user names that plugin in XGRAD_PLUGIN_OVERRIDE
+BUNDLED_MODULES = frozenset(
+    {
+        BUILTIN_PLUGIN_MODULE,
+        "xgrad_codegen.plugin",
+        "xgrad_cpu.plugin",
+        "xgrad_nv.plugin",
+        "xgrad_amd.plugin",
+        "xgrad_webgpu.plugin",
+    }
+)
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
@@ -40,7 +63,8 @@ class DeviceSpec:
 
     name: str  # the device type, upper case, no ':' ("CPU", "NV", "NULL")
     factory: Callable[[str], Any]  # canonical device name ("CPU:1", "NULL:CUDA:sm_90") -> device object
-    priority: int  # the available runs_kernels device with the highest priority is Device.DEFAULT
+    priority: int  # the available runs_kernels device with the highest priority that opens is Device.DEFAULT; below
+    # FALLBACK_BELOW (the CPU backend's 10) a device is a fallback, made the default only with a warning
     available: Callable[[], tuple[bool, str]]  # never raises; (False, "why not and how to fix") when unusable
     runs_kernels: bool = True  # False for NULL/DISK-like devices: never picked as Device.DEFAULT
     description: str = ""
@@ -103,6 +127,24 @@ class PluginRecord:
     renderers: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # non-fatal: e.g. a device name another plugin took first
 
+    @property
+    def bundled(self) -> bool:
+        """Whether this is one of xgrad's own plugins (BUNDLED_MODULES), which win device-name clashes."""
+        return self.module in BUNDLED_MODULES
+
+    def matches(self, names: set[str]) -> bool:
+        """Whether any of the PEP 503-normalised `names` is this plugin's name, module or distribution."""
+        own = {self.name, self.module} | ({self.dist_name} if self.dist_name else set())
+        return bool(names & {normalize_name(n) for n in own})
+
+    def label(self) -> str:
+        """How messages name the plugin: its name and, when known, its distribution."""
+        return f"{self.name} ({self.dist_name})" if self.dist_name and self.dist_name != self.name else self.name
+
+    def switch(self) -> str:
+        """The value of XGRAD_BLOCK_PLUGINS / XGRAD_PLUGIN_OVERRIDE that names this plugin."""
+        return self.dist_name or self.name
+
 
 class Registry:
     """Every plugin, and the devices and renderers of the loaded ones. Build it with `get_registry()`."""
@@ -114,6 +156,7 @@ class Registry:
         self.pm = pluggy.PluginManager(PROJECT_NAME)
         self.pm.add_hookspecs(XgradHookSpecs)
         self._availability: dict[tuple[str, str], tuple[bool, str]] = {}
+        self._override: set[str] = set()
 
     def device_available(self, name: str) -> tuple[bool, str]:
         """Availability of device type `name` (checked once per registry; never raises)."""
@@ -140,19 +183,20 @@ class Registry:
 
         builtin.dist_name, builtin.dist_version = "xgrad-core", __version__
         self._add(builtin, lambda: importlib.import_module(BUILTIN_PLUGIN_MODULE))
-        blocked = _split_names(XGRAD_BLOCK_PLUGINS.value)
+        blocked = {normalize_name(n) for n in _split_names(XGRAD_BLOCK_PLUGINS.value)}
+        self._override = {normalize_name(n) for n in _split_names(XGRAD_PLUGIN_OVERRIDE.value)}
         if not XGRAD_DISABLE_PLUGIN_AUTOLOAD.value:
             for ep in _entry_points():
                 record = PluginRecord(ep.name, ep.value, "entry point")
                 if ep.dist is not None:
                     record.dist_name, record.dist_version = ep.dist.name, ep.dist.version
-                if blocked & {ep.name, ep.value, record.dist_name}:
+                if record.matches(blocked):
                     self._block(record)
                 else:
                     self._add(record, ep.load)
-        for modname in _split_names(XGRAD_PLUGINS.value):
+        for modname in _ordered_names(XGRAD_PLUGINS.value):
             record = PluginRecord(modname, modname, "XGRAD_PLUGINS")
-            if modname in blocked:
+            if record.matches(blocked):
                 self._block(record)
             else:
                 self._add(record, functools.partial(importlib.import_module, modname))
@@ -164,7 +208,7 @@ class Registry:
     def _add(self, record: PluginRecord, load: Callable[[], object]) -> None:
         try:
             plugin = load()
-        except BaseException as e:  # a plugin must never take xgrad down, not even with SystemExit
+        except (Exception, SystemExit) as e:  # a plugin must never take xgrad down; Ctrl-C (KeyboardInterrupt) does
             self.plugins.append(record)
             _fail(record, f"import failed: {_describe(e)}")
             return
@@ -180,18 +224,35 @@ class Registry:
                 self.pm.unregister(plugin)
             return
         for spec in devices:
-            if spec.name in self.devices:
-                record.problems.append(f"device {spec.name} ignored: plugin {self.devices[spec.name][1].name} has it")
-                continue
-            self.devices[spec.name] = (spec, record)
-            record.devices.append(spec.name)
+            if self._claim("device", spec.name, record, self.devices):
+                self.devices[spec.name] = (spec, record)
+                record.devices.append(spec.name)
         for rspec in renderers:
-            if rspec.name in self.renderers:
-                other = self.renderers[rspec.name][1].name
-                record.problems.append(f"renderer {rspec.name} ignored: plugin {other} has it")
-                continue
-            self.renderers[rspec.name] = (rspec, record)
-            record.renderers.append(rspec.name)
+            if self._claim("renderer", rspec.name, record, self.renderers):
+                self.renderers[rspec.name] = (rspec, record)
+                record.renderers.append(rspec.name)
+
+    def _rank(self, record: PluginRecord) -> int:
+        return 2 if record.matches(self._override) else 1 if record.bundled else 0
+
+    def _claim(self, kind: str, name: str, record: PluginRecord, table: dict[str, tuple[Any, PluginRecord]]) -> bool:
+        """Whether `record` takes `name` (a device or renderer name); the loser of a clash notes it in its problems."""
+        if name not in table:
+            return True
+        holder = table[name][1]
+        if self._rank(record) <= self._rank(holder):
+            why = "bundled with xgrad" if holder.bundled and not record.bundled else "loaded first"
+            fix = f"; set XGRAD_PLUGIN_OVERRIDE={record.switch()} to use this one" if holder.bundled else ""
+            record.problems.append(f"{kind} {name} ignored: plugin {holder.label()} has it ({why}){fix}")
+            return False
+        names = holder.devices if kind == "device" else holder.renderers
+        names.remove(name)
+        holder.problems.append(
+            f"{kind} {name} given to plugin {record.label()}, named in XGRAD_PLUGIN_OVERRIDE"
+            if record.matches(self._override)
+            else f"{kind} {name} given to plugin {record.label()}, bundled with xgrad"
+        )
+        return True
 
     def _collect(self, plugin: object, record: PluginRecord) -> tuple[list[DeviceSpec], list[RendererSpec]]:
         version = _call_hook(self.pm, plugin, "xgrad_api_version")
@@ -274,6 +335,16 @@ def _short(x: object) -> str:
 
 def _split_names(value: str) -> set[str]:
     return {n.strip() for n in value.split(",") if n.strip()}
+
+
+def _ordered_names(value: str) -> list[str]:
+    return list(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+
+
+def normalize_name(name: str) -> str:
+    """A plugin or distribution name as PEP 503 compares them: lower case, runs of `-`, `_`, `.` made one `-`
+    (`Xgrad_Fake.Backend` and `xgrad-fake-backend` are the same name)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def module_exists(modname: str) -> bool:

@@ -5,10 +5,38 @@ from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, RendererSpec, hookimpl
 OPENED: list[str] = []
 
 
+class DummyAllocator:
+    """Host memory as bytearrays: the smallest `xgrad.buffer.Allocator`."""
+
+    def alloc(self, nbytes: int) -> bytearray:
+        return bytearray(nbytes)
+
+    def free(self, handle: bytearray, nbytes: int) -> None:
+        pass
+
+    def copyin(self, dest: bytearray, src: memoryview) -> None:
+        dest[:] = src
+
+    def copyout(self, dest: memoryview, src: bytearray) -> None:
+        dest[:] = src
+
+    def offset(self, handle: bytearray, offset: int, nbytes: int) -> memoryview:
+        return memoryview(handle)[offset : offset + nbytes]
+
+
 class DummyDevice:
+    """Meets `xgrad.buffer.RuntimeDevice` without running anything: compile refuses."""
+
     def __init__(self, name: str) -> None:
         OPENED.append(name)
         self.name = name
+        self.allocator = DummyAllocator()
+
+    def compile(self, ast: object) -> object:
+        raise NotImplementedError(f"{self.name} is a test device and compiles nothing")
+
+    def synchronize(self) -> None:
+        pass
 
 
 def _broken_check() -> tuple[bool, str]:
