@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from xgrad.buffer import Buffer
 from xgrad.device import Device
+from xgrad.engine.capture import capturing, record, start_capture, stop_capture
 from xgrad.engine.multi import input_buffers
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.errors import JitError, ShapeError
@@ -25,21 +26,6 @@ if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 R = TypeVar("R")
-
-
-class _Capture:
-    """Set while a TinyJit captures: the engine records every schedule it runs here."""
-
-    active: list[tuple[list[ScheduleItem], dict[str, int]]] | None = None
-
-
-def record(items: list[ScheduleItem], var_vals: dict[str, int]) -> None:
-    if _Capture.active is not None:
-        _Capture.active.append((items, var_vals))
-
-
-def capturing() -> bool:
-    return _Capture.active is not None
 
 
 @dataclass(frozen=True)
@@ -209,17 +195,16 @@ class TinyJit(Generic[R]):
         return ret
 
     def _capture(self, inputs: list[Tensor], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        if _Capture.active is not None:
+        if capturing():
             raise JitError("TinyJit calls cannot be nested: a jitted function called another jitted function")
         self.specs = tuple(_spec_of(t, i) for i, t in enumerate(inputs))
         passed = _bound_vars(args, kwargs, inputs)
         input_bufs = {id(b): i for i, b in enumerate(b for t in inputs for b in input_buffers(t.uop))}
-        recorded: list[tuple[list[ScheduleItem], dict[str, int]]] = []
-        _Capture.active = recorded
+        recorded = start_capture()
         try:
             ret = self._realized(self.fxn(*args, **kwargs))
         finally:
-            _Capture.active = None
+            stop_capture()
         used = {name for _, var_vals in recorded for name in var_vals}
         if hidden := sorted(used - set(passed)):
             raise JitError(
@@ -293,3 +278,7 @@ class TinyJit(Generic[R]):
             if isinstance(t, Tensor):
                 t.uop = rebind(t.uop, var_vals)
         self.var_vals = var_vals
+
+
+# `capturing` and `record` live in xgrad.engine.capture; importable from here as before
+__all__ = ["InputSpec", "TinyJit", "capturing", "record"]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device
 from xgrad.dtype import dtypes
-from xgrad.engine.jit import record
+from xgrad.engine.capture import record
 from xgrad.engine.memory import plan_memory
 from xgrad.engine.multi import schedule_multi
 from xgrad.engine.schedule import ScheduleItem
