@@ -122,7 +122,8 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         if isinstance(data, UOp):
             self.uop = data
         else:
-            dev = canonical_device(device)
+            # a file is a DISK tensor and needs no default device: with core alone (no backend) files still load
+            dev = canonical_device(device) if not isinstance(data, pathlib.Path) else "DISK"
             if data is None:
                 data = 0
             if isinstance(data, (bool, int, float)):
