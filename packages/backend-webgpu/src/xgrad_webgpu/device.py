@@ -22,10 +22,14 @@ else right after the next submission, since a recorded dispatch may still use it
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,9 +88,36 @@ def get_adapter() -> Any:
     with _lock:
         if _adapter is None:
             wgpu = load_wgpu()
-
-            _adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance") or False
+            with without_driver_noise():
+                _adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance") or False
         return _adapter or None
+
+
+# lines Vulkan drivers print on stderr while the adapter is found that are no error for an xgrad user: Mesa's window
+# system code (loaded by lavapipe too) asks for a Wayland socket on a headless machine without XDG_RUNTIME_DIR
+DRIVER_NOISE = frozenset({"error: XDG_RUNTIME_DIR is invalid or not set in the environment."})
+
+
+@contextlib.contextmanager
+def without_driver_noise() -> Iterator[None]:
+    """Run the body with file descriptor 2 sent to a temporary file, then pass on to the real stderr every line
+    but the DRIVER_NOISE ones. The drivers write to fd 2 from C, which no Python-level redirect sees; the user's
+    environment (XDG_RUNTIME_DIR) is left alone."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if line.strip() not in DRIVER_NOISE)
+            if kept:
+                os.write(2, kept.encode())
 
 
 def describe_adapter(adapter: Any) -> str:
