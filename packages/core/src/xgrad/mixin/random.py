@@ -27,9 +27,10 @@ from xgrad.dtype import DType, dtypes, to_dtype
 from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.helpers import TRAINING, argfix, ceildiv, prod
 from xgrad.mixin.common import canonical_device, with_requires_grad
-from xgrad.mixin.creation import CreationMixin, _size
+from xgrad.mixin.creation import CreationMixin, _shape_arg, _size
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
+from xgrad.uop.symshape import sint_max
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -128,6 +129,29 @@ def _unit_float64(hi: Tensor, lo: Tensor) -> Tensor:
     return ((hi >> 5).cast(dtypes.float64) * 2.0**26 + (lo >> 6).cast(dtypes.float64)) * 2.0**-53
 
 
+class RandomArgumentError(XgradError, ValueError):
+    """A random-number argument out of its domain (low >= high, a negative std): a ValueError, as tinygrad's."""
+
+
+class RandomDTypeError(DTypeError, ValueError):
+    """`rand` asked for a dtype that is not a float: a DTypeError that is also tinygrad's ValueError."""
+
+
+class MultinomialError(ShapeError, AssertionError):
+    """multinomial's weights or sample count do not fit: tinygrad asserts these, so this is an AssertionError too."""
+
+
+def _symbolic_draw(shape: tuple[Any, ...], draw: Callable[[tuple[int, ...]], Tensor]) -> Tensor | None:
+    """For a shape with bound Variables (`Tensor.rand(3, v)`): `draw` at the largest value of every size, then the
+    view of the bound sizes; None for a concrete shape. One compiled kernel serves every value of the variables."""
+    given = argfix(*shape)
+    if not any(isinstance(s, UOp) for s in given):
+        return None
+    sh: tuple[Any, ...] = _shape_arg(*given)
+    full = draw(tuple(sint_max(s) for s in sh))
+    return full.shrink(tuple((0, s) for s in sh))
+
+
 def _shape_of(shape: tuple[Any, ...]) -> tuple[int, ...]:
     given = argfix(*shape)
     sh = tuple(_size(s, given) for s in given)
@@ -139,7 +163,7 @@ def _shape_of(shape: tuple[Any, ...]) -> tuple[int, ...]:
 def _float_dtype(dtype: DType | str | None, what: str) -> DType:
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(dt):
-        raise DTypeError(f"{what} makes floating-point tensors, not {dt.name}; use randint for integers")
+        raise RandomDTypeError(f"{what} makes floating-point tensors, not {dt.name}; use randint for integers")
     return dt
 
 
@@ -278,6 +302,9 @@ class RandomMixin(CreationMixin):
         >>> x.shape, bool(((x >= 0) & (x < 1)).all().item())
         ((2, 3), True)
         """
+        sym = _symbolic_draw(shape, lambda sh: cls.rand(*sh, device=device, dtype=dtype, contiguous=contiguous))
+        if sym is not None:
+            return with_requires_grad(sym, requires_grad)
         sh = _shape_of(shape)
         dt = _float_dtype(dtype, "rand")
         dev = canonical_device(device)
@@ -318,7 +345,16 @@ class RandomMixin(CreationMixin):
 
         >>> Tensor.randn(2, 3).shape
         (2, 3)
+
+        An int `dtype` gives the normal floats cast to it (rounded toward zero), as tinygrad's.
         """
+        sym = _symbolic_draw(shape, lambda sh: cls.randn(*sh, device=device, dtype=dtype, contiguous=contiguous))
+        if sym is not None:
+            return with_requires_grad(sym, requires_grad)
+        if dtype is not None and not dtypes.is_float(to_dtype(dtype)):
+            normal = cls.randn(*shape, device=device, dtype=dtypes.default_float, contiguous=False)
+            out = normal.cast(to_dtype(dtype))
+            return out.contiguous() if contiguous else out
         sh, dt, dev = _shape_of(shape), _float_dtype(dtype, "randn"), canonical_device(device)
         n = int(prod(sh))
         if n == 0:
@@ -352,6 +388,8 @@ class RandomMixin(CreationMixin):
         >>> Tensor.normal(2, 2, mean=3.0, std=0.0).tolist()
         [[3.0, 3.0], [3.0, 3.0]]
         """
+        if isinstance(std, (int, float)) and std < 0:
+            raise RandomArgumentError(f"normal needs std >= 0, got std={std}")
         return with_requires_grad(cls.randn(*shape, **kwargs) * std + mean, requires_grad)
 
     @classmethod
@@ -373,6 +411,8 @@ class RandomMixin(CreationMixin):
         >>> sorted(set(Tensor.uniform(200, low=-2, high=2, dtype=dtypes.int32).tolist()))
         [-2, -1, 0, 1]
         """
+        if low >= high:
+            raise RandomArgumentError(f"uniform needs low < high, got low={low}, high={high}")
         if dtype is not None and dtypes.is_int(dt := to_dtype(dtype)):
             offset = (cls.rand(*shape, **kwargs) * (high - low)).cast(dt)  # >= 0: the cast rounds it down
             return with_requires_grad(offset + low, requires_grad)
@@ -447,7 +487,7 @@ class RandomMixin(CreationMixin):
         if not dtypes.is_int(dt):
             raise DTypeError(f"randint makes integers, not {dt.name}; use rand or uniform for floats")
         if low >= high:
-            raise XgradError(f"randint needs low < high, got low={low}, high={high}")
+            raise RandomArgumentError(f"randint needs low < high, got low={low}, high={high}")
         if low < dtypes.min(dt) or high - 1 > dtypes.max(dt):
             raise DTypeError(f"randint range [{low}, {high}) does not fit {dt.name}; pick a wider dtype")
         sh = _shape_of(shape)
@@ -506,12 +546,15 @@ class RandomMixin(CreationMixin):
         [2, 2, 2]
         """
         if not 1 <= self.ndim <= 2:
-            raise ShapeError(f"multinomial needs 1-d or 2-d weights, got shape {self.shape}")
+            raise MultinomialError(f"multinomial needs 1-d or 2-d weights, got shape {self.shape}")
         if num_samples < 1:
-            raise XgradError(f"multinomial needs num_samples >= 1, got {num_samples}")
+            raise MultinomialError(f"multinomial needs num_samples >= 1, got {num_samples}")
         cats = self.shape[-1]
         if not replacement and num_samples > cats:
-            raise ShapeError(f"cannot draw {num_samples} samples without replacement from {cats} categories")
+            raise MultinomialError(
+                f"cannot draw {num_samples} samples without replacement from {cats} categories; "
+                "pass replacement=True or draw fewer"
+            )
         w = (self.reshape(1, cats) if self.ndim == 1 else self._t()).cast(
             dtypes.float64 if self.dtype == dtypes.float64 else dtypes.float32
         )
