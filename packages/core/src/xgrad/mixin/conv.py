@@ -63,11 +63,13 @@ def _pool(x: Tensor, k: tuple[int, ...], s: tuple[int, ...], d: tuple[int, ...])
     return x if order == list(range(x.ndim)) else x.permute(order)
 
 
-def _resolve_padding(padding: int | Sequence[int], n: int) -> list[tuple[int, int]]:
+def _resolve_padding(padding: int | Sequence[int] | str, n: int) -> list[tuple[int, int]]:
     """(before, after) per spatial dim from an int, n ints (symmetric per dim) or 2n ints (flat, torch F.pad order:
     last dim first)."""
     if isinstance(padding, int):
         return [(padding, padding)] * n
+    if isinstance(padding, str):
+        raise ConvPaddingError(f"padding {padding!r}: only conv2d takes padding strings; give the padding as ints")
     pads = list(padding)
     if len(pads) == n:
         return [(p, p) for p in pads]
@@ -80,9 +82,10 @@ class ConvPaddingError(ShapeError, RuntimeError):
     """A padding string conv2d does not take (a RuntimeError too, as torch's, and a ValueError as every ShapeError)."""
 
 
-def _string_padding(padding: str, k: tuple[int, ...], s: tuple[int, ...], d: tuple[int, ...]) -> list[tuple[int, int]]:
+def string_padding(padding: str, k: tuple[int, ...], s: tuple[int, ...], d: tuple[int, ...]) -> list[tuple[int, int]]:
     """torch's padding strings: "valid" pads nothing; "same" keeps the spatial sizes (stride 1 only), with the odd
-    element of an even total after."""
+    element of an even total after. Case does not matter ("SAME"), as in tinygrad's layers."""
+    padding = padding.lower()
     if padding == "valid":
         return [(0, 0)] * len(k)
     if padding != "same":
@@ -93,7 +96,9 @@ def _string_padding(padding: str, k: tuple[int, ...], s: tuple[int, ...], d: tup
     return [(t // 2, t - t // 2) for t in totals]
 
 
-def _tuple(x: IntOrTuple, n: int, what: str) -> tuple[int, ...]:
+def _tuple(x: IntOrTuple | str, n: int, what: str) -> tuple[int, ...]:
+    if isinstance(x, str):
+        raise ConvPaddingError(f"{what} {x!r}: only conv2d takes padding strings; give the {what} as ints")
     t = make_tuple(x, n)
     if len(t) != n:
         raise ShapeError(f"{what} {tuple(t)} must have {n} entries, one per spatial dimension")
@@ -169,7 +174,7 @@ class ConvMixin(LinalgMixin):
                 f"{cin} = weight.shape[1] * groups and C_out = {cout} divisible by groups"
             )
         k, s, d = _kernel_stride_dilation(weight, stride, dilation, n)
-        pads = _string_padding(padding, k, s, d) if isinstance(padding, str) else _resolve_padding(padding, n)
+        pads = string_padding(padding, k, s, d) if isinstance(padding, str) else _resolve_padding(padding, n)
         x = self.pad(((0, 0), (0, 0), *pads)) if any(p != (0, 0) for p in pads) else self._t()
         windows = _pool(x, k, s, d)  # (N, C_in, *o, *k)
         o = windows.shape[2 : 2 + n]

@@ -7,8 +7,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from xgrad.errors import ShapeError, XgradError
+from xgrad.errors import ShapeError
 from xgrad.helpers import make_tuple, prod
+from xgrad.mixin.conv import string_padding
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -21,20 +22,13 @@ def _layer_padding(
     padding: Padding, kernel: tuple[int, ...], stride: IntOrTuple, dilation: IntOrTuple
 ) -> int | Sequence[int]:
     """The layer's padding as numbers: 'valid' is 0, 'same' (stride 1) pads d*(k-1) per dim, one more after when
-    that is odd (as torch does), in the flat form `Tensor.conv2d` takes (before, after per dim, last dim first)."""
+    that is odd (as torch does), in the flat form `Tensor.conv2d` takes (before, after per dim, last dim first).
+    A bad string raises `ConvPaddingError` (a ValueError, as tinygrad's layer) when the layer is built."""
     if not isinstance(padding, str):
         return padding
-    if padding == "valid":
-        return 0
-    if padding != "same":
-        raise XgradError(f"padding={padding!r} is unknown; use 'same', 'valid', an int or a tuple of ints")
-    if any(s != 1 for s in make_tuple(stride, len(kernel))):
-        raise XgradError(f"padding='same' needs stride 1 (got stride={stride}); give the padding as numbers instead")
-    flat: list[int] = []
-    for k, d in reversed(list(zip(kernel, make_tuple(dilation, len(kernel))))):
-        total = d * (k - 1)
-        flat += [total // 2, total - total // 2]
-    return flat
+    n = len(kernel)
+    pads = string_padding(padding, kernel, make_tuple(stride, n), make_tuple(dilation, n))
+    return [p for pair in reversed(pads) for p in pair]
 
 
 def _init_params(
