@@ -5,6 +5,7 @@
     xgrad-llm --model m.gguf --prompt "..."     one reply, then exit; a piped stdin is the prompt when none is given
     xgrad-llm --raw --prompt "The capital of"   no chat template: the text is continued as is
     xgrad-llm --benchmark                       prefill and decode speed
+    xgrad-llm serve [--model m.gguf] [--port N] an OpenAI-compatible server and web chat (see `xgrad-llm serve -h`)
 
 Errors a user can fix (a missing or malformed file, an unsupported architecture, the default model not installed)
 print one line and exit with status 1 (2 for bad arguments), never a traceback.
@@ -202,6 +203,11 @@ def _peak_rss_mib() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        from xgrad_llm.server.run import main as serve
+
+        return serve(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         sampling(args)  # bad settings are refused before the model loads
