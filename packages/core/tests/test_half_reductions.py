@@ -121,3 +121,31 @@ def test_16_bit_statistics_gradients_match_torch(xgrad_device: str, name: str) -
     (want,) = torch.autograd.grad(torch_fn(tt), tt, torch.tensor(upstream))
     assert g.dtype == dtypes.float16
     np.testing.assert_allclose(g.cast(dtypes.float32).numpy(), want.half().float().numpy(), rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("scale", [300.0, 1000.0, 60000.0])
+def test_rms_norm_of_float16_squares_in_float32_as_torch(xgrad_device: str, scale: float) -> None:
+    # 300 ** 2 = 90000 is above float16's 65504: squaring in float16 would give inf and a result of 0
+    from xgrad import nn
+
+    skip_unsupported(xgrad_device, dtypes.float16)
+    data = (rng.uniform(-1, 1, (3, 64)) * scale).astype(np.float16)
+    layer = nn.RMSNorm(64, eps=1e-6)
+    layer.weight = Tensor(np.linspace(0.5, 1.5, 64, dtype=np.float16), device=xgrad_device)
+    x = Tensor(data, device=xgrad_device)
+    out = layer(x)
+    t = torch.tensor(data, requires_grad=True)
+    weight = torch.tensor(layer.weight.numpy())
+    want = torch.nn.functional.rms_norm(t.float(), (64,), weight.float(), eps=1e-6).half()
+    assert out.dtype == dtypes.float16
+    got = out.cast(dtypes.float32).numpy()
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want.float().detach().numpy(), rtol=2e-3, atol=2e-3)
+    upstream = np.linspace(-1, 1, 3 * 64, dtype=np.float32).reshape(3, 64)
+    (g,) = layer(x).gradient(x, gradient=Tensor(upstream, device=xgrad_device).cast(dtypes.float16))
+    tt = t.detach().float().requires_grad_()
+    (want_g,) = torch.autograd.grad(
+        torch.nn.functional.rms_norm(tt, (64,), weight.float(), eps=1e-6), tt, torch.tensor(upstream)
+    )
+    assert np.isfinite(g.cast(dtypes.float32).numpy()).all()
+    np.testing.assert_allclose(g.cast(dtypes.float32).numpy(), want_g.half().float().numpy(), rtol=1e-2, atol=1e-5)

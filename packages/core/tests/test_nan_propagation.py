@@ -153,3 +153,25 @@ def test_max_over_an_axis_gradient_matches_torch_amax(xgrad_device: str) -> None
 
 def test_clamp_gradient_on_finite_data_matches_torch(xgrad_device: str) -> None:
     check(xgrad_device, lambda x: x.clamp(0.0, 2.0), lambda t: t.clamp(0.0, 2.0), FINITE)
+
+
+CLAMPS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "clamp": (lambda x: x.clamp(0.0, 2.0), lambda t: t.clamp(0.0, 2.0)),
+    "clamp_min": (lambda x: x.clamp(min_=0.0), lambda t: t.clamp(min=0.0)),
+    "clamp_max": (lambda x: x.clamp(max_=2.0), lambda t: t.clamp(max=2.0)),
+    "clip": (lambda x: x.clip(-1.0, 2.0), lambda t: t.clip(-1.0, 2.0)),
+}  # not hardtanh/relu6: torch's gradient at NaN differs between its vectorised and scalar loops (float64 here)
+
+
+@pytest.mark.parametrize("name", list(CLAMPS))
+@pytest.mark.parametrize("data", [FINITE, WITH_NAN], ids=["finite", "nan"])
+def test_clamp_family_gradient_matches_torch_also_at_nan(xgrad_device: str, name: str, data: np.ndarray) -> None:
+    # torch's clamp: the gradient reaches x only where it lies inside the bounds, which a NaN never does (0, not 1)
+    fn, torch_fn = CLAMPS[name]
+    check(xgrad_device, fn, torch_fn, data)
+
+
+def test_clamp_with_tensor_bounds_gives_their_gradients_as_torch(xgrad_device: str) -> None:
+    lo = np.array([[0.0, 0.0, 3.0, 1.0], [NAN, 0.0, 0.0, 2.0], [-1.0, 1.0, -3.0, 0.0]], np.float32)
+    hi = np.array([[2.0, 1.0, 4.0, 1.5], [4.0, NAN, 2.0, 2.5], [0.0, 2.0, -1.0, 5.0]], np.float32)
+    check(xgrad_device, lambda x, a, b: x.clamp(a, b), lambda x, a, b: x.clamp(a, b), WITH_NAN, lo, hi)

@@ -249,18 +249,27 @@ class ElementwiseMixin(MovementMixin):
         return (self.isinf() | self.isnan()).logical_not()
 
     def clamp(self, min_: Tensor | Scalar | None = None, max_: Tensor | Scalar | None = None) -> Tensor:
-        """min(max(self, min_), max_). The gradient reaches self where min_ <= self <= max_ (as torch).
+        """min(max(self, min_), max_). As torch: NaN in self or in a tensor bound gives NaN, the gradient reaches
+        self where min_ <= self <= max_ (so not at NaN) and a tensor bound where the result is that bound.
 
         >>> Tensor([-2, 0, 5]).clamp(-1, 3).tolist()
         [-1, 0, 3]"""
         if min_ is None and max_ is None:
             raise XgradError("clamp needs min_ or max_ (or both)")
         x = self._t()
-        if min_ is not None:
-            x = (x < min_).where(min_, x)
-        if max_ is not None:
-            x = (x > max_).where(max_, x)
-        return x
+        # the value outside [min_, max_] (and at NaN, which is on no comparison's side) comes from a detached x, so
+        # the gradient reaches x only through `inside`
+        out, inside = x.detach(), None
+        for bound, is_min in ((min_, True), (max_, False)):
+            if bound is None:
+                continue
+            out = ((out < bound) if is_min else (out > bound)).where(bound, out)
+            if not isinstance(bound, (bool, int, float)) and dtypes.is_float(bound.dtype):
+                out = bound.isnan().where(bound.detach(), out)  # a NaN bound is a NaN result, with no gradient
+            within = (x >= bound) if is_min else (x <= bound)
+            inside = within if inside is None else inside & within
+        assert inside is not None
+        return inside.where(x, out)
 
     def clip(self, min_: Tensor | Scalar | None = None, max_: Tensor | Scalar | None = None) -> Tensor:
         """The same as clamp.
