@@ -145,7 +145,6 @@ class _Generation:
             stats.cached_tokens += self.cached
             stats.prompt_seconds += dt
         else:
-            stats.generated_tokens += 1
             stats.generate_seconds += dt
         budget = job.params.max_tokens - len(self.generated)
         if budget <= 0:
@@ -156,6 +155,7 @@ class _Generation:
         if tok is None or llm.is_eog(tok):
             return self._finish("stop")
         self.generated.append(tok)
+        stats.generated_tokens += 1
         self.counts[tok] += 1
         self.ids.append(tok)
         if job.constraint is not None:
@@ -169,8 +169,6 @@ class _Generation:
             self.pending = self.pending[:cut]
             return self._finish("stop", flush=False)
         if len(self.generated) >= job.params.max_tokens or len(self.ids) >= runner.max_context:
-            if len(self.ids) >= runner.max_context:
-                stats.generated_tokens += 1  # the last token is counted without a forward pass
             return self._finish("length")
         if job.constraint is not None and job.constraint.complete:
             return self._finish("stop")

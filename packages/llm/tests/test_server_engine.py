@@ -1,0 +1,209 @@
+"""The server's engine through HTTP: slots with their own KV caches and prefix reuse, the bounded queue (503 with
+Retry-After), a disconnecting client freeing its slot, the per-request timeout, /health and /metrics answering while
+the model runs, /v1/embeddings against a numpy forward pass. The model's steps are slowed down where a test needs a
+request to stay running (a wrapper around each slot's `Runner.feed`)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("uvicorn")
+pytest.importorskip("gguf")
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import serve_helpers as sh  # noqa: E402
+
+from xgrad_llm.generate import LLM  # noqa: E402
+from xgrad_llm.server import ServerConfig, create_app  # noqa: E402
+
+CHAT_A = [{"role": "user", "content": "the capital of France is"}]
+CHAT_B = [{"role": "user", "content": "hello world!"}]
+
+
+class Env:
+    def __init__(self, url: str, llm: LLM, ref: sh.NumpyLlama, app: Any) -> None:
+        self.url, self.llm, self.ref, self.app = url, llm, ref, app
+        self.engine = app.state.xgrad.engine
+        self.client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        self.delay = 0.0
+        for slot in self.engine.slots:  # a knob to make every model step slow
+            feed = slot.runner.feed
+            slot.runner.feed = lambda ids, feed=feed: (time.sleep(self.delay), feed(ids))[1]
+
+    def http(self) -> Any:
+        return self.client._client
+
+    def wait_busy(self, n: int, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.engine.busy_slots() < n:
+            assert time.monotonic() < deadline, f"{n} slots never got busy"
+            time.sleep(0.01)
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.engine.busy_slots() or self.engine.queued():
+            assert time.monotonic() < deadline, "a slot stayed busy"
+            time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: Any) -> Iterator[Env]:
+    ref, path = sh.write_model(tmp_path_factory.mktemp("engine"))
+    llm = LLM.load(path, max_context=256, chunk=16)
+    app = create_app(ServerConfig(model_name="tiny", parallel=2, max_queue=1), llm=llm)
+    with sh.running(app) as url:
+        e = Env(url, llm, ref, app)
+        for _ in range(2):  # compile and capture prefill and decode of both slots first
+            threads = [
+                threading.Thread(
+                    target=e.client.completions.create, kwargs=dict(model="t", prompt="a b c", max_tokens=4)
+                )
+                for _ in range(2)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        yield e
+
+
+def metrics(env: Env) -> dict[str, float]:
+    text = env.http().get(env.url + "/metrics").text
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def test_parallel_streams_both_complete_and_each_slot_reuses_its_prefix(env: Env) -> None:
+    results: dict[str, Any] = {}
+
+    def run(name: str, messages: list[dict[str, str]]) -> None:
+        chunks = list(
+            env.client.chat.completions.create(
+                model="tiny",
+                messages=messages,
+                max_tokens=20,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        results[name] = ("".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks[-1].usage)
+
+    env.delay = 0.01
+    try:
+        threads = [threading.Thread(target=run, args=(n, m)) for n, m in (("a", CHAT_A), ("b", CHAT_B))]
+        for t in threads:
+            t.start()
+        env.wait_busy(2)  # both run at once
+        for t in threads:
+            t.join()
+    finally:
+        env.delay = 0.0
+    for name, chat in (("a", CHAT_A), ("b", CHAT_B)):
+        prompt = env.llm.chat_ids(chat)
+        assert results[name][0] == env.llm.decode(env.ref.greedy(prompt, 20))
+    # a follow-up of each conversation lands on the slot that holds it: its whole prompt is cached
+    for chat in (CHAT_B, CHAT_A):
+        r = env.client.chat.completions.create(model="tiny", messages=chat, max_tokens=2, temperature=0)
+        assert r.usage.prompt_tokens_details.cached_tokens == r.usage.prompt_tokens - 1
+
+
+def test_full_queue_answers_503_with_retry_after_and_recovers(env: Env) -> None:
+    env.delay = 0.05
+    streams = []
+    try:
+        for _ in range(3):  # two slots and one queue place
+            s = env.client.chat.completions.create(model="tiny", messages=CHAT_A, max_tokens=200, stream=True)
+            streams.append(s)
+        env.wait_busy(2)
+        resp = env.http().post(env.url + "/v1/chat/completions", json={"messages": CHAT_B, "max_tokens": 2})
+        assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
+        assert resp.json()["error"]["code"] == "server_busy"
+        assert env.http().get(env.url + "/health").status_code == 200  # the loop answers while the slots run
+        m = metrics(env)
+        assert m["xgrad_llm_slots_busy"] == 2 and m["xgrad_llm_requests_deferred"] == 1
+    finally:
+        env.delay = 0.0
+        for s in streams:
+            s.close()
+    env.wait_idle()
+    assert env.client.chat.completions.create(model="tiny", messages=CHAT_B, max_tokens=2).usage.completion_tokens <= 2
+
+
+def test_client_that_disconnects_frees_its_slot(env: Env) -> None:
+    before = metrics(env).get('xgrad_llm_requests_total{outcome="cancelled"}', 0.0)
+    env.delay = 0.05
+    try:
+        stream = env.client.chat.completions.create(model="tiny", messages=CHAT_A, max_tokens=200, stream=True)
+        next(iter(stream))
+        stream.close()  # streamed: Starlette sees the disconnect
+        body = json.dumps({"messages": CHAT_B, "max_tokens": 200}).encode()
+        with socket.create_connection(("127.0.0.1", int(env.url.rsplit(":", 1)[1]))) as sock:  # not streamed
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            env.wait_busy(1)
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        env.wait_idle(timeout=5.0)
+        assert time.monotonic() - t0 < 2.0  # freed within a few steps, not after 200 of them (10 s)
+    finally:
+        env.delay = 0.0
+    assert metrics(env)['xgrad_llm_requests_total{outcome="cancelled"}'] >= before + 2
+
+
+def test_request_over_the_timeout_gets_504_and_frees_the_slot(env: Env) -> None:
+    env.engine.timeout, env.delay = 0.3, 0.05
+    try:
+        resp = env.http().post(env.url + "/v1/chat/completions", json={"messages": CHAT_A, "max_tokens": 100})
+        assert resp.status_code == 504 and resp.json()["error"]["type"] == "timeout_error"
+    finally:
+        env.engine.timeout, env.delay = 600.0, 0.0
+    env.wait_idle()
+
+
+def test_metrics_count_tokens_of_each_request(env: Env) -> None:
+    env.wait_idle()
+    m0 = metrics(env)
+    r = env.client.chat.completions.create(
+        model="tiny",
+        messages=CHAT_B + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}],
+        max_tokens=7,
+        temperature=0,
+    )
+    m1 = metrics(env)
+    assert m1["xgrad_llm_tokens_predicted_total"] - m0["xgrad_llm_tokens_predicted_total"] == r.usage.completion_tokens
+    ran = m1["xgrad_llm_prompt_tokens_total"] - m0["xgrad_llm_prompt_tokens_total"]
+    cached = m1["xgrad_llm_prompt_cached_tokens_total"] - m0["xgrad_llm_prompt_cached_tokens_total"]
+    assert ran + cached == r.usage.prompt_tokens and cached == r.usage.prompt_tokens_details.cached_tokens
+    assert m1['xgrad_llm_requests_total{outcome="ok"}'] == m0['xgrad_llm_requests_total{outcome="ok"}'] + 1
+
+
+def test_embeddings_are_normalised_mean_hidden_states(env: Env) -> None:
+    texts = ["the capital of France is Paris.", "hello"]
+    r = env.client.embeddings.create(model="tiny", input=texts)
+    assert [d.index for d in r.data] == [0, 1]
+    for d, text in zip(r.data, texts):
+        ids = env.llm.encode(text)
+        want = env.ref.hidden(ids).mean(axis=0)
+        want /= np.linalg.norm(want)
+        np.testing.assert_allclose(d.embedding, want, atol=1e-4)
+    by_ids = env.client.embeddings.create(model="tiny", input=env.llm.encode("hello"))
+    np.testing.assert_allclose(by_ids.data[0].embedding, r.data[1].embedding, atol=1e-6)
+    assert r.usage.prompt_tokens == sum(len(env.llm.encode(t)) for t in texts)
