@@ -38,7 +38,7 @@ def check(
     atol: float = 1e-4,
 ) -> None:
     """Forward and the gradients of every input, with a random upstream gradient, against torch in float64."""
-    xs = [Tensor(a, device=device) for a in arrays]
+    xs = [Tensor(a, device=device, requires_grad=True) for a in arrays]  # a 0-d one: a buffer, not a constant
     ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
     out = fn(*xs)
     want = torch_fn(*ts)

@@ -42,7 +42,7 @@ def check(
 ) -> None:
     """Forward and backward of `fn` (on xgrad tensors) and `torch_fn` (on float64 torch tensors, default `fn`),
     with a random upstream gradient, so non-scalar outputs are covered too."""
-    xs = [Tensor(a, device=device) for a in arrays]
+    xs = [Tensor(a, device=device, requires_grad=True) for a in arrays]  # 0-d: a buffer, not a constant
     ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
     out = fn(*xs)
     want = (torch_fn or fn)(*ts)
@@ -398,14 +398,16 @@ def test_backward_skips_non_float_and_detached_tensors(xgrad_device: str) -> Non
     assert x.grad is not None and i.grad is None and d.grad is None
 
 
-def test_backward_skips_0d_constants_unless_marked_param(xgrad_device: str) -> None:
+def test_backward_skips_0d_constants_unless_requires_grad(xgrad_device: str) -> None:
+    # as tinygrad: a bare constant is skipped (is_param, True for every tensor, does not change that)
     x = Tensor(rand((3,)), device=xgrad_device)
     c = Tensor(2.0, device=xgrad_device)
     p = Tensor(3.0, device=xgrad_device).is_param_()
-    (x * c + x * p).sum().backward()
-    assert c.grad is None
-    assert p.grad is not None
-    np.testing.assert_allclose(p.grad.numpy(), x.numpy().sum(), rtol=1e-6)
+    q = Tensor(4.0, device=xgrad_device, requires_grad=True)
+    (x * c + x * p + x * q).sum().backward()
+    assert c.grad is None and p.grad is None
+    assert q.grad is not None
+    np.testing.assert_allclose(q.grad.numpy(), x.numpy().sum(), rtol=1e-6)
 
 
 def test_requires_grad_false_keeps_a_tensor_out_of_backward(xgrad_device: str) -> None:

@@ -43,7 +43,7 @@ def to_torch(idx: Any) -> Any:
 
 def check_grad(device: str, fn: Fn, torch_fn: Fn, *arrays: np.ndarray) -> None:
     """Forward and backward (random upstream gradient) of fn against torch_fn on float64 copies of `arrays`."""
-    xs = [Tensor(a, device=device) for a in arrays]
+    xs = [Tensor(a, device=device, requires_grad=True) for a in arrays]  # a 0-d one: a buffer, not a constant
     ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
     out, want = fn(*xs), torch_fn(*ts)
     assert out.shape == tuple(want.shape), f"forward shape {out.shape} != torch {tuple(want.shape)}"

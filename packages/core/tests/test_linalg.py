@@ -32,7 +32,7 @@ def check(
     dtype: DType = dtypes.float32,
 ) -> None:
     """Forward and the gradient of every input (random upstream gradient) against torch in float64."""
-    xs = [Tensor(a, device=device, dtype=dtype) for a in arrays]
+    xs = [Tensor(a, device=device, dtype=dtype, requires_grad=True) for a in arrays]  # 0-d: a buffer
     ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
     out = fn(*xs)
     want = (torch_fn or fn)(*ts)

@@ -33,7 +33,7 @@ def check(device: str, fn: Fn, torch_fn: Fn | None, *shapes: tuple[int, ...]) ->
     """Forward and backward of `fn` against `torch_fn` (default `fn`) on float64 torch tensors; `fn` may return a
     tuple of tensors. The backward pass uses a random upstream gradient for every output."""
     arrays = [rand(s) for s in shapes]
-    xs = [Tensor(a, device=device) for a in arrays]
+    xs = [Tensor(a, device=device, requires_grad=True) for a in arrays]  # a 0-d one: a buffer, not a constant
     ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
     outs, wants = _outputs(fn(*xs)), _outputs((torch_fn or fn)(*ts))
     assert len(outs) == len(wants), f"{len(outs)} outputs, torch has {len(wants)}"

@@ -313,7 +313,9 @@ def test_step_raises_without_grad() -> None:
 
 def test_optimizer_raises_without_params() -> None:
     with pytest.raises(OptimizerError, match="is_param_"):
-        SGD([Tensor(INIT[0])])
+        SGD([Tensor(INIT[0]).is_param_(False)])
+    with pytest.raises(OptimizerError, match="no trainable"):
+        SGD([])
 
 
 def test_adam_adds_no_zero_weight_decay_term_like_torch() -> None:
@@ -379,7 +381,7 @@ def test_tensor_train_is_tinygrads_training_mode() -> None:
 
 def test_optimizer_keeps_params_and_realizes_buffers() -> None:
     ws = make_params("CPU")
-    running = Tensor([0.0, 0.0]).contiguous().realize()
+    running = Tensor([0.0, 0.0]).contiguous().realize().is_param_(False)
     opt = SGD([*ws, running, ws[0]], lr=0.1)
     assert opt.params == ws and opt.buffers == [running]
     xgrad_loss(ws, Tensor(X), Tensor(Y)).backward()

@@ -76,7 +76,7 @@ def check(
     """`fn` on xgrad tensors against `torch_fn` (default `fn`) on float64 torch tensors: the forward values, and
     the gradient of every input for a random upstream gradient (so non-scalar outputs are covered too). The
     gradients are built before anything is read: reading realizes a tensor, which cuts its graph."""
-    xs = [Tensor(a, device=device) for a in arrays]
+    xs = [Tensor(a, device=device, requires_grad=True) for a in arrays]  # a 0-d one: a buffer, not a constant
     ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
     out = fn(*xs)
     want = (torch_fn or fn)(*ts)

@@ -55,3 +55,16 @@ class TensorUsageError(XgradError, TypeError):
 
 class KnobError(XgradError, ValueError):
     """An environment knob has a value that cannot be parsed."""
+
+
+class GradientError(XgradError, RuntimeError):
+    """A gradient was asked for where there is none: with respect to a bare constant such as `Tensor(2.0)` (equal
+    constants are one graph node), or of or for a tensor that is not floating-point (a `GradientDTypeError`)."""
+
+
+class GradientDTypeError(GradientError, DTypeError):
+    """A gradient of or for a tensor that is not floating-point: a `RuntimeError` as tinygrad's, and a `DTypeError`."""
+
+
+class GradientShapeError(ShapeError, AssertionError):
+    """`gradient()` of a non-scalar tensor without `gradient=`: a `ShapeError`, and an `AssertionError` (tinygrad's)."""

@@ -26,7 +26,15 @@ from xgrad.dtype import (
 from xgrad.engine.jit import capturing
 from xgrad.engine.realize import all_tensors, lazy_tensors, realize_tensors
 from xgrad.engine.schedule import buffer_of, new_buffer_uop
-from xgrad.errors import DTypeError, JitError, ShapeError, XgradError
+from xgrad.errors import (
+    DTypeError,
+    GradientDTypeError,
+    GradientError,
+    GradientShapeError,
+    JitError,
+    ShapeError,
+    XgradError,
+)
 from xgrad.helpers import TRAINING, Context
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
 from xgrad.mixin.multi import MultiMixin
@@ -92,20 +100,22 @@ class Tensor(MultiMixin, metaclass=_TensorType):
     """A lazy tensor.
 
     Attributes: `uop` is the graph node the tensor stands for (a BUFFER once realized); `grad` holds the gradient
-    that `backward()` accumulated (None before); `is_param` marks a trainable parameter (set it with `is_param_()`);
-    `requires_grad` is None unless set (`Tensor(..., requires_grad=True)`, `requires_grad_()`, the `requires_grad=`
-    of the creation methods): False keeps the tensor out of `backward()` and out of an optimizer's training, True
-    makes it trainable like `is_param` (tinygrad's and torch's flag; the results of ops leave it None).
+    that `backward()` accumulated (None before); `is_param` says whether an optimizer given the tensor trains it (True
+    for every tensor, as in tinygrad: the results of ops too; `is_param_(False)` marks a buffer, such as a running
+    statistic, that an optimizer only realizes). `requires_grad` is None unless set (`Tensor(..., requires_grad=...)`,
+    `requires_grad_()`, the `requires_grad=` of the creation methods; torch's flag, an alias xgrad keeps): False
+    also keeps the tensor out of `backward()` (an input batch's gradient is then not computed each step) and sets
+    `is_param` False; True sets `is_param` and gives a 0-d constant a buffer of its own, so it can have a gradient.
 
     >>> Tensor([1, 2, 3]).tolist()
     [1, 2, 3]
-    >>> x = Tensor([3.0]).is_param_()
+    >>> x = Tensor([3.0])
     >>> x.is_param, x.grad is None, x.uop.shape
     (True, True, (1,))
     >>> _ = (x * x).sum().backward()
     >>> x.grad.tolist()
     [6.0]
-    >>> Tensor([1.0]).requires_grad, Tensor([1.0], requires_grad=False).requires_grad
+    >>> Tensor([1.0]).requires_grad, Tensor([1.0], requires_grad=False).is_param
     (None, False)
     """
 
@@ -154,8 +164,10 @@ class Tensor(MultiMixin, metaclass=_TensorType):
             if dt is not None and self.uop.dtype != dt:
                 self.uop = self.uop.cast(dt)
         self.grad: Tensor | None = None
-        self.is_param: bool = False
+        self.is_param: bool = requires_grad is not False
         self.requires_grad: bool | None = requires_grad
+        if requires_grad and self.uop.op is Ops.CONST:
+            self._own_buffer()
         all_tensors.add(self)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -178,9 +190,16 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         t = Tensor.__new__(Tensor)
         _set(t, "uop", uop)
         _set(t, "grad", None)
-        _set(t, "is_param", False)
+        _set(t, "is_param", True)
         _set(t, "requires_grad", None)
         return t
+
+    def _own_buffer(self) -> None:
+        """Give a bare constant (`Tensor(2.0)`) a buffer of its own: equal constants are one hash-consed node, so a
+        gradient with respect to one would be the gradient with respect to all of them."""
+        device = self.uop.device
+        assert device is not None
+        self.uop = _np_to_uop(np.full((), self.uop.arg, dtype=_np_for_py(self.dtype)), device, self.dtype)
 
     # ---- realization and data ----
     def realize(self, *lst: Tensor) -> Tensor:
@@ -221,6 +240,7 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         out = (self if device is None else self.to(device)).contiguous()
         if self.grad is not None:
             out.grad = self.grad.clone(device)
+        out.is_param = self.is_param
         return out
 
     def replace(self, x: Tensor) -> Tensor:
@@ -246,7 +266,7 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         dev = canonical_device(device)
         if dev == self.device:
             return self
-        return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev))))
+        return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev)))).is_param_(self.is_param)
 
     def _host_bytes(self) -> memoryview:
         if capturing():
@@ -347,10 +367,12 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         return Tensor(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
 
     def is_param_(self, is_param: bool = True) -> Tensor:
-        """Mark this tensor as a trainable parameter (read by optimizers), in place. Returns self.
+        """Set `is_param` in place: whether an optimizer given this tensor trains it (every tensor is a parameter
+        unless marked otherwise, as in tinygrad; `is_param_(False)` marks a buffer, which an optimizer only realizes).
+        Returns self.
 
-        >>> Tensor([1.0]).is_param_().is_param
-        True
+        >>> Tensor([1.0]).is_param, Tensor([1.0]).is_param_(False).is_param
+        (True, False)
         """
         self.is_param = is_param
         return self
@@ -370,33 +392,38 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         return Context(TRAINING=int(mode))
 
     def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
-        """Set `requires_grad` in place (see the class docstring); returns self. False freezes a tensor: `backward()`
-        gives it no gradient and optimizers only realize it.
+        """Set `requires_grad` in place (see the class docstring), and `is_param` with it when a bool is given;
+        returns self. False freezes a tensor: `backward()` gives it no gradient and optimizers only realize it.
 
         >>> w, frozen = Tensor([2.0]).requires_grad_(), Tensor([3.0]).requires_grad_(False)
         >>> _ = (w * frozen).sum().backward()
-        >>> w.grad.tolist(), frozen.grad
-        ([3.0], None)
+        >>> w.grad.tolist(), frozen.grad, frozen.is_param
+        ([3.0], None, False)
         """
         self.requires_grad = requires_grad
+        if requires_grad is not None:
+            self.is_param = requires_grad
+        if requires_grad and self.uop.op is Ops.CONST:
+            self._own_buffer()
         return self
 
     @property
     def trainable(self) -> bool:
-        """What an optimizer trains: marked `is_param` or `requires_grad=True`, and not `requires_grad=False`.
+        """What an optimizer trains: `is_param` set and `requires_grad` not False.
 
-        >>> Tensor([1.0]).trainable, Tensor([1.0], requires_grad=True).trainable
-        (False, True)
-        >>> Tensor([1.0]).is_param_().requires_grad_(False).trainable
+        >>> Tensor([1.0]).trainable, Tensor([1.0], requires_grad=False).trainable
+        (True, False)
+        >>> Tensor([1.0]).is_param_(False).trainable
         False
         """
-        return self.requires_grad is True or (self.is_param and self.requires_grad is not False)
+        return self.is_param and self.requires_grad is not False
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """The gradients of this tensor with respect to `targets`, as new lazy tensors (nothing is mutated).
 
         Only floating-point tensors have gradients. A non-scalar tensor needs `gradient`, the gradient of its output.
-        A target this tensor does not depend on (or only through non-differentiable ops) gets zeros.
+        A target this tensor does not depend on (or only through non-differentiable ops) gets zeros; a bare constant
+        target (`Tensor(2.0)`) raises, as in tinygrad.
 
         >>> x = Tensor([1.0, 2.0, 3.0])
         >>> w = Tensor([4.0, 5.0, 6.0])
@@ -408,10 +435,16 @@ class Tensor(MultiMixin, metaclass=_TensorType):
 
         for t, what in [(self, "the differentiated tensor"), *((t, "a gradient target") for t in targets)]:
             if not dtypes.is_float(t.dtype) or t.dtype in dtypes.weaks:
-                raise DTypeError(f"{what} has dtype {t.dtype.name}; only floating-point tensors have gradients")
+                raise GradientDTypeError(f"{what} has dtype {t.dtype.name}; only floating-point tensors have gradients")
+        for i, t in enumerate(targets):
+            if t.uop.op is Ops.CONST:
+                raise GradientError(
+                    f"gradient target {i} is a bare constant ({t.uop.arg!r}), the same graph node as every equal "
+                    "constant; make it with `requires_grad=True` (a buffer of its own) or from a list (`Tensor([2.0])`)"
+                )
         if gradient is None:
             if self.shape != ():
-                raise ShapeError(
+                raise GradientShapeError(
                     f"gradient of a tensor of shape {self.shape} needs `gradient=` (a tensor of that shape); "
                     "only a 0-d (scalar) tensor has an implicit gradient of 1.0"
                 )
@@ -429,8 +462,9 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         """Compute the gradient of this tensor for every live floating-point tensor in its graph and store it in
         `.grad`, or add it to an existing `.grad` (with `assign`). Skipped: what is only reached through `detach()`,
         tensors with `requires_grad=False` (e.g. the input batches of a training loop, whose gradients would
-        otherwise be computed and added up every step), and bare 0-d constants such as `Tensor(2.0)` unless marked
-        `is_param` or `requires_grad=True`. A non-scalar tensor needs `gradient`. Returns self.
+        otherwise be computed and added up every step), and bare 0-d constants such as `Tensor(2.0)` (as tinygrad;
+        `Tensor(2.0, requires_grad=True)` has a buffer and gets one). `is_param` does not matter here: it is what
+        optimizers read. A non-scalar tensor needs `gradient`. Returns self.
 
         >>> w = Tensor([1.0, 2.0, 3.0])
         >>> (w * w).sum().backward().item()
@@ -449,7 +483,7 @@ class Tensor(MultiMixin, metaclass=_TensorType):
             and t.dtype not in dtypes.weaks
             and t.uop.device is not None
             and t.requires_grad is not False
-            and (t.uop.op is not Ops.CONST or t.is_param or t.requires_grad)
+            and t.uop.op is not Ops.CONST
         ]
         for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
             if t.grad is None:

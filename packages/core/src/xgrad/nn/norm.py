@@ -70,9 +70,9 @@ class BatchNorm:
         self.bias: Tensor | None = None
         if affine:
             self.weight, self.bias = _affine(sz)
-        self.running_mean = _filled(sz, 0.0) if track_running_stats else None
-        self.running_var = _filled(sz, 1.0) if track_running_stats else None
-        self.num_batches_tracked = _filled(1, 0, dtypes.int32) if track_running_stats else None
+        self.running_mean = _filled(sz, 0.0).is_param_(False) if track_running_stats else None
+        self.running_var = _filled(sz, 1.0).is_param_(False) if track_running_stats else None
+        self.num_batches_tracked = _filled(1, 0, dtypes.int32).is_param_(False) if track_running_stats else None
         self.sz = sz
 
     def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:

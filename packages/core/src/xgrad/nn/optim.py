@@ -44,12 +44,12 @@ class OptimizerError(XgradError, RuntimeError):
 class Optimizer:
     """Base of the optimizers: holds the parameters, the learning rate and the state; subclasses give the update.
 
-    Of `params`, the `trainable` tensors are trained (marked `is_param`, as nn layers do, or `requires_grad=True`;
-    `requires_grad=False` freezes one); the others (e.g. running statistics) are only realized with each step, so
-    updates assigned to them happen in the same run.
+    Of `params`, the `trainable` tensors are trained: as in tinygrad every tensor is a parameter unless marked
+    otherwise (`is_param_(False)`, or frozen with `requires_grad=False`); the others (e.g. running statistics) are
+    only realized with each step, so updates assigned to them happen in the same run.
 
     >>> from xgrad import Context
-    >>> w = Tensor([1.0, 2.0]).is_param_()
+    >>> w = Tensor([1.0, 2.0])
     >>> opt = SGD([w], lr=0.5)
     >>> _ = (w * w).sum().backward()
     >>> with Context(TRAINING=1):
@@ -64,9 +64,9 @@ class Optimizer:
         self.buffers: list[Tensor] = [t for t in given if not t.trainable]
         if not self.params:
             raise OptimizerError(
-                "the optimizer got no trainable tensors; mark parameters with `t.is_param_()` (nn layers do this) "
-                "or make them with `requires_grad=True`, and leave out those with `requires_grad=False`, "
-                "e.g. `SGD(nn.state.get_parameters(model))`"
+                "the optimizer got no trainable tensors: every one given is marked `is_param_(False)` or "
+                "`requires_grad=False` (or none was given); pass the parameters, e.g. "
+                "`SGD(nn.state.get_parameters(model))`, or set `t.is_param_()` on those to train"
             )
         for p in self.params:
             if not dtypes.is_float(p.dtype):
@@ -82,7 +82,7 @@ class Optimizer:
             Tensor(lr, device=lr_device, dtype=lr_dtype)
             if CONST_LR.value
             else Tensor([lr], device=lr_device, dtype=lr_dtype).realize()
-        )
+        ).is_param_(False)  # the optimizer's own state tensors are buffers, as tinygrad's
 
     # ---- what a subclass uses ----
     def _slots(self) -> list[tuple[tuple[int, ...], str]]:
@@ -94,7 +94,7 @@ class Optimizer:
     def _zeros_state(self, fill: float = 0.0) -> list[Tensor]:
         """One realized state buffer per slot, filled with `fill`."""
         return [
-            Tensor.full(shape, fill, device=dev, dtype=self.state_dtype).contiguous().realize()
+            Tensor.full(shape, fill, device=dev, dtype=self.state_dtype).contiguous().realize().is_param_(False)
             for shape, dev in self._slots()
         ]
 
@@ -168,7 +168,7 @@ class OptimizerGroup(Optimizer):
     """Several optimizers stepped together (e.g. Muon for matrices, AdamW for the rest); `group[i]` is the i-th.
 
     >>> from xgrad import Context
-    >>> w, b = Tensor([[1.0]]).is_param_(), Tensor([1.0]).is_param_()
+    >>> w, b = Tensor([[1.0]]), Tensor([1.0])
     >>> opt = OptimizerGroup(SGD([w], lr=0.5), Adam([b], lr=0.5))
     >>> _ = (w.sum() * b.sum()).backward()
     >>> with Context(TRAINING=1):
@@ -204,7 +204,7 @@ class LARS(Optimizer):
     See the module docstring for the exact update and the meaning of `classic` and `pre_wd`.
 
     >>> from xgrad import Context
-    >>> w = Tensor([3.0, 4.0]).is_param_()
+    >>> w = Tensor([3.0, 4.0])
     >>> opt = LARS([w], lr=1.0, momentum=0.0, weight_decay=0.0, tcoef=0.1)
     >>> _ = (w * w).sum().backward()  # grad [6, 8]: |w| = 5, |g| = 10, r = 0.05
     >>> with Context(TRAINING=1):
@@ -292,7 +292,7 @@ def SGD(  # noqa: N802  (a class-like factory, as in torch and tinygrad)
     (dampening 0): LARS with trust coefficient 0. `classic=True` folds lr into the momentum buffer instead.
 
     >>> from xgrad import Context
-    >>> w = Tensor([1.0]).is_param_()
+    >>> w = Tensor([1.0])
     >>> opt = SGD([w], lr=0.1, momentum=0.9)
     >>> with Context(TRAINING=1):
     ...     for _ in range(2):
@@ -333,7 +333,7 @@ def Muon(  # noqa: N802
     decoupled weight decay; for matrix parameters (others are flattened to `(shape[0], -1)`). Not fusable.
 
     >>> from xgrad import Context
-    >>> w = Tensor([[2.0, 0.0], [0.0, 1.0]]).is_param_()
+    >>> w = Tensor([[2.0, 0.0], [0.0, 1.0]])
     >>> opt = Muon([w], lr=0.1, weight_decay=0.0)
     >>> _ = w.sum().backward()  # grad: all ones, a rank-one matrix
     >>> with Context(TRAINING=1):
@@ -362,7 +362,7 @@ class LAMB(Optimizer):
     Adam with decoupled weight decay (AdamW). See the module docstring for the exact update.
 
     >>> from xgrad import Context
-    >>> w = Tensor([3.0, 4.0]).is_param_()
+    >>> w = Tensor([3.0, 4.0])
     >>> opt = LAMB([w], lr=0.1)
     >>> _ = (w * w).sum().backward()
     >>> with Context(TRAINING=1):
@@ -387,8 +387,10 @@ class LAMB(Optimizer):
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
         count_device = self.device or self.params[0].device
         # b1**t and b2**t, kept as tensors so the step count needs no recompile
-        self.b1_t = Tensor.ones((1,), device=count_device, dtype=dtypes.float32).contiguous().realize()
-        self.b2_t = Tensor.ones((1,), device=count_device, dtype=dtypes.float32).contiguous().realize()
+        self.b1_t, self.b2_t = (
+            Tensor.ones((1,), device=count_device, dtype=dtypes.float32).contiguous().realize().is_param_(False)
+            for _ in range(2)
+        )
         self.m = self._zeros_state()
         self.v = self._zeros_state()
 
@@ -433,7 +435,7 @@ def Adam(  # noqa: N802
     """Adam (Kingma & Ba 2014) with bias correction, as torch.optim.Adam without weight decay: LAMB with `adam=True`.
 
     >>> from xgrad import Context
-    >>> w = Tensor([1.0, -1.0]).is_param_()
+    >>> w = Tensor([1.0, -1.0])
     >>> opt = Adam([w], lr=0.1)
     >>> _ = (w * 3).sum().backward()
     >>> with Context(TRAINING=1):
@@ -458,7 +460,7 @@ def AdamW(  # noqa: N802
     torch.optim.AdamW: LAMB with `adam=True`.
 
     >>> from xgrad import Context
-    >>> w = Tensor([1.0]).is_param_()
+    >>> w = Tensor([1.0])
     >>> opt = AdamW([w], lr=0.1, weight_decay=0.5)
     >>> _ = (w * 3).sum().backward()
     >>> with Context(TRAINING=1):
