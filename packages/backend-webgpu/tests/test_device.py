@@ -37,7 +37,7 @@ def test_packed_lanes_keep_their_neighbours(webgpu: str, dtype: object) -> None:
 
 
 def test_launch_larger_than_one_dispatch_dimension(webgpu: str) -> None:
-    n = 65535 * 64 + 130  # more workgroups than one dimension allows: spills into y
+    n = 65535 * 64 + 130  # more workgroups of 64 than one dimension allows (padded to 64): spills into y
     t = Tensor.arange(n, device=webgpu) + 1
     out = t.numpy()
     assert out[0] == 1 and out[-1] == n and int(out[65535 * 64]) == 65535 * 64 + 1
@@ -104,7 +104,7 @@ def test_debug_4_prints_the_wgsl_of_each_new_kernel(webgpu: str, capsys: pytest.
         out = (t * 1234.25 + 0.5).numpy()  # a constant no other test uses: a kernel compiled here
     assert out.tolist() == [1234.75, 2469.0]
     printed = capsys.readouterr().out
-    assert "@compute @workgroup_size(64)" in printed and "1234.25f" in printed
+    assert "@compute @workgroup_size(1, 1, 1)" in printed and "1234.25f" in printed  # 2 elements: one thread each
 
 
 def test_shader_rejected_through_tensor_path_raises_compile_error(webgpu: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,44 +32,67 @@ def end(r: UOp) -> UOp:
     return UOp(Ops.END, dtypes.void, (r,))
 
 
+def gid(n: int | UOp, dim: int = 0, local: bool = False) -> UOp:
+    """A workgroup id (or with `local`, a thread id) of `n` values, as codegen's GPU lowering makes it."""
+    name = f"{'lidx' if local else 'gidx'}{dim}"
+    if isinstance(n, UOp):
+        return UOp(Ops.SPECIAL, IDX, (n,), (name, int(n.vmax)))
+    return UOp(Ops.SPECIAL, IDX, (), (name, n))
+
+
 def unary_program(dtype: DType, fn: object = None, out_dtype: DType | None = None) -> list[UOp]:
-    """out[i] = fn(x[i]) over a GLOBAL range of 10."""
+    """out[i] = fn(x[i]) over 10 workgroups."""
     out, x = param(0, out_dtype or dtype), param(1, dtype)
-    r = UOp.range(idx(10), 0, AxisType.GLOBAL)
+    r = gid(10)
     value = x.index(r).load()
     value = fn(value) if callable(fn) else value
-    return linear(out.index(r).store(value), end(r))
+    return linear(out.index(r).store(value))
 
 
 def render(uops: list[UOp], arch: str | None = "shader-f16") -> str:
     return WGSLRenderer(arch).render("k", uops)
 
 
-def test_kernel_binds_buffers_and_guards_the_invocation_id() -> None:
+def test_kernel_binds_buffers_and_reads_the_workgroup_id() -> None:
     src = render(unary_program(dtypes.float32, lambda v: v * UOp.const(dtypes.float32, 2.0)))
     assert "@group(0) @binding(0) var<storage, read_write> data0: array<f32>;" in src
     assert "@group(0) @binding(1) var<storage, read> data1: array<f32>;" in src
-    assert "@compute @workgroup_size(64)" in src
-    assert "let gidx: i32 = i32(gid.x + gid.y * nwg.x * 64u);" in src
-    assert "if (gidx < 10i) {" in src
-    assert "data0[gidx] = (val0 * 2.0f);" in src
+    assert "@compute @workgroup_size(1, 1, 1)" in src
+    assert "fn main(@builtin(workgroup_id) gid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {" in src
+    assert "let gidx0: i32 = i32(gid.x);" in src
+    assert "data0[gidx0] = (val0 * 2.0f);" in src
 
 
-def test_program_without_global_range_runs_in_one_invocation() -> None:
+def test_program_without_ids_is_one_invocation() -> None:
     out = param(0, dtypes.int32)
     src = render(linear(out.index(idx(0)).store(UOp.const(dtypes.int32, -(2**31)))))
-    assert "if (gid.x != 0u || gid.y != 0u) { return; }" in src
+    assert "@compute @workgroup_size(1, 1, 1)" in src
     assert "data0[0i] = (-2147483647i - 1i);" in src
+
+
+def test_workgroup_size_shared_memory_and_barrier() -> None:
+    """Threads of a workgroup on x and y, an array in workgroup memory, the barrier between its write and read."""
+    out = param(0, dtypes.float32)
+    lx, ly = gid(8, 0, local=True), gid(4, 1, local=True)
+    smem = UOp(Ops.DEFINE_LOCAL, dtypes.float32, (), (0, 32))
+    write = smem.index(ly * idx(8) + lx).store(UOp.const(dtypes.float32, 1.0))
+    bar = UOp(Ops.BARRIER, dtypes.void, (write,))
+    value = smem.index(ly * idx(8) + (lx + idx(1)) % idx(8)).load()
+    src = render(linear(write, bar, out.index(gid(3) * idx(32) + ly * idx(8) + lx).store(value)))
+    assert "var<workgroup> temp0: array<f32, 32>;" in src
+    assert "@compute @workgroup_size(8, 4, 1)" in src
+    assert "let lidx0: i32 = i32(lid.x);" in src and "let lidx1: i32 = i32(lid.y);" in src
+    assert src.index("temp0[") < src.index("workgroupBarrier();") < src.rindex("temp0[")
 
 
 def test_loops_accumulators_and_select() -> None:
     out, x = param(0, dtypes.float32), param(1, dtypes.float32)
-    r = UOp.range(idx(4), 0, AxisType.GLOBAL)
+    r = gid(4)
     acc = UOp(Ops.DEFINE_ACC, dtypes.float32, (UOp.const(dtypes.float32, float("-inf")),), 0)
     rr = UOp.range(idx(7), 1, AxisType.REDUCE)
     assign = UOp(Ops.ASSIGN_ACC, dtypes.float32, (acc, acc.maximum(x.index(r * idx(7) + rr).load())))
     result = acc.lt(UOp.const(dtypes.float32, 0.0)).where(UOp.const(dtypes.float32, float("nan")), acc)
-    src = render(linear(r, acc, rr, assign, end(rr), out.index(r).store(result), end(r)))
+    src = render(linear(r, acc, rr, assign, end(rr), out.index(r).store(result)))
     assert "var acc0: f32 = bitcast<f32>(0xff800000u);" in src
     assert "for (var ridx0: i32 = 0i; ridx0 < 7i; ridx0++) {" in src
     # (a > b ? a : b) with a NaN in either operand propagated, decided on the bits
@@ -99,18 +122,18 @@ def test_int8_buffers_are_packed_words_written_with_atomics() -> None:
     src = render(unary_program(dtypes.int8, lambda v: v * UOp.const(dtypes.int8, 3)))
     assert "var<storage, read_write> data0: array<atomic<u32>>;" in src
     assert "var<storage, read> data1: array<u32>;" in src
-    assert "bitcast<i32>(data1[(gidx) / 4i] << (24u - (u32((gidx) % 4i) * 8u))) >> 24u" in src  # sign-extended lane
-    assert "atomicAnd(&data0[(gidx) / 4i]" in src and "atomicOr(&data0[(gidx) / 4i]" in src
+    assert "bitcast<i32>(data1[(gidx0) / 4i] << (24u - (u32((gidx0) % 4i) * 8u))) >> 24u" in src  # sign-extended lane
+    assert "atomicAnd(&data0[(gidx0) / 4i]" in src and "atomicOr(&data0[(gidx0) / 4i]" in src
     assert "(((val0 * 3i) << 24u) >> 24u)" in src  # int8 arithmetic wraps
 
 
 def test_bool_and_uint16_lanes() -> None:
     src = render(unary_program(dtypes.bool, lambda v: v.alu(Ops.CMPLT, UOp.const(dtypes.bool, True))))
-    assert "(((data1[(gidx) / 4i] >> (u32((gidx) % 4i) * 8u)) & 0xffu) != 0u)" in src
+    assert "(((data1[(gidx0) / 4i] >> (u32((gidx0) % 4i) * 8u)) & 0xffu) != 0u)" in src
     assert "((val0 != true) & true)" in src  # bool < bool has no WGSL operator
     assert "select(0u, 1u," in src
     src = render(unary_program(dtypes.uint16))
-    assert "((data1[(gidx) / 2i] >> (u32((gidx) % 2i) * 16u)) & 0xffffu)" in src
+    assert "((data1[(gidx0) / 2i] >> (u32((gidx0) % 2i) * 16u)) & 0xffffu)" in src
 
 
 def test_float16_enables_the_extension() -> None:
@@ -134,16 +157,16 @@ def test_float16_without_shader_f16_is_refused() -> None:
 def test_rounding_idiom_is_printed_as_round() -> None:
     magic = 1.5 * 2.0**23
     fn = lambda v: (v + UOp.const(dtypes.float32, magic)) + UOp.const(dtypes.float32, -magic)  # noqa: E731
-    assert "data0[gidx] = round(val0);" in render(unary_program(dtypes.float32, fn))
+    assert "data0[gidx0] = round(val0);" in render(unary_program(dtypes.float32, fn))
 
 
 def test_variables_come_from_their_own_binding() -> None:
     out = param(0, dtypes.float32)
     n = UOp.variable("n", 1, 100)
-    r = UOp.range(n, 0, AxisType.GLOBAL)
-    src = render(linear(out.index(r).store(UOp.const(dtypes.float32, 1.0)), end(r)))
+    r = gid(n)
+    src = render(linear(out.index(r).store(UOp.const(dtypes.float32, 1.0))))
     assert "@group(0) @binding(1) var<storage, read> xvars: array<i32>;" in src
-    assert "let n: i32 = xvars[0];" in src and "if (gidx < n) {" in src
+    assert "let n: i32 = xvars[0];" in src and "data0[gidx0] = 1.0f;" in src
 
 
 def test_exp2_log2_sin_are_left_to_codegen() -> None:
@@ -155,14 +178,14 @@ def test_exp2_log2_sin_are_left_to_codegen() -> None:
 def test_float_compares_decide_nan_on_the_bits() -> None:
     x, y = param(1, dtypes.float32), param(2, dtypes.float32)
     out = param(0, dtypes.bool)
-    r = UOp.range(idx(10), 0, AxisType.GLOBAL)
+    r = gid(10)
     a, b = x.index(r).load(), y.index(r).load()
     nan_a, nan_b = (f"((bitcast<u32>({v}) & 0x7fffffffu) > 0x7f800000u)" for v in ("val0", "val1"))
-    src = render(linear(out.index(r).store(a.alu(Ops.CMPNE, b)), end(r)))
+    src = render(linear(out.index(r).store(a.alu(Ops.CMPNE, b))))
     assert f"((val0 != val1) || {nan_a} || {nan_b})" in src  # NaN != anything, whatever the compiler assumes
-    src = render(linear(out.index(r).store(a.alu(Ops.CMPLT, b)), end(r)))
+    src = render(linear(out.index(r).store(a.alu(Ops.CMPLT, b))))
     assert f"((val0 < val1) && !({nan_a} || {nan_b}))" in src  # NaN is unordered
-    src = render(linear(out.index(r).store(a.alu(Ops.CMPLT, UOp.const(dtypes.float32, 2.0))), end(r)))
+    src = render(linear(out.index(r).store(a.alu(Ops.CMPLT, UOp.const(dtypes.float32, 2.0)))))
     assert f"((val0 < 2.0f) && !({nan_a}))" in src  # a finite literal is never NaN: not tested
 
 

@@ -26,6 +26,7 @@ from xgrad.plugin import get_registry, reset_registry
         ("null:0:cuda:sm_90", "NULL:cuda:sm_90"),
         ("NULL:HIP:gfx90a:xnack-", "NULL:HIP:gfx90a:xnack-"),
         ("NULL:1:PTX", "NULL:1:PTX"),
+        ("python::sm_90", "PYTHON::sm_90"),  # no renderer named: the device's own, for that arch
         ("disk:/tmp/Some File:0", "DISK:/tmp/Some File:0"),
     ],
 )
@@ -33,7 +34,7 @@ def test_canonicalize_normalises_type_and_index(name: str, canonical: str) -> No
     assert Device.canonicalize(name) == canonical
 
 
-@pytest.mark.parametrize("name", ["", "   ", ":1", "CPU:-1", "NULL::sm_90"])
+@pytest.mark.parametrize("name", ["", "   ", ":1", "CPU:-1", "NULL::", "CPU:1::"])
 def test_canonicalize_rejects_malformed_name(name: str) -> None:
     with pytest.raises(DeviceError):
         Device.canonicalize(name)
@@ -165,3 +166,8 @@ def test_import_xgrad_loads_no_plugin_and_opens_no_device(
     result = run_xgrad(code=code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_null_with_an_arch_but_no_renderer_is_refused() -> None:
+    with pytest.raises(DeviceError, match="NULL:CUDA:sm_90"):
+        Device["NULL::sm_90"]

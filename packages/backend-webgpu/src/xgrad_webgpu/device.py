@@ -36,9 +36,9 @@ from typing import Any
 from xgrad.buffer import ProgramInfo
 from xgrad.errors import CompileError, DeviceError
 from xgrad.uop.ops import Ops, UOp
-from xgrad_codegen.device import CompiledDevice, launch_args
+from xgrad_codegen.device import CompiledDevice, eval_size, launch_args
 from xgrad_webgpu.parallel import merge_output_ranges
-from xgrad_webgpu.renderer import F16_FEATURE, WORKGROUP_SIZE, WGSLRenderer
+from xgrad_webgpu.renderer import F16_FEATURE, WGSLRenderer
 
 # submit the recorded dispatches at least this often, so the adapter starts on long kernel lists
 MAX_PENDING_DISPATCHES = 64
@@ -216,7 +216,7 @@ class WebGPUDevice(CompiledDevice):
         self.max_groups = int(self.device.limits["max-compute-workgroups-per-dimension"])
         # read by the scheduler (`xgrad.engine.kernel_buffers`): one storage binding stays free for the variables
         self.max_kernel_buffers = int(self.device.limits["max-storage-buffers-per-shader-stage"]) - 1
-        renderer = WGSLRenderer(",".join(f for f in features if f == F16_FEATURE))
+        renderer = WGSLRenderer(",".join(f for f in features if f == F16_FEATURE), self.device.limits)
         allocator = WebGPUAllocator(self.device, alignment)
         super().__init__(name, allocator, renderer, _NoCompiler(), _no_factory)
         self._wgpu = wgpu
@@ -269,14 +269,13 @@ class WebGPUDevice(CompiledDevice):
     def launch(
         self, raw: WebGPUProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool
     ) -> float | None:
-        gs, args = launch_args(info, vals)
-        if gs <= 0:
+        _, args = launch_args(info, vals)
+        counts, _ = info.extra.get("launch", ((1, 1, 1), (1, 1, 1)))  # workgroups per dimension (see program_info)
+        x, y, z = (n if isinstance(n, int) else eval_size(n, vals) for n in counts)
+        if x <= 0 or y <= 0 or z <= 0:
             return 0.0 if wait else None
-        groups = -(-gs // WORKGROUP_SIZE)
-        x = min(groups, self.max_groups)
-        y = -(-groups // x)
-        if y > self.max_groups:
-            raise DeviceError(f"kernel {raw.name}: {gs} work items exceed the WebGPU dispatch limit")
+        if max(x, y, z) > self.max_groups:
+            raise DeviceError(f"kernel {raw.name}: {x}x{y}x{z} workgroups exceed the WebGPU dispatch limit")
         entries = [_binding(i, b) for i, b in enumerate(bufs[: raw.nbufs])]
         if raw.has_vars:
             data = struct.pack(f"<{len(args)}i", *args)
@@ -287,7 +286,7 @@ class WebGPUDevice(CompiledDevice):
         if not wait:  # recorded into the open command encoder; submitted at the next flush
             encoder = self._encoder or self.device.create_command_encoder()
             self._encoder = encoder
-            _record_dispatch(encoder, raw.pipeline, group, (x, y), None)
+            _record_dispatch(encoder, raw.pipeline, group, (x, y, z), None)
             self._pending += 1
             if self._pending >= MAX_PENDING_DISPATCHES:
                 self.flush()
@@ -295,7 +294,7 @@ class WebGPUDevice(CompiledDevice):
         self.flush()
         query = self._timestamp_query() if self.timestamps else None
         encoder = self.device.create_command_encoder()
-        _record_dispatch(encoder, raw.pipeline, group, (x, y), query[0] if query else None)
+        _record_dispatch(encoder, raw.pipeline, group, (x, y, z), query[0] if query else None)
         if query:
             encoder.resolve_query_set(query[1], 0, 2, query[2], 0)
         start = time.perf_counter()
@@ -344,13 +343,13 @@ NO_ADAPTER_FIX = "install a Vulkan driver (for a CPU one: apt-get install mesa-v
 
 
 def _record_dispatch(
-    encoder: Any, pipeline: Any, group: Any, groups: tuple[int, int], timestamps: dict[str, Any] | None
+    encoder: Any, pipeline: Any, group: Any, groups: tuple[int, int, int], timestamps: dict[str, Any] | None
 ) -> None:
     # one compute pass per dispatch: WebGPU orders the passes of an encoder, so a kernel sees its producers' writes
     cpass = encoder.begin_compute_pass(timestamp_writes=timestamps)
     cpass.set_pipeline(pipeline)
     cpass.set_bind_group(0, group)
-    cpass.dispatch_workgroups(groups[0], groups[1], 1)
+    cpass.dispatch_workgroups(groups[0], groups[1], groups[2])
     cpass.end()
 
 

@@ -3,10 +3,12 @@
 Kernel ABI (what `xgrad_webgpu.device` binds):
     @group(0) @binding(i) var<storage, read|read_write> data<i>: array<T>;   one per PARAM i
     @group(0) @binding(n) var<storage, read> xvars: array<i32>;             the variables, if the kernel has any
-    @compute @workgroup_size(64) fn main(gid, nwg)
-The first GLOBAL range of the program is the invocation id `gidx = gid.x + gid.y * nwg.x * 64` (a launch too big for
-one dispatch dimension spills into y), guarded by `if (gidx < end)`; every other range is a loop. A kernel without a
-GLOBAL range runs in invocation 0 only.
+    var<workgroup> temp<j>: array<T, n>;                                    one per DEFINE_LOCAL (shared memory)
+    @compute @workgroup_size(lx, ly, lz) fn main(@builtin(workgroup_id) gid, @builtin(local_invocation_id) lid)
+Codegen lowers the kernel for workgroups (`xgrad_codegen.gpu`): SPECIAL `gidx<d>` is `gid.<d>`, `lidx<d>` is
+`lid.<d>`, the workgroup size is the sizes of the `lidx` SPECIALs and the device dispatches as many workgroups as
+the `gidx` SPECIALs say (within the adapter's limits, which the renderer declares); BARRIER is `workgroupBarrier()`.
+A kernel without SPECIALs is one workgroup of one invocation.
 
 What WGSL lacks, and what this renderer does about it:
 - Storage holds 32-bit words only (f32, i32, u32; f16 with the `shader-f16` feature). bool, int8/uint8 and
@@ -29,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 from xgrad.dtype import DType, dtypes
@@ -45,7 +47,6 @@ from xgrad_codegen.renderer import (
     round_float,
 )
 
-WORKGROUP_SIZE = 64
 F16_FEATURE = "shader-f16"
 
 # dtypes whose buffers are packed into u32 words: bits per element
@@ -165,19 +166,17 @@ pm_legalize_wgsl = PatternMatcher(
 
 
 # ---- uop rules that differ from the C family ----
-def rule_range_wgsl(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
-    """The first GLOBAL range is the invocation id, guarded; other ranges are loops."""
-    if u is not ctx.parallel_range:
-        base_uop_rules[Ops.RANGE](r, ctx, u)
-        return
-    ctx.exprs[u] = "gidx"
-    ctx.emit(f"if (gidx < {ctx.exprs[u.src[0]]}) {{")
-    ctx.depth += 1
+def rule_define_local_wgsl(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    """A workgroup array: declared at module scope (`render_kernel`), named here."""
+    name = ctx.new_name("temp")
+    ctx.exprs[u] = name
+    ctx.shared.append((u, name))
 
 
-def buffer_of(ctx: RenderState, name: str) -> tuple[DType, bool]:
-    """The element dtype of buffer `name` and whether the kernel writes it."""
-    return next((u.dtype.scalar(), written) for u, n, written in ctx.params if n == name)
+def buffer_of(ctx: RenderState, name: str) -> tuple[DType, bool] | None:
+    """The element dtype of storage buffer `name` and whether the kernel writes it; None for a workgroup array (it
+    holds the register types, never packed words)."""
+    return next(((u.dtype.scalar(), written) for u, n, written in ctx.params if n == name), None)
 
 
 # (x + M) - M rounds x to an integer (ties to even) when M is 2**23 or 1.5*2**23; codegen's approximations use it.
@@ -209,7 +208,12 @@ def rule_idiv_wgsl(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
     return f"select({expr}, {zero}, {b} == {zero})"
 
 
-uop_rules_wgsl = {**base_uop_rules, Ops.RANGE: rule_range_wgsl, Ops.ADD: rule_add_wgsl, Ops.IDIV: rule_idiv_wgsl}
+uop_rules_wgsl = {
+    **base_uop_rules,
+    Ops.DEFINE_LOCAL: rule_define_local_wgsl,
+    Ops.ADD: rule_add_wgsl,
+    Ops.IDIV: rule_idiv_wgsl,
+}
 
 
 class WGSLRenderer(CStyleRenderer):
@@ -238,14 +242,26 @@ class WGSLRenderer(CStyleRenderer):
     ops_repeating_operands: ClassVar[frozenset[Ops]] = frozenset({Ops.MAX, *FLOAT_COMPARES})
     float_suffix: ClassVar[dict[DType, str]] = {dtypes.float32: "f", dtypes.float16: "h"}
     reserved_names: ClassVar[frozenset[str]] = frozenset(
-        {"gid", "gidx", "nwg", "xvars", "main", "fn", "let", "var", "const", "if", "else", "for", "loop", "while"}
+        {"gid", "lid", "xvars", "main", "fn", "let", "var", "const", "if", "else", "for", "loop", "while"}
         | {"return", "break", "continue", "switch", "case", "default", "struct", "true", "false", "bitcast"}
         | {"select", "array", "atomic", "bool", "i32", "u32", "f32", "f16", "enable", "override", "alias"}
     )
-    global_max = (65535 * WORKGROUP_SIZE, 65535)
+    # workgroups: the limits WebGPU guarantees on every adapter (the spec's defaults); the device passes its own
+    has_local = True
+    has_shared = True
+    global_max: tuple[int, ...] = (65535, 65535, 65535)
+    local_max: tuple[int, ...] = (256, 256, 64)
+    max_threads = 256
+    shared_max = 16384
 
-    def __init__(self, arch: str | None = None) -> None:
+    def __init__(self, arch: str | None = None, limits: Mapping[str, int] | None = None) -> None:
+        """`limits`: a WebGPU device's limits (`device.limits`); the workgroup limits are read from them."""
         super().__init__()
+        if limits is not None:
+            self.global_max = (int(limits["max-compute-workgroups-per-dimension"]),) * 3
+            self.local_max = tuple(int(limits[f"max-compute-workgroup-size-{d}"]) for d in "xyz")
+            self.max_threads = int(limits["max-compute-invocations-per-workgroup"])
+            self.shared_max = int(limits["max-compute-workgroup-storage-size"])
         self.arch = arch
         self.features = frozenset(f.strip() for f in (arch or "").split(",") if f.strip())
         supported = {*PACKED_BITS, dtypes.int32, dtypes.uint32, dtypes.index, dtypes.float32}
@@ -321,9 +337,9 @@ class WGSLRenderer(CStyleRenderer):
 
     # ---- memory ----
     def render_load(self, ctx: RenderState, dtype: DType, buf: str, idx: str, gate: str | None) -> str:
-        mem, written = buffer_of(ctx, buf)
-        if mem in PACKED_BITS:
-            value = self._packed_load(mem, buf, idx, written)
+        storage = buffer_of(ctx, buf)
+        if storage is not None and storage[0] in PACKED_BITS:
+            value = self._packed_load(storage[0], buf, idx, storage[1])
         else:
             value = f"{buf}[{idx}]"
         return f"select({self.render_const(0, dtype)}, {value}, {gate})" if gate is not None else value
@@ -341,8 +357,8 @@ class WGSLRenderer(CStyleRenderer):
         return f"(bitcast<i32>({word} << ({32 - bits}u - {shift})) >> {32 - bits}u)"
 
     def render_store(self, ctx: RenderState, dtype: DType, buf: str, idx: str, value: str, gate: str | None) -> str:
-        mem, _ = buffer_of(ctx, buf)
-        if mem in PACKED_BITS:
+        storage = buffer_of(ctx, buf)
+        if storage is not None and (mem := storage[0]) in PACKED_BITS:
             bits = PACKED_BITS[mem]
             per_word = 32 // bits
             mask = f"{(1 << bits) - 1:#x}u"
@@ -374,23 +390,31 @@ class WGSLRenderer(CStyleRenderer):
     def render_var_decl(self, ctx: RenderState, u: UOp, name: str, k: int) -> str:
         return f"let {name}: {self.render_dtype(ctx, u.dtype)} = xvars[{k}];"
 
+    def render_special(self, ctx: RenderState, u: UOp) -> str:
+        name, _ = u.arg
+        return f"i32({'gid' if name.startswith('gidx') else 'lid'}.{'xyz'[int(name[-1])]})"
+
+    def render_barrier(self) -> str:
+        return "workgroupBarrier();"
+
     def render_kernel(self, ctx: RenderState, name: str, body: list[str]) -> str:
         buffers = [self.render_buffer_decl(ctx, u, n, w) for u, n, w in ctx.params]
         if ctx.variables:
             binding = max(u.arg for u, _, _ in ctx.params) + 1 if ctx.params else 0
             buffers.append(f"@group(0) @binding({binding}) var<storage, read> xvars: array<i32>;")
+        shared = [f"var<workgroup> {n}: array<{self.render_dtype(ctx, u.dtype)}, {u.arg[1]}>;" for u, n in ctx.shared]
         decls = [self.render_var_decl(ctx, u, n, k) for u, n, k in ctx.variables]
-        if ctx.parallel_range is not None:
-            decls.append(f"let gidx: i32 = i32(gid.x + gid.y * nwg.x * {WORKGROUP_SIZE}u);")
-        else:  # one work item
-            decls.append("if (gid.x != 0u || gid.y != 0u) { return; }")
+        size = [1, 1, 1]  # threads per workgroup (x, y, z): the sizes of the lidx SPECIALs
+        for u in ctx.uops:
+            if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"):
+                size[int(u.arg[0][-1])] = int(u.arg[1])
         head = [
             f"// kernel {name}",
-            f"@compute @workgroup_size({WORKGROUP_SIZE})",
-            "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {",
+            f"@compute @workgroup_size({size[0]}, {size[1]}, {size[2]})",
+            "fn main(@builtin(workgroup_id) gid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {",
         ]
         prefix = self.render_prefix(ctx)
-        return "\n".join([*prefix, *buffers, *head, *("  " + d for d in decls), *body, "}"]) + "\n"
+        return "\n".join([*prefix, *buffers, *shared, *head, *("  " + d for d in decls), *body, "}"]) + "\n"
 
 
-__all__ = ["WGSLRenderer", "pm_legalize_wgsl", "PACKED_BITS", "UNSUPPORTED_REASON", "WORKGROUP_SIZE", "F16_FEATURE"]
+__all__ = ["WGSLRenderer", "pm_legalize_wgsl", "PACKED_BITS", "UNSUPPORTED_REASON", "F16_FEATURE"]

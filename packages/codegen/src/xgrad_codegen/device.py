@@ -13,6 +13,8 @@ from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
 from xgrad_codegen.opt import OptError
 from xgrad_codegen.pipeline import full_rewrite
 from xgrad_codegen.program_cache import load_program, program_key, store_program
+from xgrad_codegen.pygpu import launch_sizes
+from xgrad_codegen.renderer import Renderer
 
 
 class Compiler(Protocol):
@@ -50,8 +52,16 @@ def program_info(name: str, uops: list[UOp], src: str) -> ProgramInfo:
             dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
             mem += mult * dt.itemsize
     # stores to scratch arrays (PARAMs with a negative arg, e.g. a packed panel) are not outputs
-    outs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].arg >= 0}))
-    return ProgramInfo(name, src, ops, mem, global_size, tuple(var_names), outs)
+    stored = [u.src[0].src[0] for u in uops if u.op is Ops.STORE]
+    outs = tuple(sorted({p.arg for p in stored if p.op is Ops.PARAM and p.arg >= 0}))
+    extra: dict[str, Any] = {}
+    if any(u.op is Ops.SPECIAL for u in uops):  # a GPU program: per-thread counts times the threads launched
+        groups, threads = launch_sizes(uops)
+        extra["launch"] = (groups, threads)
+        global_size = groups[0] * groups[1] * groups[2]
+        if isinstance(global_size, int):
+            ops, mem = ops * global_size * prod(threads), mem * global_size * prod(threads)
+    return ProgramInfo(name, src, ops, mem, global_size, tuple(var_names), outs, extra)
 
 
 class CompiledProgram:
@@ -74,7 +84,7 @@ class CompiledDevice:
     graph: Any = None
 
     def __init__(
-        self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, program_factory: ProgramFactory
+        self, name: str, allocator: Allocator, renderer: Renderer, compiler: Compiler, program_factory: ProgramFactory
     ):
         self.name = name
         self.allocator = allocator
@@ -127,7 +137,7 @@ class CompiledDevice:
         targets).
         Part of the BEAM cache key; a backend whose target depends on more overrides this."""
         compiler_key = getattr(self.compiler, "cache_key", None)
-        width = getattr(self.renderer, "max_vector_width", 1)
+        width = self.renderer.max_vector_width
         parts = [type(self.renderer).__name__, f"w{width}", type(self.compiler).__name__]
         if callable(compiler_key):
             parts.append(str(compiler_key("")))

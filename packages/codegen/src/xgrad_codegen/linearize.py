@@ -95,7 +95,9 @@ def reduce_contexts(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     for x in reversed(list(sink.toposort)):
         here = context.get(x, frozenset())
         inner = here | set(x.src[1:]) if x.op is Ops.REDUCE else here
-        for s in x.src:
+        # NOOP(value, *after): `after` only orders (a group reduction's shared memory is read after its BARRIER); a
+        # REDUCE reached through it is computed before, not inside the loops of the reduction that reads the value
+        for s in x.src[:1] if x.op is Ops.NOOP else x.src:
             context[s] = context.get(s, frozenset()) | inner
     return {x: c for x, c in context.items() if x.op is Ops.REDUCE}
 
@@ -183,7 +185,7 @@ def _range_set(x: UOp, rs: dict[UOp, frozenset[UOp]], fixed: dict[UOp, frozenset
     return out
 
 
-_EXACT_LOOPS = (Ops.DEFINE_ACC, Ops.ASSIGN_ACC, Ops.STORE)
+_EXACT_LOOPS = (Ops.DEFINE_ACC, Ops.ASSIGN_ACC, Ops.STORE, Ops.BARRIER)  # a BARRIER runs exactly where its sources do
 
 
 class _Ready:

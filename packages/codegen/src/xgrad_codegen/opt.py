@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from xgrad.dtype import dtypes
 from xgrad.helpers import NOOPT, prod
@@ -27,6 +27,9 @@ from xgrad_codegen.pack import (
     is_scratch,
     packable_loads,
 )
+
+if TYPE_CHECKING:
+    from xgrad_codegen.renderer import Renderer
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,10 @@ def range_size(r: UOp) -> int | None:
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
     """`ast` with one action applied; raises OptError (with the reason) when the action does not apply."""
+    if opt.op in ("LOCAL", "GROUP", "GROUPTOP"):
+        from xgrad_codegen.gpu_opt import apply_gpu_opt  # gpu_opt builds on this module: imported at first use
+
+        return apply_gpu_opt(ast, opt)
     if opt.op not in OPT_ACTIONS:
         raise OptError(f"unknown optimizer action {opt.op!r}; the actions are {sorted(OPT_ACTIONS)}")
     if opt.op == "PACK":
@@ -124,7 +131,7 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     return graph_rewrite(substitute(ast, {rng: outer * amount + inner}), pm_reduce_ranges, name="reduce ranges")
 
 
-def candidate_opts(ast: UOp, renderer: Any) -> list[Opt]:
+def candidate_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
     """The legal single next actions on `ast` for `renderer` (the BEAM search's moves)."""
     out: list[Opt] = []
     rngs = kernel_ranges(ast)
@@ -144,7 +151,7 @@ def candidate_opts(ast: UOp, renderer: Any) -> list[Opt]:
             out.extend(Opt("SPLIT", i, a) for a in OPT_ACTIONS["SPLIT"][1] if a < size and size % a == 0)
         elif kind is AxisType.REDUCE:
             out.extend(Opt("UNROLL", i, a) for a in OPT_ACTIONS["UNROLL"][1] if a and a < size and size % a == 0)
-    if getattr(renderer, "supports_scratch", False):
+    if renderer.supports_scratch:
         for i, load in enumerate(packable_loads(ast)):
             for whole in (False, True):
                 try:

@@ -9,7 +9,6 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from xgrad.dtype import DType
 from xgrad.helpers import DEBUG, SPEC, TRANSCENDENTAL
@@ -19,8 +18,11 @@ from xgrad.uop.spec import check_linear
 from xgrad.uop.symbolic import simplify
 from xgrad_codegen.fold import fold_indexes
 from xgrad_codegen.gates import hoist_gates
+from xgrad_codegen.gpu import lower_gpu
+from xgrad_codegen.gpu_opt import optimize_for
 from xgrad_codegen.linearize import linearize
-from xgrad_codegen.opt import Opt, expand_lanes, optimize
+from xgrad_codegen.opt import Opt, expand_lanes
+from xgrad_codegen.renderer import Renderer
 from xgrad_codegen.vectorize import vectorize
 
 PassHook = Callable[[str, UOp, float], None]
@@ -57,21 +59,21 @@ def before_optimize(ast: UOp) -> UOp:
     return ast
 
 
-def full_rewrite(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list[UOp]:
+def full_rewrite(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> list[UOp]:
     """Kernel AST -> linear program for `renderer`."""
     for name, fn in BEFORE_OPTIMIZE:
         ast = _run(name, fn, ast)
-    width = getattr(renderer, "max_vector_width", 1)
-    scratch = getattr(renderer, "supports_scratch", False)
-    ast = _run(
-        "optimize", lambda a: optimize(a, opts, width, scratch), ast
-    )  # split and re-kind ranges (parallel, upcast, unroll, pack)
+    # split and re-kind ranges (parallel, upcast, unroll, pack; on a GPU workgroups: local, group)
+    ast = _run("optimize", lambda a: optimize_for(a, renderer, opts), ast)
     ast = _run("expand lanes", expand_lanes, ast)  # UPCAST/UNROLL ranges become straight-line lanes
     ast = _run("simplify lanes", simplify, ast)  # each lane's constant index folds
     ast = _run("hoist gates", hoist_gates, ast)  # a sum of gated loads skips its loop when their gate is off
+    # GPU: group reductions meet in shared memory; workgroup ranges become SPECIAL ids (nothing on a CPU)
+    ast = _run("lower gpu", lambda a: lower_gpu(a, renderer), ast)
     for name, pm in decompositions_for(renderer):  # ops and dtypes the target lacks
         ast = _run(name, functools.partial(_rewrite, pm=pm, name=name), ast)
-    masked = getattr(renderer, "masked_stores", False)
+    masked = renderer.masked_stores
+    width = renderer.max_vector_width
     ast = _run("vectorize", lambda a: vectorize(a, width, masked), ast)  # neighbouring lanes: vector loads/ALU/stores
     uops = linearize(ast)  # loops, accumulators, order
     if SPEC:
@@ -98,9 +100,7 @@ class _Declared:
     native_dtypes: frozenset[DType]
 
 
-def decompositions_for(renderer: Any) -> list[tuple[str, PatternMatcher]]:
-    if renderer is None:
-        return []
+def decompositions_for(renderer: Renderer) -> list[tuple[str, PatternMatcher]]:
     from xgrad_codegen.decompose import decompositions_for as chosen
 
     if TRANSCENDENTAL.value >= 2:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from xgrad.device import parse_device
 from xgrad.dtype import dtypes
+from xgrad.errors import DeviceError
 from xgrad.uop.ops import AxisType, GroupOp, Ops, UOp
 from xgrad_codegen.device import CompiledDevice
 from xgrad_codegen.pyexec import ProgramError, run_program
+from xgrad_codegen.pygpu import is_gpu_program, run_gpu_program
 from xgrad_codegen.renderer import Renderer
 
 
@@ -52,14 +56,44 @@ def _as_bytes(mv: memoryview) -> memoryview:
     return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
 
 
+@dataclass(frozen=True)
+class GPUArch:
+    """The launch limits of a GPU architecture, as its vendor documents them (what `DEV=PYTHON::<arch>` emulates)."""
+
+    global_max: tuple[int, int, int]  # workgroups per grid dimension
+    local_max: tuple[int, int, int]  # threads per workgroup dimension
+    max_threads: int  # threads per workgroup
+    shared_max: int  # bytes of shared memory per workgroup (static allocation)
+
+
+# CUDA: grid x up to 2**31-1, y/z 65535, blocks of 1024 threads (z at most 64), 48 KiB static shared memory per block.
+# HIP (RDNA3 gfx1100, CDNA3 gfx942): the same grid and block limits, 64 KiB of LDS per workgroup.
+GPU_ARCHS: dict[str, GPUArch] = {
+    "sm_90": GPUArch((2**31 - 1, 65535, 65535), (1024, 1024, 64), 1024, 48 * 1024),
+    "gfx1100": GPUArch((2**31 - 1, 65535, 65535), (1024, 1024, 1024), 1024, 64 * 1024),
+    "gfx942": GPUArch((2**31 - 1, 65535, 65535), (1024, 1024, 1024), 1024, 64 * 1024),
+}
+
+
 class PythonRenderer(Renderer):
     """The reference executor runs linear programs directly: every op and dtype is native, nothing is decomposed.
-    `render` prints the program as text (what DEBUG=4 shows)."""
+    `render` prints the program as text (what DEBUG=4 shows). With a GPU `arch` (a key of GPU_ARCHS) it declares that
+    GPU's workgroups and shared memory, and codegen lowers kernels as for that GPU."""
 
     device = "PYTHON"
     name = "PYTHON"
     supported_ops = frozenset(GroupOp.ALU - {Ops.POW}) | {Ops.CAST, Ops.BITCAST}
     native_dtypes = frozenset(dtypes.all)
+
+    def __init__(self, arch: str | None = None) -> None:
+        self.arch = arch
+        if arch is None:
+            return
+        if (gpu := GPU_ARCHS.get(arch)) is None:
+            raise DeviceError(f"PYTHON has no GPU arch {arch!r}; use one of {sorted(GPU_ARCHS)} (DEV=PYTHON::sm_90)")
+        self.has_local = self.has_shared = True
+        self.global_max, self.local_max = gpu.global_max, gpu.local_max
+        self.max_threads, self.shared_max = gpu.max_threads, gpu.shared_max
 
     def render(self, name: str, uops: list[UOp]) -> str:
         ids = {u: i for i, u in enumerate(uops)}
@@ -73,7 +107,7 @@ class PythonDevice(CompiledDevice):
     """The `PYTHON` device: the codegen pipeline's linear programs run in the pure-Python reference executor."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(name, PythonAllocator(), PythonRenderer(), _NoCompiler(), _no_factory)
+        super().__init__(name, PythonAllocator(), PythonRenderer(parse_device(name).arch), _NoCompiler(), _no_factory)
 
     def build(self, name: str, uops: list[UOp], src: str) -> list[UOp]:
         return uops
@@ -93,6 +127,9 @@ class PythonDevice(CompiledDevice):
         """Run a linear program with `handles[i]` as PARAM i. The interpreter runs the program's GLOBAL range
         itself, so `global_size` (launch dimensions, as other devices take them) is only checked when given: its
         product must be the GLOBAL range's size (1 for a program without one)."""
+        if is_gpu_program(uops):  # workgroups, shared memory, barriers
+            run_gpu_program(uops, handles, vals)
+            return
         if global_size is not None:
             _check_global_size(uops, vals or {}, global_size)
         run_program(uops, handles, vals)

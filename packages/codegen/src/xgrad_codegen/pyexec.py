@@ -310,8 +310,41 @@ class Place:
     gate: bool
 
 
-class _Machine:
-    """The state of one run: current values, loop bounds, the program counter."""
+class Shared:
+    """What the threads of one workgroup share (see `xgrad_codegen.pygpu`): the DEFINE_LOCAL buffers, numbered from
+    `first` in every thread's buffer list, and who touched each element since the last barrier, to report a race
+    (an element one thread writes and another reads or writes between two barriers) as a ProgramError."""
+
+    def __init__(self, first: int, slots: dict[UOp, int]) -> None:
+        self.first = first
+        self.slots = slots  # DEFINE_LOCAL -> its buffer number
+        self.writer: dict[tuple[int, int], int] = {}  # (buffer, element) -> the thread that wrote it in this phase
+        self.readers: dict[tuple[int, int], set[int]] = {}
+
+    def new_phase(self) -> None:
+        self.writer.clear()
+        self.readers.clear()
+
+    def access(self, place: Place, thread: int, write: bool) -> None:
+        for e in range(place.pos, place.pos + place.lanes):
+            key = (place.buf, e)
+            other = self.writer.get(key, thread)
+            readers = self.readers.setdefault(key, set())
+            if other != thread or (write and readers - {thread}):
+                raise ProgramError(
+                    f"shared memory race: element {e} of local buffer {place.buf - self.first} is "
+                    f"{'written' if write else 'read'} by thread {thread} and written or read by another thread "
+                    "without a BARRIER between them"
+                )
+            if write:
+                self.writer[key] = thread
+            else:
+                readers.add(thread)
+
+
+class Machine:
+    """The state of one run: current values, loop bounds, the program counter. A GPU launch runs one per thread,
+    with `specials` (its SPECIAL ids) and `shared` (its workgroup's memory) set."""
 
     def __init__(
         self,
@@ -319,6 +352,7 @@ class _Machine:
         bufs: Sequence[memoryview],
         vals: dict[str, int],
         split: tuple[int | None, int | None],
+        layout: tuple[dict[UOp, int], dict[UOp, int]] | None = None,
     ) -> None:
         self.uops = uops
         self.bufs = [b if b.format == "B" and b.ndim == 1 else b.cast("B") for b in bufs]
@@ -326,9 +360,25 @@ class _Machine:
         self.split = split
         self.values: dict[UOp, Any] = {}
         self.bounds: dict[UOp, int] = {}  # RANGE -> its end in this execution of the loop
-        self.range_pos, self.end_pos = _check_program(uops)
+        self.range_pos, self.end_pos = layout if layout is not None else check_program(uops)
         self.global_range = next((u for u in uops if u.op is Ops.RANGE and u.arg[1] is AxisType.GLOBAL), None)
         self.pc = 0
+        self.specials: dict[str, int] | None = None
+        self.shared: Shared | None = None
+        self.thread = 0
+        self.waiting = False  # stopped at a BARRIER
+
+    def run_to_barrier(self) -> bool:
+        """Run until the next BARRIER (True) or the end of the program (False)."""
+        n = len(self.uops)
+        self.waiting = False
+        while self.pc < n:
+            u = self.uops[self.pc]
+            self.pc += 1
+            _EXEC[u.op](self, u)
+            if self.waiting:
+                return True
+        return False
 
     def run(self) -> None:
         if self.global_range is None:  # a program without a GLOBAL range is one work item, item 0
@@ -356,7 +406,7 @@ class _Machine:
         return place.pos * place.dtype.itemsize
 
 
-def _check_program(uops: Sequence[UOp]) -> tuple[dict[UOp, int], dict[UOp, int]]:
+def check_program(uops: Sequence[UOp]) -> tuple[dict[UOp, int], dict[UOp, int]]:
     """Check the structure the interpreter relies on; return the positions of each RANGE and of its END."""
     seen: set[UOp] = set()
     open_ranges: list[UOp] = []
@@ -384,13 +434,13 @@ def _check_program(uops: Sequence[UOp]) -> tuple[dict[UOp, int], dict[UOp, int]]
 
 
 # ---- op handlers: each sets the uop's value (and, for control flow, the program counter) ----
-def _exec_param(m: _Machine, u: UOp) -> None:
+def _exec_param(m: Machine, u: UOp) -> None:
     if not 0 <= u.arg < len(m.bufs):
         raise ProgramError(f"PARAM {u.arg} needs buffer {u.arg}, but {len(m.bufs)} buffers were passed")
     m.values[u] = u.arg
 
 
-def _exec_define_var(m: _Machine, u: UOp) -> None:
+def _exec_define_var(m: Machine, u: UOp) -> None:
     name, lo, hi = u.arg
     if name not in m.vars:
         raise ProgramError(f"variable {name!r} has no value; pass it in vals (got {sorted(m.vars)})")
@@ -400,11 +450,11 @@ def _exec_define_var(m: _Machine, u: UOp) -> None:
     m.values[u] = cast_value(u.dtype, value)
 
 
-def _exec_const(m: _Machine, u: UOp) -> None:
+def _exec_const(m: Machine, u: UOp) -> None:
     m.values[u] = cast_value(u.dtype, (u.arg,) * u.dtype.count if u.dtype.count > 1 else u.arg)
 
 
-def _exec_range(m: _Machine, u: UOp) -> None:
+def _exec_range(m: Machine, u: UOp) -> None:
     start, end = 0, int(m.src(u, 0))
     if u is m.global_range:
         lo, hi = m.split
@@ -419,14 +469,14 @@ def _exec_range(m: _Machine, u: UOp) -> None:
     m.values[u] = start
 
 
-def _exec_end(m: _Machine, u: UOp) -> None:
+def _exec_end(m: Machine, u: UOp) -> None:
     rng = u.src[0]
     if (nxt := m.values[rng] + 1) < m.bounds[rng]:
         m.values[rng] = nxt
         m.pc = m.range_pos[rng] + 1
 
 
-def _exec_index(m: _Machine, u: UOp) -> None:
+def _exec_index(m: Machine, u: UOp) -> None:
     param = u.src[0]
     pos = m.src(u, 1)
     gate = bool(m.src(u, 2)) if len(u.src) > 2 else True
@@ -435,19 +485,23 @@ def _exec_index(m: _Machine, u: UOp) -> None:
     m.values[u] = Place(m.values[param], param.dtype.scalar(), pos, u.dtype.count, gate)
 
 
-def _exec_load(m: _Machine, u: UOp) -> None:
+def _exec_load(m: Machine, u: UOp) -> None:
     place: Place = m.src(u, 0)
     if not place.gate:
         m.values[u] = zero(u.dtype)
         return
+    if m.shared is not None and place.buf >= m.shared.first:
+        m.shared.access(place, m.thread, write=False)
     lanes = decode(place.dtype, m.bufs[place.buf], place.lanes, m.element(place, "load"))
     m.values[u] = tuple(lanes) if u.dtype.count > 1 else lanes[0]
 
 
-def _exec_store(m: _Machine, u: UOp) -> None:
+def _exec_store(m: Machine, u: UOp) -> None:
     place: Place = m.src(u, 0)
     if not place.gate:
         return
+    if m.shared is not None and place.buf >= m.shared.first:
+        m.shared.access(place, m.thread, write=True)
     value = m.src(u, 1)
     lanes = list(_as_lanes(value, place.lanes, "STORE value")) if place.lanes > 1 else [value]
     data = encode(place.dtype, [_cast_scalar(place.dtype, v) for v in lanes])  # C's conversion on assignment
@@ -455,24 +509,24 @@ def _exec_store(m: _Machine, u: UOp) -> None:
     m.bufs[place.buf][offset : offset + len(data)] = data
 
 
-def _exec_define_acc(m: _Machine, u: UOp) -> None:
+def _exec_define_acc(m: Machine, u: UOp) -> None:
     m.values[u] = m.src(u, 0)
 
 
-def _exec_assign_acc(m: _Machine, u: UOp) -> None:
+def _exec_assign_acc(m: Machine, u: UOp) -> None:
     acc = u.src[0]
     if acc.op is not Ops.DEFINE_ACC:
         raise ProgramError(f"ASSIGN_ACC must target a DEFINE_ACC, got {acc.op.name}")
     m.values[acc] = m.values[u] = m.src(u, 1)
 
 
-def _exec_vectorize(m: _Machine, u: UOp) -> None:
+def _exec_vectorize(m: Machine, u: UOp) -> None:
     if len(u.src) != u.dtype.count:
         raise ProgramError(f"VECTORIZE of {len(u.src)} values has dtype {u.dtype!r}")
     m.values[u] = tuple(m.values[s] for s in u.src)
 
 
-def _exec_gep(m: _Machine, u: UOp) -> None:
+def _exec_gep(m: Machine, u: UOp) -> None:
     vec = m.src(u, 0)
     lanes = vec if isinstance(vec, tuple) else (vec,)  # GEP 0 of a scalar is the scalar
     if not isinstance(u.arg, int) or not 0 <= u.arg < len(lanes):
@@ -480,23 +534,43 @@ def _exec_gep(m: _Machine, u: UOp) -> None:
     m.values[u] = lanes[u.arg]
 
 
-def _exec_alu(m: _Machine, u: UOp) -> None:
+def _exec_alu(m: Machine, u: UOp) -> None:
     m.values[u] = interpret_alu(u.op, u.dtype, *(m.values[s] for s in u.src))
 
 
-def _exec_bitcast(m: _Machine, u: UOp) -> None:
+def _exec_bitcast(m: Machine, u: UOp) -> None:
     m.values[u] = bitcast_value(u.src[0].dtype, u.dtype, m.src(u, 0))
 
 
-def _exec_noop(m: _Machine, u: UOp) -> None:
+def _exec_special(m: Machine, u: UOp) -> None:
+    if m.specials is None or u.arg[0] not in m.specials:
+        raise ProgramError(
+            f"SPECIAL {u.arg[0]} has no value: run GPU programs with xgrad_codegen.pygpu.run_gpu_program"
+        )
+    m.values[u] = m.specials[u.arg[0]]
+
+
+def _exec_define_local(m: Machine, u: UOp) -> None:
+    if m.shared is None:
+        raise ProgramError("DEFINE_LOCAL outside a workgroup: run GPU programs with xgrad_codegen.pygpu")
+    m.values[u] = m.shared.slots[u]
+
+
+def _exec_barrier(m: Machine, u: UOp) -> None:
+    if m.shared is None:
+        raise ProgramError("BARRIER outside a workgroup: run GPU programs with xgrad_codegen.pygpu")
+    m.waiting = True
+
+
+def _exec_noop(m: Machine, u: UOp) -> None:
     m.values[u] = m.src(u, 0) if u.src else None
 
 
-def _exec_sink(m: _Machine, u: UOp) -> None:
+def _exec_sink(m: Machine, u: UOp) -> None:
     m.pc = len(m.uops)
 
 
-_EXEC: dict[Ops, Callable[[_Machine, UOp], None]] = {
+_EXEC: dict[Ops, Callable[[Machine, UOp], None]] = {
     Ops.PARAM: _exec_param,
     Ops.DEFINE_VAR: _exec_define_var,
     Ops.CONST: _exec_const,
@@ -512,6 +586,9 @@ _EXEC: dict[Ops, Callable[[_Machine, UOp], None]] = {
     Ops.BITCAST: _exec_bitcast,
     Ops.NOOP: _exec_noop,
     Ops.SINK: _exec_sink,
+    Ops.SPECIAL: _exec_special,
+    Ops.DEFINE_LOCAL: _exec_define_local,
+    Ops.BARRIER: _exec_barrier,
     **{op: _exec_alu for op in _ALU},
 }
 
@@ -526,4 +603,4 @@ def run_program(
     """Execute a linear program on raw byte buffers (`bufs[i]` is PARAM i). `vals` gives each DEFINE_VAR's value.
     `start`/`end` restrict the first GLOBAL range to [start, end) so callers can split the work; a program without
     a GLOBAL range is a single work item (item 0)."""
-    _Machine(uops, bufs, dict(vals or {}), (start, end)).run()
+    Machine(uops, bufs, dict(vals or {}), (start, end)).run()

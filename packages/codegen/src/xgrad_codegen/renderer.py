@@ -25,8 +25,21 @@ from xgrad_codegen.legalize import legalize_linear, pm_split_vector_ops, split_v
 EMULATED = frozenset({dtypes.bfloat16, *dtypes.fp8s})  # what decompositions_for emulates where a target lacks it
 
 
+@dataclass(frozen=True)
+class TensorCore:
+    """One matrix instruction a GPU offers: D (m x n, `acc` dtype) += A (m x k, `dtype`) @ B (k x n, `dtype`), computed
+    by `threads` threads of a group together (a warp or wave). Declared by a renderer in `tensor_cores`."""
+
+    name: str
+    dims: tuple[int, int, int]  # (m, n, k)
+    dtype: DType
+    acc: DType
+    threads: int
+
+
 class Renderer:
-    """A target language. Codegen reads the attributes; `render` prints one kernel."""
+    """A target language. Codegen reads exactly these attributes (and nothing through `getattr` defaults); `render`
+    prints one kernel. A CPU target keeps the GPU attributes at their defaults (no workgroups, no shared memory)."""
 
     device: str = ""
     name: str = ""
@@ -35,11 +48,21 @@ class Renderer:
     native_dtypes: frozenset[DType] = frozenset()  # scalar dtypes the language has; codegen emulates bf16/fp8
     max_vector_width: int = 1  # widest vector dtype (in lanes) codegen may produce
     masked_stores: bool = False  # stores a vector under a bool vector gate, one per lane (codegen's vectorize)
-    has_local: bool = False  # GPU workgroups (LOCAL/GROUP axes)
-    has_shared: bool = False  # workgroup shared memory
-    global_max: tuple[int, ...] | None = None  # launch grid limits per dimension (None: unlimited)
-    local_max: tuple[int, ...] | None = None  # workgroup size limits per dimension
+    supports_scratch: bool = False  # PACK may copy a panel into a per-thread scratch array (see xgrad_codegen.pack)
+    # ---- GPU: workgroups (GLOBAL axes are workgroup ids, LOCAL/GROUP axes thread ids within one) ----
+    has_local: bool = False  # workgroups of several threads: LOCAL/GROUP axes, SPECIAL thread indexes, BARRIER
+    has_shared: bool = False  # memory shared by one workgroup's threads (DEFINE_LOCAL): GROUP reductions
+    global_max: tuple[int, ...] = ()  # most workgroups per launch dimension (x, y, z); empty: no GPU grid
+    local_max: tuple[int, ...] = ()  # most threads per workgroup dimension
+    max_threads: int = 1  # most threads in one workgroup (all dimensions together)
+    shared_max: int = 0  # bytes of shared memory one workgroup may use
+    tensor_cores: tuple[TensorCore, ...] = ()  # matrix instructions (none are used by codegen yet)
     legalize: PatternMatcher | None = None  # this language's own rewrites, applied right before printing
+
+    @property
+    def supports_group_reduce(self) -> bool:
+        """A reduction may be split over a workgroup's threads (GROUP/GROUPTOP): needs threads and shared memory."""
+        return self.has_local and self.has_shared
 
     def supports_dtype(self, dtype: DType) -> bool:
         return dtype.scalar() in self.native_dtypes
@@ -80,6 +103,7 @@ class RenderState:
     counters: dict[str, int] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
     params: list[tuple[UOp, str, bool]] = field(default_factory=list)  # (PARAM, name, written)
+    shared: list[tuple[UOp, str]] = field(default_factory=list)  # (DEFINE_LOCAL, name): workgroup shared arrays
     variables: list[tuple[UOp, str, int]] = field(default_factory=list)  # (DEFINE_VAR, name, position in vars)
     vector_types: dict[str, DType] = field(default_factory=dict)  # vector type name -> dtype, in order of first use
     helpers: dict[str, str] = field(default_factory=dict)  # helper name -> definition (type preludes, functions)
@@ -203,6 +227,18 @@ def rule_special(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
     return r.render_special(ctx, u)
 
 
+def rule_define_local(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    name = ctx.new_name("temp")
+    ctx.exprs[u] = name
+    ctx.shared.append((u, name))
+    if (decl := r.render_shared_decl(ctx, u, name)) is not None:
+        ctx.emit(decl)
+
+
+def rule_barrier(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    ctx.emit(r.render_barrier())
+
+
 def rule_nothing(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
     return None
 
@@ -222,6 +258,8 @@ base_uop_rules: dict[Ops, UopRule] = {
     Ops.DEFINE_ACC: rule_define_acc,
     Ops.ASSIGN_ACC: rule_assign_acc,
     Ops.SPECIAL: rule_special,
+    Ops.DEFINE_LOCAL: rule_define_local,
+    Ops.BARRIER: rule_barrier,
     Ops.INDEX: rule_nothing,  # LOAD and STORE read the INDEX's sources themselves
     Ops.SINK: rule_nothing,
     Ops.NOOP: rule_nothing,
@@ -232,7 +270,7 @@ base_uop_rules: dict[Ops, UopRule] = {
 _NAMED_OPS = frozenset({Ops.LOAD, Ops.DEFINE_ACC, Ops.RANGE, Ops.PARAM, Ops.DEFINE_VAR, Ops.SPECIAL})
 MAX_INLINE_NESTING = 64
 # UOps with effects or scopes: an expression is never inlined across one of them
-_BARRIER_OPS = frozenset({Ops.STORE, Ops.ASSIGN_ACC, Ops.RANGE, Ops.END})
+_BARRIER_OPS = frozenset({Ops.STORE, Ops.ASSIGN_ACC, Ops.RANGE, Ops.END, Ops.BARRIER})
 
 
 def divisor_may_be_zero(u: UOp) -> bool:
@@ -322,7 +360,7 @@ class CStyleRenderer(Renderer):
     - `code_for_op` (ALU op -> function of the rendered operands and `dtype=`), `uop_rules` (every other UOp kind),
     - hooks: `render_kernel` (signature and prefix), `render_buffer_decl`, `render_var_decl`, `render_range`,
       `render_declare`, `render_load`, `render_store`, `render_cast`, `render_bitcast`, `render_vectorize`,
-      `render_gep`, `render_special`, `render_float`.
+      `render_gep`, `render_special`, `render_shared_decl`, `render_barrier`, `render_float`.
     """
 
     type_map: ClassVar[dict[DType, str]] = {
@@ -442,7 +480,11 @@ class CStyleRenderer(Renderer):
             ctx.exprs[u] = expr
             ctx.nesting[u] = nesting
             return
-        name = ctx.new_name(self.name_prefix.get(u.op, "alu"))
+        if u.op is Ops.SPECIAL and u.arg[0] not in ctx.taken and u.arg[0] not in self.reserved_names:
+            name = u.arg[0]  # a thread id keeps its name: gidx0, lidx0
+            ctx.taken.add(name)
+        else:
+            name = ctx.new_name(self.name_prefix.get(u.op, "alu"))
         ctx.emit(self.render_declare(ctx, u.dtype, name, expr, mutable=False))
         ctx.exprs[u] = name
 
@@ -517,6 +559,15 @@ class CStyleRenderer(Renderer):
     def render_special(self, ctx: RenderState, u: UOp) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no hardware thread indexes (SPECIAL {u.arg})")
 
+    def render_shared_decl(self, ctx: RenderState, u: UOp, name: str) -> str | None:
+        """The declaration of workgroup shared array `name` (DEFINE_LOCAL `u`) where it stands in the body, or None
+        for a language that declares it elsewhere (`render_kernel` reads `ctx.shared`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no workgroup shared memory (DEFINE_LOCAL {u.arg})")
+
+    def render_barrier(self) -> str:
+        """The statement that waits for every thread of the workgroup (and makes their shared writes visible)."""
+        raise NotImplementedError(f"{type(self).__name__} has no workgroup barrier")
+
     def render_load(self, ctx: RenderState, dtype: DType, buf: str, idx: str, gate: str | None) -> str:
         if dtype.count > 1:
             raise NotImplementedError(f"{type(self).__name__} cannot load vectors; override render_load")
@@ -569,6 +620,7 @@ def round_float(value: float, dtype: DType) -> float:
 
 __all__ = [
     "Renderer",
+    "TensorCore",
     "CStyleRenderer",
     "RenderState",
     "legalize_linear",

@@ -58,12 +58,14 @@ from xgrad.helpers import (
 )
 from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
 from xgrad_codegen import opt as opt_module
-from xgrad_codegen.opt import Opt, OptError, apply_opt, kernel_ranges, optimize, range_size
+from xgrad_codegen.gpu_opt import gpu_candidates, optimize_for
+from xgrad_codegen.opt import Opt, OptError, apply_opt, kernel_ranges, range_size
 from xgrad_codegen.pipeline import before_optimize, full_rewrite
 from xgrad_codegen.program_cache import codegen_sources_hash, module_hash
 
 if TYPE_CHECKING:
     from xgrad_codegen.device import CompiledDevice, CompiledProgram
+    from xgrad_codegen.renderer import Renderer
 
 SEARCH_VERSION = 2  # bump when the search or the cache format changes meaning
 SPLIT_AMOUNTS = (2, 3, 4, 8, 16)
@@ -235,20 +237,19 @@ def own_candidates(ast: UOp) -> list[Opt]:
     return out
 
 
-def candidates(ast: UOp, renderer: Any) -> list[Opt]:
+def candidates(ast: UOp, renderer: Renderer) -> list[Opt]:
     """The legal next actions: opt.py's `candidate_opts(ast, renderer)` when it offers one, else `own_candidates`.
     An action that then fails to apply is skipped by the caller."""
     if (fn := getattr(opt_module, "candidate_opts", None)) is not None:
-        return list(fn(ast, renderer))
-    return own_candidates(ast)
+        return list(fn(ast, renderer)) + gpu_candidates(ast, renderer)
+    return own_candidates(ast) + gpu_candidates(ast, renderer)
 
 
-def heuristic(ast: UOp, renderer: Any) -> list[Opt]:
+def heuristic(ast: UOp, renderer: Renderer) -> list[Opt]:
     """What the device uses without BEAM (a seed of the search and the reference of the verification): the actions
     `optimize` records in the kernel's KernelInfo when it chooses them itself, exactly as `full_rewrite` calls it
     (after the same passes)."""
-    width = getattr(renderer, "max_vector_width", 1)
-    out = optimize(before_optimize(ast), None, width, getattr(renderer, "supports_scratch", False))
+    out = optimize_for(before_optimize(ast), renderer)
     return list(out.arg.opts) if isinstance(out.arg, KernelInfo) else []
 
 

@@ -1,6 +1,7 @@
 """`Device`: names, the default device, and opening devices through the plugin registry.
 
-Device names read `TYPE[:index][:renderer[:arch]]` ("CPU", "CPU:1", "NULL:CUDA:sm_90", "NULL:HIP:gfx90a:xnack-"),
+Device names read `TYPE[:index][:renderer[:arch]]` ("CPU", "CPU:1", "NULL:CUDA:sm_90", "NULL:HIP:gfx90a:xnack-"); an
+empty renderer before an arch keeps the device's own renderer for that arch ("PYTHON::sm_90"),
 or `DISK:<path>` with the path kept verbatim. The type is upper-cased; index 0 is dropped ("cpu:0" -> "CPU").
 Core never imports a backend: every device comes from a plugin's `DeviceSpec` (see xgrad.plugin).
 """
@@ -41,8 +42,8 @@ class DeviceName:
         parts = [self.type]
         if self.index:
             parts.append(str(self.index))
-        if self.renderer is not None:
-            parts.append(self.renderer)
+        if self.renderer is not None or self.arch is not None:
+            parts.append(self.renderer or "")  # "PYTHON::sm_90": the device's own renderer, for that arch
         if self.arch is not None:
             parts.append(self.arch)
         return ":".join(parts)
@@ -64,9 +65,9 @@ def parse_device(name: str) -> DeviceName:
         index = int(parts.pop(0))
         if index < 0:
             raise DeviceError(f"device index in {name!r} must be >= 0")
-    if any(not p for p in parts[:1]):
+    if parts and not parts[0] and not any(parts[1:]):
         raise DeviceError(f"device name {name!r} has an empty renderer; write it like 'NULL:CUDA:sm_90'")
-    renderer = parts[0] if parts else None
+    renderer = parts[0] if parts and parts[0] else None  # 'PYTHON::sm_90': no renderer named, only the arch
     arch = ":".join(parts[1:]) if len(parts) > 1 else None  # AMD targets carry ':' (gfx90a:xnack-)
     return DeviceName(typ, index, renderer, arch or None)
 

@@ -49,6 +49,8 @@ class NullDevice:
         self.name = name
         self.allocator = NullAllocator()
         parsed = parse_device(name)
+        if parsed.renderer is None and parsed.arch is not None:
+            raise DeviceError(f"{name}: NULL compiles for a named renderer; write it like 'NULL:CUDA:{parsed.arch}'")
         self.renderer_name = parsed.renderer or ("C" if "C" in _renderer_names() else None)
         self.arch = parsed.arch
         self._renderer: Any = None

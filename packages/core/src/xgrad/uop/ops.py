@@ -63,7 +63,9 @@ class Ops(enum.Enum):
     ASSIGN_ACC = enum.auto()  # src: (DEFINE_ACC, value); acc = value (linear program)
     VECTORIZE = enum.auto()  # src: scalars; builds a vector of dtype.vec(len(src))
     GEP = enum.auto()  # src: (vector,), arg: lane; one lane of a vector
-    SPECIAL = enum.auto()  # arg: (name, size); a hardware thread index (GPU renderers)
+    SPECIAL = enum.auto()  # arg: (name, size); a hardware thread index (GPU renderers); src: () or (size expression,)
+    DEFINE_LOCAL = enum.auto()  # arg: (slot, elements); dtype: element dtype; workgroup shared memory, used like PARAM
+    BARRIER = enum.auto()  # src: the shared-memory STOREs (and values) before it; every thread of a workgroup waits
     NOOP = enum.auto()
     # unary ALU
     EXP2 = enum.auto()

@@ -85,10 +85,11 @@ spec_tensor_graph = PatternMatcher(
 # the linear program codegen hands to renderers
 spec_linear = PatternMatcher(
     [
-        (UPat((Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.SINK, Ops.SPECIAL)), _ok),
+        (UPat((Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.SINK, Ops.SPECIAL, Ops.BARRIER)), _ok),
+        (UPat(Ops.DEFINE_LOCAL, name="x"), lambda x: not x.src and x.arg[1] > 0),
         (UPat(Ops.RANGE, src=(UPat(),)), _ok),
         (UPat(Ops.END, src=(UPat(Ops.RANGE),)), _ok),
-        (UPat(Ops.INDEX, name="x"), lambda x: x.src[0].op is Ops.PARAM),
+        (UPat(Ops.INDEX, name="x"), lambda x: x.src[0].op in (Ops.PARAM, Ops.DEFINE_LOCAL)),
         (UPat(Ops.LOAD, src=(UPat(Ops.INDEX),), name="x"), lambda x: x.dtype == x.src[0].dtype),
         (UPat(Ops.STORE, src=(UPat(Ops.INDEX), UPat()), name="x"), lambda x: x.src[0].dtype == x.src[1].dtype),
         (UPat(Ops.DEFINE_ACC, name="x"), lambda x: len(x.src) == 1),

@@ -1,0 +1,160 @@
+"""GPU optimizer actions (LOCAL, GROUP, GROUPTOP) and the GPU heuristic, for renderers with workgroups (`has_local`).
+
+IR in: a kernel AST as `optimize` takes it (ranges of kind LOOP/REDUCE). IR out: the same AST with ranges split and
+re-kinded: LOCAL ranges are threads of a workgroup over output elements, GROUP ranges threads of a workgroup that
+share one reduction (each adds a part; `xgrad_codegen.gpu` combines the parts through shared memory), every remaining
+output LOOP becomes GLOBAL (one workgroup per iteration). `xgrad_codegen.gpu` then maps GLOBAL/LOCAL/GROUP ranges onto
+the renderer's launch dimensions.
+
+The CPU path never comes here: `optimize_for` hands renderers without workgroups to `opt.optimize` unchanged.
+"""
+
+from __future__ import annotations
+
+from xgrad.helpers import NOOPT, prod
+from xgrad.uop.ops import AxisType, KernelInfo, UOp
+from xgrad.uop.pattern import graph_rewrite, substitute
+from xgrad_codegen.opt import (
+    Opt,
+    OptError,
+    apply_opt,
+    kernel_ranges,
+    optimize,
+    pm_reduce_ranges,
+    range_size,
+)
+from xgrad_codegen.pack import index_step
+from xgrad_codegen.renderer import Renderer
+
+# the actions this module adds, what their axis refers to and the amounts BEAM tries (see opt.OPT_ACTIONS)
+GPU_ACTIONS: dict[str, tuple[str, tuple[int, ...]]] = {
+    # split an output loop; the inner part becomes threads of one workgroup (0: the whole loop)
+    "LOCAL": ("an output LOOP or GLOBAL range of constant size", (0, 2, 4, 8, 16, 32, 64, 128, 256)),
+    # split a reduction; the inner part becomes threads of one workgroup, each adding every amount-th element
+    "GROUP": ("a REDUCE range of constant size", (0, 2, 4, 8, 16, 32, 64, 128, 256)),
+    # split a reduction; the outer part becomes threads of one workgroup, each adding one contiguous chunk
+    "GROUPTOP": ("a REDUCE range of constant size", (0, 2, 4, 8, 16, 32, 64, 128, 256)),
+}
+THREAD_KINDS = (AxisType.LOCAL, AxisType.GROUP)
+GROUP_MIN_REDUCE = 256  # a reduction at least this long is split over a workgroup's threads (softmax, norms, sums)
+GROUP_MAX_OUTPUTS = 65536  # ... unless the kernel has this many outputs: one thread per output is parallel enough
+GROUP_AMOUNTS = (256, 128, 64, 32, 16)
+LOCAL_AMOUNTS = (64, 32, 16, 8, 4, 2)
+LOCAL_MIN = 16  # an output loop longer than LOCAL_PAD that no LOCAL_AMOUNTS down to this divides ...
+LOCAL_PAD = 64  # ... is padded to a multiple of this
+
+
+def threads_of(ast: UOp) -> int:
+    """Threads in one workgroup of `ast`: the product of its LOCAL and GROUP ranges."""
+    return int(prod(range_size(r) or 1 for r in kernel_ranges(ast) if r.arg[1] in THREAD_KINDS))
+
+
+def apply_gpu_opt(ast: UOp, opt: Opt) -> UOp:
+    """`ast` with LOCAL, GROUP or GROUPTOP applied; OptError when it does not apply. The renderer's thread limits are
+    checked where the ranges are mapped onto launch dimensions (`xgrad_codegen.gpu.lower_gpu_dims`)."""
+    rngs = kernel_ranges(ast)
+    if not 0 <= opt.axis < len(rngs):
+        raise OptError(f"{opt.op} axis {opt.axis} is out of range: the kernel has {len(rngs)} ranges")
+    rng = rngs[opt.axis]
+    axis_id, kind = rng.arg
+    size = range_size(rng)
+    want = (AxisType.LOOP, AxisType.GLOBAL) if opt.op == "LOCAL" else (AxisType.REDUCE,)
+    if kind not in want:
+        raise OptError(f"{opt.op} applies to a {' or '.join(k.name for k in want)} range, not to a {kind.name} range")
+    amount = opt.amount or size
+    if size is None or not amount or amount < 2 or size % amount:
+        raise OptError(f"{opt.op} cannot split a range of size {size} by {opt.amount}")
+    new_kind = AxisType.LOCAL if opt.op == "LOCAL" else AxisType.GROUP
+    inner = UOp.range(amount, max(r.arg[0] for r in rngs) + 1, new_kind)
+    if amount == size:
+        return graph_rewrite(substitute(ast, {rng: inner}), pm_reduce_ranges, name="reduce ranges")
+    outer = UOp.range(size // amount, axis_id, kind)
+    split = inner * (size // amount) + outer if opt.op == "GROUPTOP" else outer * amount + inner
+    return graph_rewrite(substitute(ast, {rng: split}), pm_reduce_ranges, name="reduce ranges")
+
+
+def gpu_candidates(ast: UOp, renderer: Renderer) -> list[Opt]:
+    """The legal GPU actions on `ast` for `renderer` (BEAM's moves besides opt.candidate_opts), within its limits."""
+    if not renderer.has_local:
+        return []
+    out: list[Opt] = []
+    room = renderer.max_threads // max(threads_of(ast), 1)
+    for i, r in enumerate(kernel_ranges(ast)):
+        size = range_size(r)
+        if size is None or size < 2:
+            continue
+        fits = [a for a in GPU_ACTIONS["LOCAL"][1] if a and a <= min(size, room) and size % a == 0]
+        if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL) and renderer.local_max:
+            out.extend(Opt("LOCAL", i, a) for a in fits if a <= renderer.local_max[0])
+        if r.arg[1] is AxisType.REDUCE and renderer.supports_group_reduce:
+            out.extend(Opt(op, i, a) for op in ("GROUP", "GROUPTOP") for a in fits)
+    return out
+
+
+def _contiguous_loop(ast: UOp) -> UOp | None:
+    """The innermost output loop that consecutive stores step through by one element (neighbouring threads then
+    touch neighbouring memory)."""
+    loops = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP]
+    steps = [[index_step(st.src[0].src[1], r) for st in ast.src] for r in reversed(loops)]
+    return next((r for r, s in zip(reversed(loops), steps) if all(x == 1 for x in s)), loops[-1] if loops else None)
+
+
+def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
+    """The GPU heuristic. Each opt's axis indexes the ranges of the kernel after the opts before it.
+
+    1. a long reduction (at least GROUP_MIN_REDUCE, a softmax or norm row, a big sum) in a kernel with fewer than
+       GROUP_MAX_OUTPUTS outputs is split over the threads of a workgroup (GROUP, the largest of GROUP_AMOUNTS that
+       divides it, leaves at least 4 steps per thread and fits the renderer): thread t adds elements t, t+n, ...
+       (neighbouring threads read neighbouring memory) and the parts meet in shared memory;
+    2. without a group (each grouped row is its own workgroup), the store-contiguous output loop is split so that its
+       inner part becomes the workgroup's threads (LOCAL, the largest of LOCAL_AMOUNTS that divides it and fits); a
+       loop longer than LOCAL_PAD that nothing down to LOCAL_MIN divides is padded to a multiple of LOCAL_PAD first
+       (its extra threads store nothing);
+    3. every other output loop becomes a workgroup dimension (GLOBAL, see `optimize_for`)."""
+    if NOOPT or not renderer.has_local:
+        return []
+    opts: list[Opt] = []
+
+    def add(opt: Opt) -> None:
+        nonlocal ast
+        opts.append(opt)
+        ast = apply_opt(ast, opt)
+
+    rngs = kernel_ranges(ast)
+    outputs = int(prod(range_size(r) or GROUP_MAX_OUTPUTS for r in rngs if r.arg[1] is AxisType.LOOP))
+    reds = [r for r in rngs if r.arg[1] is AxisType.REDUCE and (range_size(r) or 0) >= GROUP_MIN_REDUCE]
+    if renderer.supports_group_reduce and reds and outputs < GROUP_MAX_OUTPUTS:
+        red = max(reds, key=lambda r: range_size(r) or 0)
+        size = range_size(red) or 0
+        amount = next((a for a in GROUP_AMOUNTS if size % a == 0 and size >= 4 * a and a <= renderer.max_threads), 0)
+        if amount and renderer.shared_max >= amount * red.dtype.itemsize * 8:
+            add(Opt("GROUP", kernel_ranges(ast).index(red), amount))
+    grouped = bool(opts)  # a workgroup per reduced row: its outputs stay separate workgroups
+    if not grouped and (loop := _contiguous_loop(ast)) is not None and renderer.local_max:
+        size = range_size(loop) or 0
+        room = min(renderer.max_threads // threads_of(ast), renderer.local_max[0])
+        fits = [a for a in LOCAL_AMOUNTS if size % a == 0 and a <= room and a < size]
+        amount = next((a for a in fits if a >= LOCAL_MIN), 0)
+        if not amount and size > LOCAL_PAD and LOCAL_PAD <= room:
+            add(Opt("PADTO", kernel_ranges(ast).index(loop), LOCAL_PAD))
+            loop = next(r for r in kernel_ranges(ast) if r.arg[0] == loop.arg[0])
+            amount = LOCAL_PAD
+        amount = amount or next(iter(fits), 0)
+        if amount >= 2:
+            add(Opt("LOCAL", kernel_ranges(ast).index(loop), amount))
+    return opts
+
+
+def optimize_for(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> UOp:
+    """Apply `opts` (default: the heuristic for `renderer`). A CPU renderer gets `opt.optimize` exactly as before; a
+    GPU renderer gets the GPU heuristic, and each output loop left becomes a GLOBAL range (a workgroup dimension)."""
+    if not renderer.has_local:
+        return optimize(ast, opts, renderer.max_vector_width, renderer.supports_scratch)
+    chosen = gpu_heuristic_opts(ast, renderer) if opts is None else opts
+    for opt in chosen:
+        ast = apply_opt(ast, opt)
+    for r in kernel_ranges(ast):
+        if r.arg[1] is AxisType.LOOP:
+            ast = substitute(ast, {r: UOp.range(r.src[0], r.arg[0], AxisType.GLOBAL)})
+    info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+    return ast.replace(arg=KernelInfo(info.name, tuple(chosen), True))
