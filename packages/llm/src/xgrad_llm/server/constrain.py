@@ -4,7 +4,8 @@ tokens that keep the output a prefix of a JSON text matching the schema.
 The filter is a byte-level pushdown recognizer whose state is an immutable tuple (a stack of frames), so a candidate
 token is checked by feeding its bytes to a copy of the state. Frames: `X` an exact literal (the prefix and suffix
 around the JSON, e.g. `<tool_call>\\n` ... `\\n</tool_call>`), `V` a value to start, `L` literals (true, false, null,
-enum members), `S` a string's inside, `K` an object key, `N` a number, `O` an object, `A` an array.
+enum members), `S` a string's inside (`U` a multi-byte UTF-8 character in it), `K` an object key, `N` a number,
+`O` an object, `A` an array.
 
 What a schema can say here: `type` (one or a list), `properties`, `required`, `additionalProperties: false`, `items`,
 `enum`, `const`, and `anyOf`/`oneOf` of such schemas (their types merged). Other keywords (`minimum`, `pattern`,
@@ -89,7 +90,7 @@ def compile_schema(schema: Any, path: str = "schema") -> Node:
         if not isinstance(names, list) or not all(isinstance(k, str) and k in KINDS for k in names):
             raise APIError(f"{path}.type {kind!r} is not a JSON schema type", param="response_format")
         kinds = frozenset(names)
-    props_raw = schema.get("properties") or {}
+    props_raw = schema.get("properties", {})
     if not isinstance(props_raw, dict):
         raise APIError(f"{path}.properties must be an object", param="response_format")
     props = {k: compile_schema(v, f"{path}.properties.{k}") for k, v in props_raw.items()}
@@ -148,6 +149,17 @@ def _start(rest: Stack, node: Node, c: int) -> Stack | None:
         return _step(rest + (("L", (b"null",), 0),), c)
     return None
 
+
+# a UTF-8 lead byte -> (continuation bytes needed, the range of the first one): no overlong forms, no surrogates
+_UTF8_LEADS: dict[int, tuple[int, int, int]] = {
+    **{b: (1, 0x80, 0xBF) for b in range(0xC2, 0xE0)},
+    0xE0: (2, 0xA0, 0xBF),
+    **{b: (2, 0x80, 0xBF) for b in (*range(0xE1, 0xED), 0xEE, 0xEF)},
+    0xED: (2, 0x80, 0x9F),
+    0xF0: (3, 0x90, 0xBF),
+    **{b: (3, 0x80, 0xBF) for b in range(0xF1, 0xF4)},
+    0xF4: (3, 0x80, 0x8F),
+}
 
 _NUM: dict[str, dict[str, str]] = {  # phase -> {character class -> next phase}
     "start": {"-": "-", "0": "0", "1": "i"},
@@ -208,7 +220,15 @@ def _step(stack: Stack, c: int) -> Stack | None:
                 return _done(rest)
             if c == ord("\\"):
                 return rest + (("S", -1),)
+            if c >= 0x80:  # the lead byte of a multi-byte character: its continuation bytes must follow
+                lead = _UTF8_LEADS.get(c)
+                return None if lead is None else stack + (("U", *lead),)
             return None if c < 0x20 else stack
+        if kind == "U":
+            need, lo, hi = top[1], top[2], top[3]
+            if not lo <= c <= hi:
+                return None
+            return rest if need == 1 else rest + (("U", need - 1, 0x80, 0xBF),)
         if kind == "K":
             allowed, partial = top[1], top[2]
             if c == ord('"'):
@@ -217,7 +237,7 @@ def _step(stack: Stack, c: int) -> Stack | None:
                     return None
                 obj = rest[-1]
                 return rest[:-1] + (("O", obj[1], ":", obj[3] | {key}, key),)
-            if c == ord("\\") or c < 0x20:
+            if c == ord("\\") or c < 0x20 or c >= 0x80:  # keys the schema does not name: plain ASCII
                 return None
             grown = partial + bytes((c,))
             if allowed is not None and not any(k.encode().startswith(grown) for k in allowed):
@@ -272,7 +292,7 @@ def _step(stack: Stack, c: int) -> Stack | None:
 def _feed(state: tuple[Stack, int], data: bytes) -> tuple[Stack, int] | None:
     stack, ws = state
     for c in data:
-        in_string = bool(stack) and stack[-1][0] in "SK"
+        in_string = bool(stack) and stack[-1][0] in "SKU"
         ws = ws + 1 if c in WS and not in_string else 0
         if ws > MAX_WS:
             return None
@@ -301,17 +321,22 @@ def _next_closing(stack: Stack) -> bytes:
     if kind == "V":
         return _minimal(top[1])
     if kind == "L":
-        return min((x[top[2] :] for x in top[1]), key=len) or b" "
+        rest: bytes = min((x[top[2] :] for x in top[1]), key=len)
+        return rest or b" "
+    if kind == "U":
+        need: int = top[1]
+        return bytes([top[2]]) + b"\x80" * (need - 1)
     if kind == "S":
-        return b'n"' if top[1] == -1 else b"0" * top[1] + b'"'
+        esc: int = top[1]
+        return b'n"' if esc == -1 else b"0" * esc + b'"'
     if kind == "K":
         allowed, partial = top[1], top[2]
-        if allowed is None:
-            return b'"'
         obj = stack[-2]
-        keys = [k.encode() for k in allowed if k.encode().startswith(partial)]
-        required = [k for k in keys if k.decode() in obj[1].required]
-        best: bytes = min(required or keys, key=len)
+        missing = [k.encode() for k in obj[1].required if k not in obj[3] and k.encode().startswith(partial)]
+        keys = [k.encode() for k in (allowed or ()) if k.encode().startswith(partial)]
+        if not missing and allowed is None:
+            return b'"'
+        best: bytes = min(missing or keys, key=len)
         return best[len(partial) :] + b'"'
     if kind == "N":
         return b"0" if top[2] not in _NUM_DONE else b" "
@@ -379,13 +404,19 @@ class JSONConstraint:
         if prefix:
             stack += (("X", prefix.encode(), 0),)
         self.state: tuple[Stack, int] = (stack, 0)
+        self.budget: int | None = None  # tokens left, as last told by `forced`
         self.raw, self.lookup = token_table(tokenizer)
         self.max_len = max((len(b) for b in self.lookup), default=1)
 
     def allows(self, tok: int) -> bool:
         """Whether token `tok` may come next."""
         data = self.raw[tok] if 0 <= tok < len(self.raw) else b""
-        return bool(data) and _feed(self.state, data) is not None
+        fed = _feed(self.state, data) if data else None
+        if fed is None:
+            return False
+        if self.budget is not None and self.budget - 1 < len(closing(fed[0])):
+            return False  # the rest could no longer close in the tokens left
+        return True
 
     def advance(self, tok: int) -> None:
         """Take token `tok` (it must be allowed)."""
@@ -404,6 +435,7 @@ class JSONConstraint:
 
     def forced(self, budget: int) -> int | None:
         """With `budget` tokens left and no more room than the closing text needs, its next token."""
+        self.budget = budget
         text = self.closing()
         if budget > len(text) + 1 or not text:
             return None

@@ -71,6 +71,7 @@ class ChatStream:
         self.state = "think" if thinking else "content"
         self.buf = ""
         self.calls = 0
+        self.after_think = False  # the newlines right after </think> are not content
         self.opens = (THINK_OPEN, CALL_OPEN, FN_OPEN) if tools else (THINK_OPEN,)
 
     def push(self, text: str) -> list[dict[str, Any]]:
@@ -104,7 +105,8 @@ class ChatStream:
             i = self.buf.find(THINK_CLOSE)
             if i >= 0:
                 self._emit(out, "reasoning_content", self.buf[:i])
-                self.buf, self.state = self.buf[i + len(THINK_CLOSE) :].lstrip("\n"), "content"
+                self.buf, self.state = self.buf[i + len(THINK_CLOSE) :], "content"
+                self.after_think = True
                 return
             hold = _stop_prefix_len(self.buf, (THINK_CLOSE,))
             self._emit(out, "reasoning_content", self.buf[: len(self.buf) - hold])
@@ -129,6 +131,9 @@ class ChatStream:
         self.calls += 1
 
     def _emit(self, out: list[dict[str, Any]], key: str, text: str) -> None:
+        if key == "content" and self.after_think:
+            text = text.lstrip("\n")
+            self.after_think = not text
         if not text or (key == "content" and self.calls and not text.strip()):
             return  # whitespace between tool calls is not content
         out.append({key: text})

@@ -1,0 +1,290 @@
+"""Structured output of the server: JSON-constrained decoding (the output always parses, and matches the schema's
+types and required keys, even from a random model and a tight token budget), tool calls (Hermes `<tool_call>` and
+the function form, streamed as tool-call deltas), and reasoning split out of `<think>` blocks."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import tiny_models as tm  # noqa: E402
+
+from xgrad_llm.server.constrain import JSONConstraint, closing, compile_schema, tool_call_schema  # noqa: E402
+from xgrad_llm.server.protocol import APIError  # noqa: E402
+from xgrad_llm.server.tools import ChatStream, merge_deltas, parse_call, tool_messages  # noqa: E402
+from xgrad_llm.tokenizer import Tokenizer  # noqa: E402
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "population": {"type": "integer"},
+        "area": {"type": "number"},
+        "capital": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "kind": {"enum": ["town", "city", 3]},
+        "mayor": {"type": ["string", "null"]},
+        "where": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]},
+    },
+    "required": ["city", "population", "where"],
+    "additionalProperties": False,
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city", "days"],
+        },
+    },
+}
+
+
+def conforms(value: Any, schema: dict[str, Any]) -> bool:
+    """The test's own check of the schema subset: types, enums, required keys, no unknown keys when closed."""
+    if "enum" in schema:
+        return value in schema["enum"] and type(value) in {type(v) for v in schema["enum"]}
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds or []
+    checks = {
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "null": lambda v: v is None,
+        "array": lambda v: isinstance(v, list),
+        "object": lambda v: isinstance(v, dict),
+    }
+    if kinds and not any(checks[k](value) for k in kinds):
+        return False
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        if any(k not in value for k in schema.get("required", [])):
+            return False
+        if schema.get("additionalProperties") is False and any(k not in props for k in value):
+            return False
+        return all(conforms(v, props[k]) for k, v in value.items() if k in props)
+    if isinstance(value, list) and "items" in schema:
+        return all(conforms(v, schema["items"]) for v in value)
+    return True
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    scores = [0.0] * 260 + [-float(i) for i in range(len(tm.PIECES))]
+    return Tokenizer.from_gguf(
+        {
+            "tokenizer.ggml.model": "llama",
+            "tokenizer.ggml.tokens": tm.VOCAB,
+            "tokenizer.ggml.scores": scores,
+            "tokenizer.ggml.token_type": [3, 3, 3, 2] + [6] * 256 + [1] * len(tm.PIECES),
+            "tokenizer.ggml.bos_token_id": 2,
+            "tokenizer.ggml.eos_token_id": 1,
+        }
+    )
+
+
+def random_walk(tokenizer: Tokenizer, c: JSONConstraint, budget: int, rng: np.random.Generator) -> tuple[str, int]:
+    """Pick uniformly among the allowed tokens (a worst-case 'model'), obeying forced tokens; (text, tokens used)."""
+    out = b""
+    for used in range(budget):
+        if c.complete:
+            return out.decode(), used
+        tok = c.forced(budget - used)
+        if tok is None:
+            allowed = [t for t in range(tokenizer.vocab_size) if c.allows(t)]
+            assert allowed, f"no token allowed after {out!r}"
+            tok = int(rng.choice(allowed))
+        c.advance(tok)
+        out += tokenizer.token_bytes(tok)
+    assert c.complete, f"not complete after {budget} tokens: {out!r}"
+    return out.decode(), budget
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_choices_always_give_json_matching_the_schema(tokenizer: Tokenizer, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    budget = int(rng.integers(60, 160))
+    text, used = random_walk(tokenizer, JSONConstraint(tokenizer, SCHEMA), budget, rng)
+    value = json.loads(text)
+    assert conforms(value, SCHEMA), text
+    assert used <= budget
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_json_object_mode_and_tool_call_frame(tokenizer: Tokenizer, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    text, _ = random_walk(tokenizer, JSONConstraint(tokenizer, root_object=True), 80, rng)
+    assert isinstance(json.loads(text), dict)
+    schema = tool_call_schema({"get_weather": WEATHER["function"]["parameters"]})
+    c = JSONConstraint(tokenizer, schema, prefix="<tool_call>\n", suffix="\n</tool_call>")
+    text, _ = random_walk(tokenizer, c, 120, rng)
+    assert text.startswith("<tool_call>\n") and text.endswith("\n</tool_call>")
+    call = json.loads(text[len("<tool_call>\n") : -len("\n</tool_call>")])
+    assert call["name"] == "get_weather" and conforms(call["arguments"], WEATHER["function"]["parameters"])
+
+
+def test_recognizer_refuses_what_json_refuses(tokenizer: Tokenizer) -> None:
+    def accepts(text: str, schema: Any = None) -> bool:
+        c = JSONConstraint(tokenizer, schema)
+        for b in text.encode():
+            tok = 4 + b  # the byte token <0xNN>
+            if not c.allows(tok):
+                return False
+            c.advance(tok)
+        return c.complete
+
+    for good in ['{"a":[1,-2.5e+3,true,null,"x\\"y\\u00e9"]}', "[]", '"s"', "{ }", '{"k":{"j":[[]]}}']:
+        assert accepts(good), good
+    for bad in ['{"a" 1}', "[1,]", "01", '{"a":1,}', "tru", '"\\x"', "{'a':1}", "[1 2]"]:
+        assert not accepts(bad), bad
+    obj = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+    assert accepts('{"n":3}', obj)
+    assert not accepts('{"n":3.5}', obj) and not accepts("{}", obj) and not accepts('{"m":1}', obj)
+
+
+def test_closing_text_completes_any_prefix(tokenizer: Tokenizer) -> None:
+    for prefix in ['{"city":"Par', '{"where":{"lat":-', '{"tags":["a",', '{"city":"x","population":12', '{"ki']:
+        c = JSONConstraint(tokenizer, SCHEMA)
+        c.state = (c.state[0], 0)
+        for b in prefix.encode():
+            c.advance(4 + b)
+        assert conforms(json.loads(prefix + closing(c.state[0]).decode()), SCHEMA), prefix
+
+
+def test_bad_schemas_are_400s() -> None:
+    for bad in [{"type": "banana"}, {"properties": []}, {"enum": []}, {"required": "x"}, "nope"]:
+        with pytest.raises(APIError) as e:
+            compile_schema(bad)
+        assert e.value.status == 400 and e.value.param == "response_format"
+
+
+def test_chat_stream_splits_think_tool_calls_and_content_at_any_cut() -> None:
+    text = (
+        "<think>plan: call it</think>\nSure. <tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>\n'
+        '<function=lookup>{"q": "x<y"}</function> <tool_call>not json</tool_call>'
+    )
+    whole = ChatStream(tools=True)
+    msg = merge_deltas(whole.push(text) + whole.finish())
+    assert msg["reasoning_content"] == "plan: call it"
+    assert msg["content"] == "Sure. <tool_call>not json</tool_call>"
+    calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg["tool_calls"]]
+    assert calls == [("get_weather", {"city": "Paris", "days": 2}), ("lookup", {"q": "x<y"})]
+    for cut in range(1, 8):  # streamed in pieces of every size: the same message
+        s = ChatStream(tools=True)
+        deltas = [d for i in range(0, len(text), cut) for d in s.push(text[i : i + cut])] + s.finish()
+        assert all("<think" not in d.get("content", "") for d in deltas)
+        again = merge_deltas(deltas)
+        assert again["content"] == msg["content"] and again["reasoning_content"] == msg["reasoning_content"]
+        assert [c["function"] for c in again["tool_calls"]] == [c["function"] for c in msg["tool_calls"]]
+    assert merge_deltas(ChatStream(tools=False).push("a <tool_call>{}</tool_call>")) == {
+        "role": "assistant",
+        "content": "a <tool_call>{}</tool_call>",
+    }  # without tools the tags are text
+    opened = ChatStream(tools=False, thinking=True)  # the template opened <think> in the prompt
+    assert merge_deltas(opened.push("hmm</think>Yes") + opened.finish())["reasoning_content"] == "hmm"
+
+
+def test_function_form_with_parameters_and_tool_turns_as_text() -> None:
+    assert parse_call("<function=f><parameter=a>3</parameter><parameter=b>hi there</parameter></function>") == (
+        "f",
+        {"a": 3, "b": "hi there"},
+    )
+    msgs = tool_messages(
+        [
+            {"role": "user", "content": "weather?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    },
+                ],
+            },
+            {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
+        ]
+    )
+    assert msgs[1] == {
+        "role": "assistant",
+        "content": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    }
+    assert msgs[2] == {"role": "user", "content": "<tool_response>\nsunny\n</tool_response>"}
+
+
+# ---- through the server ----
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: Any) -> Iterator[tuple[Any, Any]]:
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    import serve_helpers as sh
+
+    from xgrad_llm.generate import LLM
+    from xgrad_llm.server import ServerConfig, create_app
+
+    _, path = sh.write_model(tmp_path_factory.mktemp("structured"))
+    llm = LLM.load(path, max_context=1024, chunk=16)
+    with sh.running(create_app(ServerConfig(model_name="tiny"), llm=llm)) as url:
+        yield openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=60), llm
+
+
+def test_response_format_json_schema_through_the_client(served: tuple[Any, Any]) -> None:
+    client, _ = served
+    for seed in (1, 2):
+        r = client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "a city as JSON"}],
+            max_tokens=120,
+            seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": SCHEMA}},
+        )
+        assert conforms(json.loads(r.choices[0].message.content), SCHEMA)
+    r = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "JSON"}],
+        max_tokens=60,
+        response_format={"type": "json_object"},
+    )
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_tool_call_is_returned_as_tool_calls(served: tuple[Any, Any], stream: bool) -> None:
+    client, _ = served
+    kw: dict[str, Any] = dict(
+        model="tiny",
+        messages=[{"role": "user", "content": "weather in Paris?"}],
+        max_tokens=100,
+        seed=4,
+        tools=[WEATHER],
+        tool_choice="required",
+    )
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, **kw))
+        deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+        assert deltas and all(d.index == 0 for d in deltas)
+        name = "".join(d.function.name or "" for d in deltas)
+        args = "".join(d.function.arguments or "" for d in deltas)
+        finish = chunks[-1].choices[0].finish_reason
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        r = client.chat.completions.create(**kw)
+        (call,) = r.choices[0].message.tool_calls
+        name, args, finish = call.function.name, call.function.arguments, r.choices[0].finish_reason
+        content = r.choices[0].message.content or ""
+        assert call.id.startswith("call_") and call.type == "function"
+    assert name == "get_weather" and finish == "tool_calls" and content == ""
+    assert conforms(json.loads(args), WEATHER["function"]["parameters"])
