@@ -7,6 +7,7 @@ BITCAST, the movement ops, REDUCE_AXIS); everything else is composed of them her
 from __future__ import annotations
 
 import pathlib
+import sys
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from xgrad.dtype import (
     to_np_dtype,
 )
 from xgrad.engine.jit import capturing
-from xgrad.engine.realize import all_tensors, lazy_tensors, realize_tensors
+from xgrad.engine.realize import all_tensors, lazy_tensors, note_view_assign, realize_base, realize_tensors, view_memory
 from xgrad.engine.schedule import buffer_of, new_buffer_uop
 from xgrad.errors import (
     DTypeError,
@@ -139,8 +140,15 @@ class Tensor(MultiMixin, metaclass=_TensorType):
             if isinstance(data, (bool, int, float)):
                 d = dt or scalar_dtype(data)
                 self.uop = UOp.const(d, data, dev, ())
-            elif isinstance(data, bytes):
-                self.uop = _np_to_uop(np.frombuffer(data, dtype=np.uint8), dev, dt or dtypes.uint8)
+            elif isinstance(data, bytes):  # the bytes of the values, in `dtype` (uint8 unless given), as tinygrad
+                raw = dt if dt is not None and to_np_dtype(dt) is not None else dtypes.uint8
+                if len(data) % raw.itemsize:
+                    raise ShapeError(
+                        f"{len(data)} bytes are not a whole number of {raw.name} values (a multiple of "
+                        f"{raw.itemsize} bytes); pass the bytes of whole values"
+                    )
+                arr = np.frombuffer(data, dtype=to_np_dtype(raw))
+                self.uop = _np_to_uop(arr, dev, raw)
             elif isinstance(data, (list, tuple)):
                 arr, inferred = _list_to_np(data, dt)
                 self.uop = _np_to_uop(arr, dev, inferred)
@@ -276,6 +284,9 @@ class Tensor(MultiMixin, metaclass=_TensorType):
             )
         if isinstance(self.device, tuple):  # a multi-device tensor is read from its first device
             return self.to(self.device[0])._host_bytes()
+        if _is_disk(self.device) and not _is_plain_buffer(self.uop):  # DISK runs no kernels: read the view's bytes
+            realize_base(self)
+            return memoryview(bytearray(view_memory(self.uop).as_bytes()))
         # realize a contiguous copy, not self: self keeps its graph (gradients can still flow through it)
         t = self if _is_plain_buffer(self.uop) else self.contiguous()
         t.realize()
@@ -321,39 +332,70 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         return value
 
     def data(self) -> memoryview:
-        """A copy of the values as a memoryview shaped like the tensor (raw bytes for bfloat16 and fp8).
+        """A copy of the values as a memoryview in the dtype's struct format, shaped like the tensor (a 0-d tensor
+        gives a 0-d view, an empty one a 1-d empty view, as tinygrad's); raw bytes for bfloat16 and fp8, and for
+        float16 before Python 3.12 (whose memoryview cannot cast to half).
 
         >>> Tensor([[1, 2], [3, 4]]).data().tolist()
         [[1, 2], [3, 4]]
         """
         if (concrete := self._resolved()) is not self:  # a symbolic shape: read at the bound values
             return concrete.data()
-        mv = self._host_bytes()
         fmt = self.dtype.fmt
-        if fmt is None or self.numel() == 0:
-            return mv
-        if fmt == "e":  # memoryview cannot cast to half: float16 comes back as raw bytes, like bf16 and fp8
-            return mv
-        shaped: memoryview = mv.cast(fmt, self.shape) if self.shape else mv.cast(fmt)  # type: ignore[call-overload]
+        if fmt == "e" and sys.version_info < (3, 12):  # memoryview casts to half from Python 3.12 on
+            fmt = None
+        if fmt is None:  # bfloat16 and fp8 (and float16 before Python 3.12): the raw bytes
+            return self._host_bytes()
+        if self.numel() == 0:  # tinygrad's: a 1-d empty view in the dtype's format
+            empty: memoryview = memoryview(bytearray(0)).cast(fmt)  # type: ignore[call-overload]
+            return empty
+        shaped: memoryview = self._host_bytes().cast(fmt, self.shape)  # type: ignore[call-overload]
         return shaped
 
     def assign(self, x: Tensor | Scalar | list[Any]) -> Tensor:
-        """Write `x` into this tensor's memory (in place).
+        """Write `x` into this tensor's memory (in place). Into a view of a buffer (`t[1:3].assign(v)`), the write
+        belongs to the buffer: reading `t` runs it, as in tinygrad. A DISK tensor is written at once, from a value on
+        any device. A single-device value assigned to a multi-device tensor is copied or sharded like it.
 
-        >>> t = Tensor([1.0, 2.0]).realize()
-        >>> t.assign(Tensor([5.0, 6.0])).realize().tolist()
-        [5.0, 6.0]"""
+        >>> t = Tensor([1.0, 2.0, 3.0]).realize()
+        >>> _ = t[1:].assign(Tensor([5.0, 6.0]))
+        >>> t.tolist()
+        [1.0, 5.0, 6.0]"""
+        if _is_disk(self.device):
+            return self._assign_disk(x)
         if not isinstance(x, Tensor):
             x = Tensor(x, device=self.device, dtype=self.dtype)
         if x.shape != self.shape:
             x = x._broadcast_to(self.shape)
         if x.dtype != self.dtype:
             raise DTypeError(f"assign needs the same dtype: target is {self.dtype.name}, value is {x.dtype.name}")
+        if isinstance(self.device, tuple) and isinstance(x.device, str):
+            x = x.shard_like(self)
         if x.device != self.device:
             raise XgradError(f"assign needs the same device: target on {self.device}, value on {x.device}")
         if self.uop.base.op is not Ops.BUFFER:
             self.realize()
         self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+        target = self.uop.src[0]
+        if isinstance(self.device, str) and target.op is not Ops.BUFFER and target.base.op is Ops.BUFFER:
+            note_view_assign(self)
+        return self
+
+    def _assign_disk(self, x: Tensor | Scalar | list[Any]) -> Tensor:
+        """Write `x` (a tensor on any device, or Python/numpy data) into the DISK memory self covers, now."""
+        np_dt = to_np_dtype(self.dtype)
+        if not isinstance(x, Tensor) and np_dt is not None:
+            arr = np.broadcast_to(np.asarray(x, dtype=np_dt), self.shape)
+            data = memoryview(np.ascontiguousarray(arr).tobytes())
+        else:
+            value = x if isinstance(x, Tensor) else Tensor(x, dtype=self.dtype)
+            if value.dtype != self.dtype:
+                raise DTypeError(
+                    f"assign needs the same dtype: target is {self.dtype.name}, value is {value.dtype.name}"
+                )
+            data = value._broadcast_to(self.shape)._host_bytes()
+        realize_base(self)
+        view_memory(self.uop).copyin(data)
         return self
 
     # ---- autograd ----
@@ -562,6 +604,11 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         >>> Tensor([40000]).short().tolist()
         [-25536]"""
         return self.cast(dtypes.int16)
+
+
+def _is_disk(device: str | tuple[str, ...]) -> bool:
+    """A DISK tensor: memory the host reads and writes, where no kernel runs."""
+    return isinstance(device, str) and device.startswith("DISK")
 
 
 def _is_plain_buffer(u: UOp) -> bool:

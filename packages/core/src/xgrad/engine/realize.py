@@ -16,12 +16,14 @@ from xgrad.engine.memory import plan_memory
 from xgrad.engine.multi import schedule_multi
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.engine.schedule_cache import GraphScan, cached_schedule, scan_graph
+from xgrad.errors import DeviceError
 from xgrad.helpers import DEBUG, GlobalCounters, KeyedRef  # GlobalCounters: also imported from here
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
 from xgrad.uop.symshape import rebind, unbind_graph
 
 if TYPE_CHECKING:
+    from xgrad.buffer import Buffer
     from xgrad.tensor import Tensor
 
 
@@ -108,7 +110,65 @@ def lazy_walk(t: Tensor) -> dict[UOp, None]:
     return walked[1]
 
 
+# ---- assigns into views ----
+# base BUFFER -> the tensor holding a pending ASSIGN into a view of it (`x[1:3].assign(v)`, not realized yet). As in
+# tinygrad, the write belongs to the buffer: realizing anything that reads the buffer (reading `x`) runs it first.
+_view_assigns: dict[UOp, Tensor] = {}
+
+
+def note_view_assign(t: Tensor) -> None:
+    """Record `t` (its uop an ASSIGN into a view of a buffer). An earlier pending assign into the same buffer runs
+    first, so writes to one buffer keep their program order."""
+    buf = t.uop.src[0].base
+    earlier = _view_assigns.pop(buf, None)
+    if earlier is not None and earlier.uop.op is Ops.ASSIGN:
+        realize_tensors([earlier])
+    _view_assigns[buf] = t
+
+
+def _flush_view_assigns(tensors: list[Tensor]) -> None:
+    """Run the pending view assigns into buffers that `tensors` read (those not among `tensors` themselves)."""
+    chosen = {id(t) for t in tensors}
+    for buf, t in list(_view_assigns.items()):
+        if t.uop.op is not Ops.ASSIGN or id(t) in chosen:  # realized already, or now with the others
+            del _view_assigns[buf]
+    if not _view_assigns:
+        return
+    due = [
+        _view_assigns.pop(buf)
+        for buf in list(_view_assigns)
+        if any(t.uop.base is buf or buf in lazy_walk(t) for t in tensors)
+    ]
+    if due:
+        realize_tensors(due)
+
+
+def realize_base(t: Tensor) -> None:
+    """Make `t` a view of a buffer without a kernel on its own device (DISK runs none): the tensors that stand for its
+    base node are realized (a copy onto DISK), and every lazy view of that node, `t` among them, then reads it."""
+    base = t.uop.base
+    if base.op is Ops.BUFFER:
+        return
+    owners = [o for o in lazy_tensors.members() if o.uop is base]
+    realize_tensors(owners or [type(t)(base)])
+
+
+def view_memory(u: UOp) -> Buffer:
+    """The memory that the realized view `u` covers, as a Buffer sharing it: a view must be one contiguous run of its
+    buffer (devices that run no kernels, like DISK, are read and written this way, without a kernel)."""
+    from xgrad.engine.schedule import _range_view, contiguous_range
+
+    if contiguous_range(u) is None:
+        raise DeviceError(
+            f"a non-contiguous view is not supported on {u.device}, which runs no kernels; copy the whole tensor "
+            "to a compute device first (t.to('CPU')) and index it there"
+        )
+    return _range_view(u)
+
+
 def realize_tensors(tensors: list[Tensor]) -> None:
+    if _view_assigns:
+        _flush_view_assigns(tensors)
     pending = [t for t in tensors if t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN]
     if not pending:
         return

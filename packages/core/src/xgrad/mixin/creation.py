@@ -273,6 +273,29 @@ class CreationMixin(ReduceMixin):
             requires_grad=requires_grad,
         )
 
+    @classmethod
+    def const(cls, b: Scalar | UOp, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """tinygrad's `Tensor.const`: a 0-d tensor holding `b`, a Python number (dtype from it unless given) or a
+        bound Variable (its value, read when the kernel runs: one kernel serves every value).
+
+        >>> from xgrad import Variable
+        >>> Tensor.const(2.5).tolist(), Tensor.const(3, dtypes.int8).dtype
+        (2.5, dtypes.int8)
+        >>> Tensor.const(Variable("i", 0, 9).bind(5), dtypes.int32).item()
+        5
+        """
+        tc = cls._tensor_cls()
+        if not isinstance(b, UOp):
+            dt = to_dtype(dtype) if dtype is not None else scalar_dtype(b)
+            return tc(b, device=device, dtype=dt)
+        if sint_min(b) < 0:
+            raise ShapeError(f"Tensor.const of {b!r}: a Variable's range must start at 0 or more")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_int
+        values = tc.arange(sint_max(b) + 1, device=device, dtype=dt)  # values[b] reads the value at run time
+        view = values._symbolic_index(b)
+        assert view is not None
+        return view
+
     def const_like(self, b: Scalar, dtype: DType | str | None = None) -> Tensor:
         """The constant `b` broadcast to self's shape, on self's device, in self's dtype unless `dtype` is given.
 

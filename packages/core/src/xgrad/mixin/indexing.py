@@ -109,28 +109,41 @@ class IndexingMixin(GatherMixin):
         >>> t.tolist()
         [9, 0, 0, 4]
         """
-        value = self._setitem_value(v)
         if isinstance(self.device, str) and self.device.startswith("DISK"):
-            raise XgradError("setitem on a DISK tensor is not supported; copy it to a device with .to() first")
+            self._setitem_disk(indices, v)
+            return
+        value = self._setitem_value(v)
         if (view := self._symbolic_index(indices)) is not None:  # cache[:, start_pos : start_pos + 1] = x
-            self._own_buffer()
-            view = self._symbolic_index(indices)  # again: _own_buffer may have moved self onto a new buffer
+            self._writable_buffer()
+            view = self._symbolic_index(indices)  # again: _writable_buffer may have moved self onto a new buffer
             assert view is not None
             self._write(view, _fit_value(value, view.shape))
             return
         if isinstance(indices, self._tensor_cls()) and indices.dtype == dtypes.bool and indices.shape == self.shape:
             if value.numel() == 1:  # x[mask] = scalar: no count to read back
-                self._own_buffer()
+                self._writable_buffer()
                 self._write(self._t(), indices.where(value.reshape(()), self._t()))
                 return
         items = self._normalize_indices(indices)
-        self._own_buffer()
+        self._writable_buffer()
         if not any(isinstance(it, self._tensor_cls()) for it in items):
             view, _ = self._index_basic(items)
             self._write(view, _fit_value(value, view.shape))
             return
         if (rebuilt := self._rebuilt(items, value)) is not None:
             self._write(self._t(), rebuilt)
+
+    def _setitem_disk(self, indices: Any, v: Any) -> None:
+        """`disk_tensor[basic index] = v`: `v`'s bytes (from any device, or Python/numpy data) are written into the
+        file now, as tinygrad does; the view must be one contiguous run of the file."""
+        raw = list(indices) if isinstance(indices, tuple) else [indices]
+        if any(isinstance(it, (list, np.ndarray, self._tensor_cls())) for it in raw):
+            raise DiskSetitemError(
+                "advanced setitem (a list or tensor index) is not supported for DISK tensors; index with ints and "
+                "slices, or copy the tensor to a compute device with .to() first"
+            )
+        view, _ = self._index_basic(self._normalize_indices(indices))
+        view.assign(v)
 
     def __delitem__(self, indices: Any) -> None:
         raise IndexingError("tensors cannot delete elements; build a smaller one with shrink, indexing or cat")
@@ -293,7 +306,7 @@ class IndexingMixin(GatherMixin):
             return tensor_cls(np.asarray(v), device=self.device, dtype=self.dtype)
         raise DTypeError(f"cannot assign {type(v).__name__} into a tensor; use a number, list or Tensor")
 
-    def _own_buffer(self) -> None:
+    def _writable_buffer(self) -> None:
         """Make self a writable view of a buffer that no other graph computes: realize pending work, and copy into a
         fresh buffer when self is lazy or a padded/expanded view."""
         if self.uop.op is Ops.ASSIGN:
@@ -334,6 +347,10 @@ def _dims_consumed(it: Any, tensor_cls: type[Tensor]) -> int:
     if isinstance(it, tensor_cls) and it.dtype == dtypes.bool:
         return int(it.ndim)
     return 1
+
+
+class DiskSetitemError(IndexingError, RuntimeError):
+    """An index a DISK tensor cannot be written through (a RuntimeError too, as tinygrad's)."""
 
 
 class SliceStepError(IndexingError, ValueError):

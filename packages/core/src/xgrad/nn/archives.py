@@ -73,6 +73,10 @@ def member_source(src: ByteSource, zf: zipfile.ZipFile, info: zipfile.ZipInfo, b
     return dataclasses.replace(src.sub(start, info.file_size), name=name)
 
 
+class TarArchiveError(CheckpointError, tarfile.ReadError):
+    """A file that is not a valid tar archive: a CheckpointError that is also tarfile's ReadError (tinygrad's)."""
+
+
 def tar_members(src: ByteSource, budget: Budget, compressed: bool = True) -> dict[str, ByteSource]:
     """Regular files of an uncompressed tar as views; a compressed tar's members (only if `compressed`) are
     decompressed into memory, charged to `budget`."""
@@ -94,7 +98,7 @@ def tar_members(src: ByteSource, budget: Budget, compressed: bool = True) -> dic
                         )
             return out
     except MALFORMED as e:
-        raise CheckpointError(f"{src.name}: not a valid tar archive ({type(e).__name__}: {brief(str(e))})") from None
+        raise TarArchiveError(f"{src.name}: not a valid tar archive ({type(e).__name__}: {brief(str(e))})") from None
 
 
 def _read_all(f: Any, n: int, what: str) -> bytes:
