@@ -42,7 +42,8 @@ def test_markdown_escapes_html_and_only_links_http() -> None:
 
 
 def test_markdown_blocks_and_highlighted_code() -> None:
-    md = "# T\n- a\n- b\n\n1. x\n\n| h | i |\n|---|---|\n| 1 | 2 |\n\n> q\n\n```python\ndef f():  # c\n    return 'a<b' + 1\n```\n"
+    md = "# T\n- a\n- b\n\n1. x\n\n| h | i |\n|---|---|\n| 1 | 2 |\n\n> q\n\n"
+    md += "```python\ndef f():  # c\n    return 'a<b' + 1\n```\n"
     html = render(md)
     for part in (
         "<h1>T</h1>",
