@@ -1,25 +1,16 @@
 """What the fuzz tests share (imported by test_fuzz_loaders.py and test_fuzz_ops.py; not a test module): hypothesis
 settings that run a fixed, derandomized number of examples in CI and, with XGRAD_FUZZ_EXAMPLES=N set, N random ones
-(the longer run the core README documents)."""
+(the longer run the core README documents). The settings live in `xgrad.testing`, so other packages' fuzzers
+(xgrad-llm's GGUF fuzzer) use the same ones."""
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 import pytest
+
+from xgrad.testing import fuzz_long_run, fuzz_settings
 
 hypothesis = pytest.importorskip("hypothesis")
 
-LONG_RUN = "XGRAD_FUZZ_EXAMPLES" in os.environ
+LONG_RUN = fuzz_long_run()
 
-
-def fuzz_settings(ci_examples: int) -> Any:
-    """`ci_examples` derandomized examples per test, or XGRAD_FUZZ_EXAMPLES random ones when that is set."""
-    return hypothesis.settings(
-        max_examples=int(os.environ.get("XGRAD_FUZZ_EXAMPLES", str(ci_examples))),
-        deadline=None,
-        derandomize=not LONG_RUN,
-        database=None,
-        suppress_health_check=list(hypothesis.HealthCheck),
-    )
+__all__ = ["LONG_RUN", "fuzz_settings"]

@@ -189,6 +189,22 @@ def test_split_model_with_a_missing_part_raises(tmp_path: pathlib.Path) -> None:
         open_gguf(tmp_path / "lone.gguf")
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "vtype"),
+    [
+        ("split.no", "1", GGUFValueType.STRING),
+        ("split.no", [0, 1], GGUFValueType.ARRAY),
+        ("split.count", 2.0, GGUFValueType.FLOAT32),
+        ("split.count", ["a"], GGUFValueType.ARRAY),
+    ],
+)
+def test_split_numbers_that_are_not_integers_raise(tmp_path: pathlib.Path, key: str, value: Any, vtype: Any) -> None:
+    # found by test_fuzz_gguf: the mismatch message added 1 to the value, a TypeError for a list or a string
+    path = write(tmp_path / "m.gguf", lambda w: w.add_key_value(key, value, vtype))
+    with pytest.raises(GGUFError, match=f"metadata '{key}' at byte 0: must be an integer, got "):
+        open_gguf(path)
+
+
 def test_reads_a_large_vocab_quickly_enough(tmp_path: pathlib.Path) -> None:
     tokens = [f"tok{i}" for i in range(50_000)]
 

@@ -91,3 +91,28 @@ def skip_unsupported(device: str, *dtypes: Any) -> None:
     for dt in dtypes:
         if (reason := unsupported_reason(device, dt)) is not None:
             pytest.skip(f"{dt.name} on {device}: {reason}")
+
+
+# ---- fuzzing: one setting for every package's hypothesis fuzzers ----
+def fuzz_long_run() -> bool:
+    """Whether XGRAD_FUZZ_EXAMPLES asks for a long, random fuzzing run (the documented command) instead of CI's."""
+    import os
+
+    return "XGRAD_FUZZ_EXAMPLES" in os.environ
+
+
+def fuzz_settings(ci_examples: int) -> Any:
+    """hypothesis settings for a fuzz test: `ci_examples` derandomized examples (CI, reproducible), or with
+    XGRAD_FUZZ_EXAMPLES=N set, N random ones. No deadline, no example database, no health checks: a fuzz example
+    may be slow, and a failure is reported with its minimal example, not replayed from a database."""
+    import os
+
+    import hypothesis
+
+    return hypothesis.settings(
+        max_examples=int(os.environ.get("XGRAD_FUZZ_EXAMPLES", str(ci_examples))),
+        deadline=None,
+        derandomize=not fuzz_long_run(),
+        database=None,
+        suppress_health_check=list(hypothesis.HealthCheck),
+    )

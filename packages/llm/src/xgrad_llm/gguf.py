@@ -449,6 +449,10 @@ def _check_split(header: _Header, index: int, count: int, path: str) -> None:
     """A part must say it is part `index` (from 0) of `count`, as its file name does."""
     no = header.metadata.get("split.no", 0)
     n = header.metadata.get("split.count", 1)
+    for key, v in (("split.no", no), ("split.count", n)):
+        if type(v) is not int:  # found by the fuzzer: a list or string here made the message below a TypeError
+            got = f"{header.types[key][-1].name.lower()} {str(v)[:40]}"
+            raise GGUFError(path, f"metadata {key!r}", 0, f"must be an integer, got {got}")
     if (no, n) != (index, count):
         raise GGUFError(
             path,
