@@ -1,0 +1,205 @@
+"""Aggregate decode throughput of `xgrad-llm serve` at 1, 4 and 8 concurrent streams, beside llama-server
+(llama-cpp-python's `llama_cpp.server`, same model, same threads) when that is installed.
+
+Run: .venv/bin/python bench/bench_serve.py [--model PATH | --tiny] [--streams 1,4,8] [--tokens 64] [--threads N]
+Each server runs in its own process on a free loopback port. For each concurrency N, N clients stream a chat reply
+each (greedy, `max_tokens` = --tokens, distinct prompts) at the same time; the numbers are the generated tokens
+(from each stream's usage) over the wall time from the first request to the last [DONE], the same from each stream's
+first token on ("decode": prefill excluded), and the mean time to the first token. xgrad runs with --parallel N.
+`--tiny` serves a tiny random-weight llama written on the spot (a smoke run; its numbers mean little). Asserts
+nothing. Not run in CI: the peer needs a bench environment (pip install llama-cpp-python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    import httpx2 as httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} was not ready after {timeout:.0f} s")
+
+
+def run_streams(url: str, n: int, tokens: int) -> dict[str, float]:
+    import openai
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=3600)
+    results: list[tuple[float, float, float, int]] = []  # start, first token, end, tokens
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        start = time.perf_counter()
+        first = None
+        used = 0
+        stream = client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": f"Write a long story about a river, number {i}."}],
+            max_tokens=tokens,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content and first is None:
+                first = time.perf_counter()
+            if chunk.usage is not None:
+                used = chunk.usage.completion_tokens
+        end = time.perf_counter()
+        with lock:
+            results.append((start, first or end, end, used))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    t0 = min(r[0] for r in results)
+    t_first = min(r[1] for r in results)
+    t1 = max(r[2] for r in results)
+    total = sum(r[3] for r in results)
+    return {
+        "tokens": total,
+        "tok_s": total / (t1 - t0),
+        "decode_tok_s": max(total - n, 0) / max(t1 - t_first, 1e-9),
+        "ttft_s": sum(r[1] - r[0] for r in results) / n,
+    }
+
+
+def start_xgrad(model: str, port: int, parallel: int, threads: int, ctx: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "xgrad_llm",
+        "serve",
+        "--model",
+        model,
+        "--port",
+        str(port),
+        "--parallel",
+        str(parallel),
+        "--max-context",
+        str(ctx),
+    ]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_llama(model: str, port: int, threads: int, ctx: int) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        model,
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--n_threads",
+        str(threads),
+        "--n_ctx",
+        str(ctx),
+    ]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def tiny_model(folder: pathlib.Path) -> str:
+    sys.path.insert(0, str(ROOT / "packages" / "llm" / "tests"))
+    import serve_helpers
+
+    return str(serve_helpers.write_model(folder)[1])
+
+
+def default_model() -> str:
+    from xgrad_llm.cli import default_model as find
+
+    return find()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="a .gguf file (default: Gemma 3 270M Q4_K_M from its pip package)")
+    p.add_argument("--tiny", action="store_true", help="a tiny random-weight model (smoke run)")
+    p.add_argument("--streams", default="1,4,8", help="concurrencies to measure (default 1,4,8)")
+    p.add_argument("--tokens", type=int, default=64, help="max_tokens per stream (default 64)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads of each server")
+    p.add_argument("--ctx", type=int, default=512, help="context per slot (default 512)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds to wait for a server to load")
+    args = p.parse_args()
+    tmp = tempfile.TemporaryDirectory()
+    model = tiny_model(pathlib.Path(tmp.name)) if args.tiny else (args.model or default_model())
+    counts = [int(x) for x in args.streams.split(",")]
+    try:
+        import llama_cpp  # noqa: F401
+
+        peer = True
+    except ImportError:
+        peer = False
+        print("llama-cpp-python is not installed: no llama-server column (pip install llama-cpp-python in a bench env)")
+    print(f"model {pathlib.Path(model).name}, {args.tokens} tokens per stream, {args.threads} threads")
+    rows: dict[str, dict[int, dict[str, float]]] = {}
+    servers: list[tuple[str, Any]] = [("xgrad", None)] + ([("llama-server", None)] if peer else [])
+    for name, _ in servers:
+        rows[name] = {}
+        for n in counts if name == "xgrad" else [0]:
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            if name == "xgrad":
+                proc = start_xgrad(model, port, n, args.threads, args.ctx)
+            else:
+                proc = start_llama(model, port, args.threads, args.ctx * max(counts))
+            try:
+                wait_ready(url, proc, args.timeout)
+                run_streams(url, 1, 4)  # warm-up: compiles and captures
+                for m in counts if name != "xgrad" else [n]:
+                    if name == "xgrad":
+                        run_streams(url, m, 4)  # every slot's programs
+                    rows[name][m] = run_streams(url, m, args.tokens)
+                    r = rows[name][m]
+                    print(
+                        f"{name:12s} {m:2d} streams: {r['tok_s']:7.1f} tok/s, decode {r['decode_tok_s']:7.1f} tok/s, "
+                        f"first token {r['ttft_s']:.2f} s ({int(r['tokens'])} tokens)",
+                        flush=True,
+                    )
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+    base = rows["xgrad"].get(1)
+    for n, r in rows["xgrad"].items():
+        if base and n > 1:
+            print(f"xgrad {n} streams / 1 stream: {r['decode_tok_s'] / base['decode_tok_s']:.2f}x")
+        if peer and n in rows["llama-server"]:
+            ratio = r["decode_tok_s"] / rows["llama-server"][n]["decode_tok_s"]
+            print(f"xgrad / llama-server at {n} streams: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
