@@ -1,8 +1,9 @@
 """TinyJit: run a function once, capture the kernels it runs the second time, replay them afterwards.
 
 Replay launches the captured programs on the new inputs' buffers directly: no graph building, no scheduling, no
-compiling. Inputs are the Tensors among the arguments (and one level inside lists, tuples and dicts); they must be
-realized buffers, and on replay must match the capture in shape, dtype, device and view.
+compiling. Inputs are the Tensors among the arguments (and one level inside lists, tuples and dicts), positional
+ones first, then keyword ones by name (so the order of keyword arguments does not matter); lazy ones are realized
+first, and on replay each must match the capture in shape, dtype, device and view, and be passed the same way.
 """
 
 from __future__ import annotations
@@ -56,11 +57,24 @@ def _plain_int_buffer(u: UOp) -> bool:
     return u.op is Ops.BUFFER
 
 
+def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The arguments in the order inputs are numbered: positional ones, then keyword ones sorted by name."""
+    return (*args, *(kwargs[k] for k in sorted(kwargs))) if kwargs else args
+
+
+def _arg_names(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int | str]:
+    """How the Tensor arguments were passed (position or keyword name), as tinygrad compares them on replay."""
+    from xgrad.tensor import Tensor
+
+    names: list[int | str] = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+    return names + sorted(k for k, a in kwargs.items() if isinstance(a, Tensor))
+
+
 def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor]:
     from xgrad.tensor import Tensor
 
     found: list[Tensor] = []
-    for a in (*args, *kwargs.values()):
+    for a in _arguments(args, kwargs):
         inner = a.values() if isinstance(a, dict) else a if isinstance(a, (list, tuple)) else (a,)
         found.extend(x for x in inner if isinstance(x, Tensor))
     return found
@@ -68,7 +82,7 @@ def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor
 
 def _passes_variables(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether a UOp (a bound Variable) is among the arguments (one level inside lists, tuples and dicts too)."""
-    for a in (*args, *kwargs.values()):
+    for a in _arguments(args, kwargs):
         inner = a.values() if isinstance(a, dict) else a if isinstance(a, (list, tuple)) else (a,)
         if any(isinstance(x, UOp) for x in inner):
             return True
@@ -79,7 +93,7 @@ def _bound_vars(args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tens
     """Values of the bound Variables passed in: directly (one level inside lists, tuples and dicts too) or in the
     symbolic shapes of the input tensors. They are runtime values: a replay passes the new ones to the kernels."""
     binds: list[UOp] = []
-    for a in (*args, *kwargs.values()):
+    for a in _arguments(args, kwargs):
         inner = a.values() if isinstance(a, dict) else a if isinstance(a, (list, tuple)) else (a,)
         binds.extend(x for x in inner if isinstance(x, UOp) and x.op is Ops.BIND)
     binds.extend(graph_binds(t.uop for t in inputs if not _plain_int_buffer(t.uop)))
@@ -112,38 +126,135 @@ def _replace_base(u: UOp, new: UOp) -> UOp:
     return new if u.op is Ops.BUFFER else u.replace(src=(_replace_base(u.src[0], new), *u.src[1:]))
 
 
+def _returned_tensors(ret: Any, check: bool) -> list[Tensor]:
+    """The Tensors in a jitted function's return value (inside lists, tuples and dicts too). With `check`, anything
+    else but None raises: a replay returns the captured value, so a Python value in it would never change."""
+    from xgrad.tensor import Tensor
+
+    if isinstance(ret, Tensor):
+        return [ret]
+    if isinstance(ret, (list, tuple, dict)):
+        return [t for x in (ret.values() if isinstance(ret, dict) else ret) for t in _returned_tensors(x, check)]
+    if check and ret is not None:
+        raise JitError(
+            f"the jitted function returned a {type(ret).__name__}, not a Tensor: a replay returns what the capture "
+            "returned, so it would never change; return Tensors (in lists, tuples or dicts) or None"
+        )
+    return []
+
+
+def _prune(steps: list[_Step]) -> list[_Step]:
+    """The steps that depend on an input (`TinyJit(prune=True)`): the others computed, during the capture, values
+    that stay the same, so a replay skips them. A skipped step whose output buffer a kept step writes (the memory
+    planner may have handed one buffer to both) is kept, or a replay would read the overwritten value."""
+    needed: set[int] = set()
+    kept = [False] * len(steps)
+    for i, st in enumerate(steps):
+        ids = {id(b) for b in st.item.bufs}
+        if any(s is not None for s in st.slots) or not ids.isdisjoint(needed):
+            kept[i] = True
+            needed |= ids
+    changed = True
+    while changed:
+        written = {id(st.item.bufs[0]) for st, k in zip(steps, kept) if k}
+        changed = False
+        for i, st in enumerate(steps):
+            if not kept[i] and id(st.item.bufs[0]) in written:
+                kept[i] = changed = True
+    return [st for st, k in zip(steps, kept) if k]
+
+
+def _copy_of(b: Buffer) -> Buffer:
+    """A new buffer holding `b`'s values."""
+    return Buffer(b.device, b.size, b.dtype).ensure_allocated().copyin(b.as_bytes())
+
+
+@dataclass(frozen=True)
+class CapturedLinear:
+    """The captured steps in tinygrad's spelling (`captured.linear.src`): here ScheduleItems, not CALL UOps."""
+
+    src: tuple[ScheduleItem, ...]
+
+
+@dataclass(frozen=True)
+class CapturedJit:
+    """What a TinyJit captured (`jit.captured`, None before the capture): the returned value `ret`, the replayed
+    steps, how the Tensor arguments were passed (`expected_names`: positions, then keyword names) and what each
+    input looked like (`expected_input_info`)."""
+
+    ret: Any
+    steps: tuple[_Step, ...]
+    expected_names: tuple[int | str, ...]
+    expected_input_info: tuple[InputSpec, ...]
+
+    @property
+    def linear(self) -> CapturedLinear:
+        """The replayed kernels and copies, in order (`len(jit.captured.linear.src)` counts them)."""
+        return CapturedLinear(tuple(st.item for st in self.steps))
+
+
 class TinyJit(Generic[R]):
     """Capture a function's kernels and replay them. `JIT=0` turns it off (the function just runs).
+
+    The first call runs the function, the second captures the kernels it runs, later calls replay them. The returned
+    Tensors (in lists, tuples and dicts too) are realized; returning anything else raises a JitError at the capture,
+    as does a function that runs no kernel. `prune=True` (`@TinyJit(prune=True)` as a decorator) leaves out of the
+    replay the kernels that do not depend on an input. `captured` is the `CapturedJit` (None before the capture).
 
     >>> from xgrad import Tensor
     >>> f = TinyJit(lambda a, b: (a * b + 1).realize())
     >>> for i in range(3): out = f(Tensor([1.0, 2.0]).realize(), Tensor([float(i), 1.0]).realize())
-    >>> out.tolist()
-    [3.0, 3.0]
+    >>> out.tolist(), len(f.captured.linear.src)
+    ([3.0, 3.0], 1)
     """
 
-    def __init__(self, fxn: Callable[..., R]):
+    def __init__(self, fxn: Callable[..., R] | None = None, *, prune: bool = False):
         self.fxn = fxn
+        self.prune = prune
         self.calls = 0
         self.steps: list[_Step] = []
         self.specs: tuple[InputSpec, ...] = ()
+        self.names: list[int | str] = []  # how the Tensor arguments were passed at the capture
         self.result: R | None = None
         self.var_vals: dict[str, int] = {}  # the bound Variables of the capture (their values change per replay)
         self._fast = False  # see _capture
-        functools.update_wrapper(self, fxn)
+        self._written: set[int] = set()  # the captured buffers a replay writes (an input aliasing one is copied)
+        if fxn is not None:
+            functools.update_wrapper(self, fxn)
 
     def reset(self) -> None:
+        """Forget the capture: the next call runs the function, the one after captures again."""
         self.calls = 0
         self.steps = []
         self.specs = ()
+        self.names = []
         self.result = None
         self.var_vals = {}
         self._fast = False
+        self._written = set()
+
+    @property
+    def captured(self) -> CapturedJit | None:
+        """The capture (its returned value, steps and expected inputs), or None before it."""
+        if self.calls < 2:
+            return None
+        return CapturedJit(self.result, tuple(self.steps), tuple(self.names), self.specs)
+
+    @property
+    def cnt(self) -> int:
+        """tinygrad's name for `calls`: 0 before the first call, 1 before the capture, 2 after it."""
+        return self.calls
 
     def __get__(self, obj: Any, objtype: Any = None) -> Callable[..., R]:
         return functools.partial(self.__call__, obj)  # methods: bind self
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if self.fxn is None:  # `@TinyJit(prune=True)`: this call hands over the function
+            if len(args) != 1 or kwargs or not callable(args[0]):
+                raise JitError("TinyJit(...) without a function is a decorator: apply it to the function to jit")
+            self.fxn = args[0]
+            functools.update_wrapper(self, args[0])
+            return self  # type: ignore[return-value]  # the decorated function, not a result
         if not JIT:
             return self.fxn(*args, **kwargs)
         if self._fast and not kwargs and (bufs := self._plain_args(args)) is not None:
@@ -158,6 +269,11 @@ class TinyJit(Generic[R]):
             return self._realized(self.fxn(*args, **kwargs))
         if self.calls == 1:
             return self._capture(inputs, args, kwargs)
+        if (names := _arg_names(args, kwargs)) != self.names:
+            raise JitError(
+                f"TinyJit was captured with tensor inputs passed as {self.names} (positions, then keyword names), "
+                f"now as {names}; pass the same tensors the same way (positionally or by keyword) as at the capture"
+            )
         if self._fast and (bufs := self._plain_inputs(inputs)) is not None and not _passes_variables(args, kwargs):
             return self._launch(bufs, {})
         return self._replay(inputs, _bound_vars(args, kwargs, inputs))
@@ -186,11 +302,8 @@ class TinyJit(Generic[R]):
             bufs.append(base.__dict__["buffer"])
         return bufs
 
-    def _realized(self, ret: R) -> R:
-        from xgrad.tensor import Tensor
-
-        outs = [x for x in (ret if isinstance(ret, (list, tuple)) else (ret,)) if isinstance(x, Tensor)]
-        if outs:
+    def _realized(self, ret: R, check: bool = False) -> R:
+        if outs := _returned_tensors(ret, check):
             outs[0].realize(*outs[1:])
         return ret
 
@@ -200,11 +313,17 @@ class TinyJit(Generic[R]):
         self.specs = tuple(_spec_of(t, i) for i, t in enumerate(inputs))
         passed = _bound_vars(args, kwargs, inputs)
         input_bufs = {id(b): i for i, b in enumerate(b for t in inputs for b in input_buffers(t.uop))}
+        assert self.fxn is not None
         recorded = start_capture()
         try:
-            ret = self._realized(self.fxn(*args, **kwargs))
+            ret = self._realized(self.fxn(*args, **kwargs), check=True)
         finally:
             stop_capture()
+        if not any(items for items, _ in recorded):
+            raise JitError(
+                "didn't JIT anything: the jitted function ran no kernel (realize the Tensors it computes, or return "
+                "them); a function that only reads realized values needs no TinyJit"
+            )
         used = {name for _, var_vals in recorded for name in var_vals}
         if hidden := sorted(used - set(passed)):
             raise JitError(
@@ -223,11 +342,19 @@ class TinyJit(Generic[R]):
                         step.handles = [b.handle if s is None else None for b, s in zip(it.bufs, slots)]
                         step.from_inputs = tuple((k, s) for k, s in enumerate(slots) if s is not None)
                     steps.append(step)
+        if self.prune:
+            steps = _prune(steps)
         self.steps, self.result, self.calls, self.var_vals = steps, ret, 2, passed
+        self.names = _arg_names(args, kwargs)
+        self._written = {id(st.item.bufs[0].base or st.item.bufs[0]) for st in steps if st.slots[0] is None}
         # the common replay (whole single-device buffers of concrete shapes, no variables) skips the generic checks
-        self._fast = not passed and all(
-            spec.plain and isinstance(spec.device, str) and all(type(d) is int for d in spec.shape)
-            for spec in self.specs
+        self._fast = (
+            not passed
+            and self.names == list(range(len(self.specs)))
+            and all(
+                spec.plain and isinstance(spec.device, str) and all(type(d) is int for d in spec.shape)
+                for spec in self.specs
+            )
         )
         return ret
 
@@ -255,6 +382,8 @@ class TinyJit(Generic[R]):
         return self._launch(bufs, var_vals)
 
     def _launch(self, bufs: list[Buffer], var_vals: dict[str, int]) -> R:
+        if any(id(b.base or b) in self._written for b in bufs):  # e.g. the last output passed back in: the replay
+            bufs = [_copy_of(b) if id(b.base or b) in self._written else b for b in bufs]  # would overwrite it
         for step in self.steps:
             if step.handles is None:
                 actual: list[Buffer] = [b if s is None else bufs[s] for b, s in zip(step.item.bufs, step.slots)]
@@ -281,4 +410,4 @@ class TinyJit(Generic[R]):
 
 
 # `capturing` and `record` live in xgrad.engine.capture; importable from here as before
-__all__ = ["InputSpec", "TinyJit", "capturing", "record"]
+__all__ = ["CapturedJit", "CapturedLinear", "InputSpec", "TinyJit", "capturing", "record"]
