@@ -110,6 +110,18 @@ def grad_expand(ctx: UOp, ret: UOp) -> GradTuple:
     return (ctx.cast(acc).reduce_axis(Ops.ADD, axes).cast(ctx.dtype).reshape(x.shape),)
 
 
+def _sum_to(grad: UOp, src: UOp) -> UOp:
+    """`grad` summed over the axes that `src` (0-d, or of the same rank with 1s) was broadcast along."""
+    assert grad.shape is not None and src.shape is not None
+    if len(src.shape) == 0:
+        axes = tuple(range(len(grad.shape)))
+    else:
+        assert len(src.shape) == len(grad.shape), f"gradient shape {grad.shape} does not broadcast from {src.shape}"
+        axes = tuple(i for i, (s, n) in enumerate(zip(src.shape, grad.shape)) if s != n)
+    acc = sum_acc_dtype(grad.dtype)
+    return grad.cast(acc).reduce_axis(Ops.ADD, axes).cast(grad.dtype).reshape(src.shape)
+
+
 def grad_pad(ctx: UOp, ret: UOp) -> GradTuple:
     x = ret.src[0]
     assert x.shape is not None
@@ -227,7 +239,8 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
         for src, src_grad in zip(node.src, src_grads):
             if src_grad is None or not on_path[src]:
                 continue
-            assert src_grad.shape == src.shape, f"{node.op} gradient shape {src_grad.shape} != {src.shape}"
+            if src_grad.shape != src.shape:  # a 0-d operand broadcast implicitly: its gradient is summed to it
+                src_grad = _sum_to(src_grad, src)
             grads[src] = grads[src].alu(Ops.ADD, src_grad) if src in grads else src_grad
     return {t: g for t, g in grads.items() if t in targets}
 

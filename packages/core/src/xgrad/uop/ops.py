@@ -563,10 +563,15 @@ def _source_shape(u: UOp) -> tuple[sint, ...]:
 
 
 def _elementwise_shape(u: UOp) -> tuple[sint, ...] | None:
+    """The shape of the shaped sources; a 0-d source among shaped ones is broadcast implicitly (as in tinygrad's
+    graphs: `x.alu(Ops.MUL, scalar)`)."""
+    found = None
     for s in u.src:
         if (shape := s.shape) is not None:
-            return shape
-    return None
+            if shape:
+                return shape
+            found = shape
+    return found
 
 
 _CONSTS_KEPT = 4096
