@@ -25,7 +25,16 @@ from xgrad.dtype import (
     to_np_dtype,
 )
 from xgrad.engine.jit import capturing
-from xgrad.engine.realize import all_tensors, lazy_tensors, note_view_assign, realize_base, realize_tensors, view_memory
+from xgrad.engine.realize import (
+    Linear,
+    all_tensors,
+    lazy_tensors,
+    note_view_assign,
+    realize_base,
+    realize_tensors,
+    schedule_tensors,
+    view_memory,
+)
 from xgrad.engine.schedule import buffer_of, new_buffer_uop
 from xgrad.errors import (
     DTypeError,
@@ -218,6 +227,42 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         [2, 3]"""
         realize_tensors([self, *lst])
         return self
+
+    def linear_with_vars(self, *lst: Tensor) -> tuple[Linear, dict[str, int]]:
+        """tinygrad's: the steps that realize this tensor (and `lst`), not run yet, and the values of the bound
+        Variables they need. The tensors point at their buffers at once; `run_linear(linear, var_vals)` (from
+        `xgrad.engine.realize`) fills them.
+
+        >>> from xgrad.engine.realize import run_linear
+        >>> t = Tensor([1, 2]) + 1
+        >>> linear, var_vals = t.linear_with_vars()
+        >>> len(linear.src), var_vals
+        (1, {})
+        >>> run_linear(linear, var_vals)
+        >>> t.tolist()
+        [2, 3]
+        """
+        items, var_vals = schedule_tensors([self, *lst])
+        return Linear(items), var_vals
+
+    def schedule_linear(self, *lst: Tensor) -> Linear:
+        """tinygrad's: the steps that realize this tensor (and `lst`), for graphs without bound Variables (use
+        `linear_with_vars` for those).
+
+        >>> from xgrad.engine.realize import run_linear
+        >>> a = Tensor([1.0, 2.0]) * 2
+        >>> linear = a.schedule_linear()
+        >>> run_linear(linear)
+        >>> a.tolist()
+        [2.0, 4.0]
+        """
+        linear, var_vals = self.linear_with_vars(*lst)
+        if var_vals:
+            raise ShapeError(
+                f"schedule_linear of a graph with bound Variables {sorted(var_vals)}: use linear_with_vars, which "
+                "also returns their values"
+            )
+        return linear
 
     def contiguous(self) -> Tensor:
         """The same values in a buffer of their own (a kernel boundary): a strided view is materialized.

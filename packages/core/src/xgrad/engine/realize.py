@@ -139,8 +139,10 @@ def _flush_view_assigns(tensors: list[Tensor]) -> None:
         for buf in list(_view_assigns)
         if any(t.uop.base is buf or buf in lazy_walk(t) for t in tensors)
     ]
-    if due:
-        realize_tensors(due)
+    if due:  # the tensors reading the buffer see the write (tinygrad's): they are not computed before it
+        items, var_vals = schedule_tensors(due, readers_first=False)
+        if items:
+            run_schedule(items, var_vals)
 
 
 def realize_base(t: Tensor) -> None:
@@ -167,16 +169,26 @@ def view_memory(u: UOp) -> Buffer:
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
+    items, var_vals = schedule_tensors(tensors)
+    if items:
+        run_schedule(items, var_vals)
+
+
+def schedule_tensors(tensors: list[Tensor], readers_first: bool = True) -> tuple[list[ScheduleItem], dict[str, int]]:
+    """The steps that compute `tensors` (memory planned, ready for `run_schedule`) and the bound variables' values.
+    Every tensor the steps compute points at its buffer when this returns, so the steps must then be run (what
+    `realize` does; `Tensor.linear_with_vars` hands them to the caller, as tinygrad's does). With `readers_first`,
+    live lazy tensors that read a buffer an assign here overwrites are computed first, from the old values."""
     if _view_assigns:
         _flush_view_assigns(tensors)
     pending = [t for t in tensors if t.uop.base.op is not Ops.BUFFER or t.uop.op is Ops.ASSIGN]
     if not pending:
-        return
+        return [], {}
     roots = list(dict.fromkeys(t.uop for t in pending))
     # held for the whole call: the passes below each build this (hash-consed) SINK and reuse its cached toposort
     whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
     scanned = [(whole, _scan(whole))]
-    if scanned[0][1].assigns and (readers := _readers_of_assigned(pending)):
+    if readers_first and scanned[0][1].assigns and (readers := _readers_of_assigned(pending)):
         pending += readers
         roots = list(dict.fromkeys(t.uop for t in pending))
         whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
@@ -190,7 +202,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     else:  # the scan is the schedule cache's key, unless unbinding made a new graph
         items, becomes = cached_schedule(unbound, None if scan.symbolic else scan)
         outputs = [becomes[r] for r in unbound if r in becomes]
-    run_schedule(plan_memory(items, outputs), var_vals)
+    planned = plan_memory(items, outputs)
     _keep_recent(scanned)
     if whole_unbound is not whole:
         whole_unbound.drop_walk()
@@ -216,6 +228,31 @@ def realize_tensors(tensors: list[Tensor]) -> None:
             kept[id(t)] = walked
     _lazy_walks.clear()
     _lazy_walks.update(kept)
+    return planned, var_vals
+
+
+class Linear:
+    """tinygrad's LINEAR: the ordered steps (kernels and copies) that realize some tensors; `src` holds them, and
+    `run_linear(linear, var_vals)` runs them."""
+
+    def __init__(self, items: list[ScheduleItem]):
+        self.items = items
+
+    @property
+    def src(self) -> tuple[ScheduleItem, ...]:
+        return tuple(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __repr__(self) -> str:
+        kernels = sum(not i.is_copy for i in self.items)
+        return f"<Linear {len(self.items)} steps: {kernels} kernels, {len(self.items) - kernels} copies>"
+
+
+def run_linear(linear: Linear, var_vals: dict[str, int] | None = None) -> None:
+    """Run the steps of `Tensor.linear_with_vars` / `Tensor.schedule_linear` (once: a second run recomputes)."""
+    run_schedule(linear.items, var_vals)
 
 
 def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:

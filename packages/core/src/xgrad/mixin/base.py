@@ -10,7 +10,7 @@ from xgrad.dtype import DType, dtypes
 from xgrad.errors import IndexingError, ShapeError, TensorUsageError
 from xgrad.mixin.common import Scalar
 from xgrad.uop.ops import UOp
-from xgrad.uop.symshape import sym_prod
+from xgrad.uop.symshape import same_symbolic_size, sym_prod
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -137,6 +137,8 @@ class TensorBase:
         if len(shape) < self.ndim:
             raise ShapeError(f"cannot broadcast shape {self.shape} to {shape}")
         padded = (1,) * (len(shape) - self.ndim) + self.shape
+        # a symbolic size equal to the target's but written differently (j+i for i+j) is renamed by the reshape
+        padded = tuple(s if p is not s and same_symbolic_size(p, s) else p for p, s in zip(padded, shape))
         if any(p != s and p != 1 for p, s in zip(padded, shape)):
             raise ShapeError(f"cannot broadcast shape {self.shape} to {shape}")
         return self._new(self.uop.reshape(padded).expand(shape))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from xgrad.device import Device
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import ShapeError
+from xgrad.uop.symshape import same_symbolic_size
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -24,9 +25,9 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
     out = []
     for x, y in zip(pa, pb):
-        if x != y and x != 1 and y != 1:
+        if x != y and x != 1 and y != 1 and not same_symbolic_size(x, y):
             raise ShapeError(f"shapes {a} and {b} cannot be broadcast together")
-        out.append(y if x == 1 else x)
+        out.append(y if x == 1 else x)  # of two equal symbolic sizes written differently (i+j, j+i), a's
     return tuple(out)
 
 

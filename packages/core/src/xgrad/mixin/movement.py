@@ -13,7 +13,7 @@ from xgrad.helpers import argfix, ceildiv, prod
 from xgrad.mixin.common import Scalar
 from xgrad.mixin.symbolic_shapes import SymbolicShapeMixin, as_size, check_in_range, pairs_str, size_diff
 from xgrad.uop.ops import UOp, sint
-from xgrad.uop.symshape import is_symbolic, shape_str, sint_min
+from xgrad.uop.symshape import canonical_sum, is_symbolic, shape_str, sint_min
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -330,12 +330,15 @@ class MovementMixin(SymbolicShapeMixin):
         if len(ts) == 1:
             return ts[0]
         dt = least_upper_dtype(*(t.dtype for t in ts))
-        total = sum(t.shape[d] for t in ts)
+        total = canonical_sum(t.shape[d] for t in ts)  # i+j whether the parts come as (i, j) or (j, i)
         parts, offset = [], 0
         for t in ts:
-            pad = [(0, 0)] * self.ndim
+            pad: list[tuple[Any, Any]] = [(0, 0)] * self.ndim
             pad[d] = (offset, total - offset - t.shape[d])
-            parts.append(t.cast(dt).pad(pad))
+            part = t.cast(dt).pad(pad)
+            if part.shape[d] is not total:  # a symbolic size: name it as the total
+                part = part.reshape(part.shape[:d] + (total,) + part.shape[d + 1 :])
+            parts.append(part)
             offset += t.shape[d]
         return functools.reduce(lambda a, b: a + b, parts)
 

@@ -185,16 +185,68 @@ def sint_min(s: sint) -> int:
     return lo if isinstance(lo, int) else 0
 
 
+Polynomial = dict[tuple[str, ...], int]
+
+
+def _atom(u: UOp) -> str:
+    """The name of a size's leaf: a variable by its name (bound or not), any other node by its printed form."""
+    if u.op is Ops.DEFINE_VAR:
+        return str(u.arg[0])
+    if u.op is Ops.BIND:
+        return str(u.src[0].arg[0])
+    return f"<{u!r}>"
+
+
+def size_polynomial(s: sint) -> Polynomial:
+    """A size as a sum of monomials: sorted leaf names -> integer coefficient (zero terms dropped). Sums and products
+    are expanded, so `i+j` and `j+i`, or `i*j` and `j*i`, give the same polynomial; other nodes (`//`, `%`, max) are
+    leaves."""
+    if isinstance(s, int):
+        return {(): s} if s else {}
+    if s.op is Ops.CONST and isinstance(s.arg, int):
+        return {(): s.arg} if s.arg else {}
+    if s.op is Ops.ADD:
+        out = dict(size_polynomial(s.src[0]))
+        for k, c in size_polynomial(s.src[1]).items():
+            out[k] = out.get(k, 0) + c
+        return {k: c for k, c in out.items() if c}
+    if s.op is Ops.MUL:
+        prod_: Polynomial = {}
+        for ka, ca in size_polynomial(s.src[0]).items():
+            for kb, cb in size_polynomial(s.src[1]).items():
+                k = tuple(sorted(ka + kb))
+                prod_[k] = prod_.get(k, 0) + ca * cb
+        return {k: c for k, c in prod_.items() if c}
+    return {(_atom(s),): 1}
+
+
 def sym_equal(a: sint, b: sint) -> bool:
-    """Whether two sizes are equal for every value of their variables (decided by simplifying their difference)."""
+    """Whether two sizes are equal for every value of their variables: the same expanded polynomial (sums and
+    products in any order), or a difference that simplifies to 0."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    if a is b:
+    if a is b or size_polynomial(a) == size_polynomial(b):
         return True
     from xgrad.uop.symbolic import simplify
 
     diff = simplify(a - b if isinstance(a, UOp) else UOp.const(dtypes.index, a) - b)
     return diff.op is Ops.CONST and diff.arg == 0
+
+
+def same_symbolic_size(a: object, b: object) -> bool:
+    """Whether a and b are symbolic sizes (UOps) equal for every value of their variables, though maybe written
+    differently (`i+j`, `j+i`)."""
+    return isinstance(a, UOp) and isinstance(b, UOp) and sym_equal(a, b)
+
+
+def canonical_sum(sizes: Iterable[sint]) -> sint:
+    """The sum of sizes built in one order whatever order they come in (ints first, then the expressions by their
+    leaves), so `cat` along a symbolic axis gives the same size node for (i, j) and (j, i)."""
+    items = list(sizes)
+    total: sint = sum(x for x in items if isinstance(x, int))
+    for x in sorted((x for x in items if isinstance(x, UOp)), key=lambda u: sorted(size_polynomial(u).items())):
+        total = x if isinstance(total, int) and total == 0 else total + x
+    return total
 
 
 def sym_prod(xs: Iterable[sint]) -> sint:
