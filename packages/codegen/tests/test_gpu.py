@@ -70,18 +70,21 @@ def test_wide_softmax_uses_a_group_reduction(arch):
     np.testing.assert_allclose(got, softmax_np(a), rtol=1e-5, atol=1e-8)
 
 
-@pytest.mark.parametrize("op", ["GROUP", "GROUPTOP"])
-def test_group_reductions_one_after_another_match_numpy(op):
-    """Three grouped reductions in one thread (the rows upcast), each through its own shared slots and barriers."""
+@pytest.mark.parametrize("op, amount", [("GROUP", 16), ("GROUPTOP", 16), ("GROUP", 12)])
+def test_group_reductions_one_after_another_match_numpy(op, amount):
+    """Three grouped reductions in one thread (the rows upcast), each through its own shared slots: a power-of-two
+    group combines its slots in halving steps (a barrier after each), another adds them up in every thread."""
     renderer = PythonRenderer("sm_90")
-    a = data(3, 64)
+    a = data(3, 96)
     x = Tensor(a).realize()
     (ast,) = kernel_asts(lambda: x.sum(axis=1))
     base = before_optimize(ast)
     red = next(i for i, r in enumerate(kernel_ranges(base)) if r.arg[1] is AxisType.REDUCE)
-    out, uops = run_on(renderer, ast, [a], (3,), [Opt(op, red, 16), Opt("UPCAST", 0, 3)])
+    out, uops = run_on(renderer, ast, [a], (3,), [Opt(op, red, amount), Opt("UPCAST", 0, 3)])
     np.testing.assert_allclose(out, a.sum(1), rtol=1e-5)
-    assert sum(u.op is Ops.BARRIER for u in uops) == 3
+    steps = amount.bit_length() - 1 if amount & (amount - 1) == 0 else 0
+    assert sum(u.op is Ops.BARRIER for u in uops) == 3 * (1 + steps)
+    assert sum(u.op is Ops.DEFINE_LOCAL for u in uops) == 3
 
 
 def test_local_and_group_together_match_numpy():

@@ -3,8 +3,10 @@
 IR in: a kernel AST after `expand_lanes` whose ranges may be GLOBAL (a workgroup dimension), LOCAL (threads over
 outputs) or GROUP (threads sharing one reduction). IR out: the same AST with
 - each REDUCE over GROUP ranges split in two: every thread reduces its part, STOREs it into a DEFINE_LOCAL (shared
-  memory, one slot per thread), a BARRIER waits for the group, and every thread reduces the group's slots; the output
-  STOREs are gated to the group's thread 0 (inside another reduction's loop, a BARRIER before the part's STORE keeps
+  memory, one slot per thread), a BARRIER waits for the group, then the group's slots are combined: in log2(n) halving
+  steps (thread t < s combines slots t and t+s, a BARRIER after each) when the group has a power of two threads, the
+  result read from slot 0 by every thread, else every thread adds up all n slots; the output STOREs are gated to the
+  group's thread 0 (inside another reduction's loop, a BARRIER before the part's STORE keeps
   the next iteration's write from racing the reads of the previous one);
 - GLOBAL ranges replaced by workgroup ids and LOCAL/GROUP ranges by thread ids (SPECIAL `gidx<d>` / `lidx<d>`, d = 0
   for x). More ranges than the renderer has dimensions are merged into one; a range over a dimension's limit (or a
@@ -65,17 +67,25 @@ def lower_group_reduce(ctx: GroupCtx, red: UOp) -> UOp | None:
     # inside another reduction's loop the slots are written again each iteration: first every thread must be done
     # reading the previous iteration's parts
     slot = smem if red in ctx.outermost else UOp(Ops.NOOP, red.dtype, (smem, UOp(Ops.BARRIER, dtypes.void, (part,))))
-    write = slot.index(_linear(others + groups)).store(part)
-    after = UOp(Ops.BARRIER, dtypes.void, (write,))  # every part is written
+    base, lane = _linear(others), _linear(groups)
     width = int(prod(range_size(g) or 1 for g in groups))
-    across = UOp.range(width, ctx.next_axis, AxisType.REDUCE)
-    ctx.next_axis += 1
-    value = UOp(Ops.NOOP, red.dtype, (smem, after)).index(_linear(others) * width + across).load()
-    final = UOp(Ops.REDUCE, red.dtype, (value, across), red.arg)
-    first = groups[0].eq(0)
-    for g in groups[1:]:
-        first = first.logical_and(g.eq(0))
-    ctx.gated[final] = first
+    after = UOp(Ops.BARRIER, dtypes.void, (slot.index(base * width + lane).store(part),))  # every part is written
+    if width & (width - 1) == 0:  # a power of two: halve the live slots each step, the result in slot 0
+        step = width // 2
+        while step:
+            live = lane.lt(step)
+            mem = UOp(Ops.NOOP, red.dtype, (smem, after))
+            a, b = mem.index(base * width + lane, live).load(), mem.index(base * width + lane + step, live).load()
+            combined = UOp(red.arg, red.dtype, (a, b))
+            after = UOp(Ops.BARRIER, dtypes.void, (mem.index(base * width + lane, live).store(combined),))
+            step //= 2
+        final = UOp(Ops.NOOP, red.dtype, (smem, after)).index(base * width).load()
+    else:  # every thread adds up the group's slots
+        across = UOp.range(width, ctx.next_axis, AxisType.REDUCE)
+        ctx.next_axis += 1
+        value = UOp(Ops.NOOP, red.dtype, (smem, after)).index(base * width + across).load()
+        final = UOp(Ops.REDUCE, red.dtype, (value, across), red.arg)
+    ctx.gated[final] = lane.eq(0)
     return final
 
 

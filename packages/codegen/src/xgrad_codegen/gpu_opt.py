@@ -18,6 +18,7 @@ from xgrad_codegen.opt import (
     Opt,
     OptError,
     apply_opt,
+    heuristic_opts,
     kernel_ranges,
     optimize,
     pm_reduce_ranges,
@@ -36,8 +37,9 @@ GPU_ACTIONS: dict[str, tuple[str, tuple[int, ...]]] = {
     "GROUPTOP": ("a REDUCE range of constant size", (0, 2, 4, 8, 16, 32, 64, 128, 256)),
 }
 THREAD_KINDS = (AxisType.LOCAL, AxisType.GROUP)
-GROUP_MIN_REDUCE = 256  # a reduction at least this long is split over a workgroup's threads (softmax, norms, sums)
-GROUP_MAX_OUTPUTS = 65536  # ... unless the kernel has this many outputs: one thread per output is parallel enough
+GROUP_MIN_REDUCE = 1024  # a reduction at least this long is split over a workgroup's threads (softmax, norms, sums)
+GROUP_MAX_OUTPUTS = 16384  # ... unless the kernel has this many outputs: one thread per output is parallel enough
+GROUP_MIN_STEPS = 16  # each thread of a group adds at least this many elements
 GROUP_AMOUNTS = (256, 128, 64, 32, 16)
 LOCAL_AMOUNTS = (64, 32, 16, 8, 4, 2)
 LOCAL_MIN = 16  # an output loop longer than LOCAL_PAD that no LOCAL_AMOUNTS down to this divides ...
@@ -92,24 +94,30 @@ def gpu_candidates(ast: UOp, renderer: Renderer) -> list[Opt]:
 
 
 def _contiguous_loop(ast: UOp) -> UOp | None:
-    """The innermost output loop that consecutive stores step through by one element (neighbouring threads then
-    touch neighbouring memory)."""
-    loops = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP]
-    steps = [[index_step(st.src[0].src[1], r) for st in ast.src] for r in reversed(loops)]
-    return next((r for r, s in zip(reversed(loops), steps) if all(x == 1 for x in s)), loops[-1] if loops else None)
+    """The output loop that consecutive stores step through by the fewest elements, innermost first (neighbouring
+    threads then touch neighbouring memory; after an UPCAST that is the upcast loop's outer part)."""
+    best: tuple[int, UOp] | None = None
+    for r in reversed([r for r in kernel_ranges(ast) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]):
+        steps = [index_step(st.src[0].src[1], r) for st in ast.src]
+        step = max((abs(x) if x is not None else 1 << 62) for x in steps) if steps else 1 << 62
+        if best is None or step < best[0]:
+            best = (step, r)
+    return best[1] if best is not None else None
 
 
 def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
     """The GPU heuristic. Each opt's axis indexes the ranges of the kernel after the opts before it.
 
-    1. a long reduction (at least GROUP_MIN_REDUCE, a softmax or norm row, a big sum) in a kernel with fewer than
-       GROUP_MAX_OUTPUTS outputs is split over the threads of a workgroup (GROUP, the largest of GROUP_AMOUNTS that
-       divides it, leaves at least 4 steps per thread and fits the renderer): thread t adds elements t, t+n, ...
-       (neighbouring threads read neighbouring memory) and the parts meet in shared memory;
-    2. without a group (each grouped row is its own workgroup), the store-contiguous output loop is split so that its
-       inner part becomes the workgroup's threads (LOCAL, the largest of LOCAL_AMOUNTS that divides it and fits); a
-       loop longer than LOCAL_PAD that nothing down to LOCAL_MIN divides is padded to a multiple of LOCAL_PAD first
-       (its extra threads store nothing);
+    1. a long reduction (at least GROUP_MIN_REDUCE steps over all its loops: a softmax or norm row, a big sum, a
+       conv's weight gradient) in a kernel with fewer than GROUP_MAX_OUTPUTS outputs is split over the threads of a
+       workgroup: its longest loop by the largest of GROUP_AMOUNTS that divides it, leaves GROUP_MIN_STEPS steps per
+       thread and fits the renderer (GROUP: thread t adds elements t, t+n, ..., so neighbouring threads read
+       neighbouring memory); the parts meet in shared memory;
+    2. without a group (each grouped row is its own workgroup): the CPU heuristic's register tiles and unrolled
+       windows (`opt.heuristic_opts` without scratch panels: UPCAST, UNROLL, PADTO), then the store-contiguous output
+       loop (what is left of it) is split so that its inner part becomes the workgroup's threads (LOCAL, the largest
+       of LOCAL_AMOUNTS that divides it and fits); a loop longer than LOCAL_PAD that nothing down to LOCAL_MIN
+       divides is padded to a multiple of LOCAL_PAD first (its extra threads store nothing);
     3. every other output loop becomes a workgroup dimension (GLOBAL, see `optimize_for`)."""
     if NOOPT or not renderer.has_local:
         return []
@@ -122,20 +130,26 @@ def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
 
     rngs = kernel_ranges(ast)
     outputs = int(prod(range_size(r) or GROUP_MAX_OUTPUTS for r in rngs if r.arg[1] is AxisType.LOOP))
-    reds = [r for r in rngs if r.arg[1] is AxisType.REDUCE and (range_size(r) or 0) >= GROUP_MIN_REDUCE]
-    if renderer.supports_group_reduce and reds and outputs < GROUP_MAX_OUTPUTS:
-        red = max(reds, key=lambda r: range_size(r) or 0)
+    reds = [r for r in rngs if r.arg[1] is AxisType.REDUCE and range_size(r) is not None]
+    total = int(prod(range_size(r) or 1 for r in reds))
+    if renderer.supports_group_reduce and reds and total >= GROUP_MIN_REDUCE and outputs < GROUP_MAX_OUTPUTS:
+        red = max(reds, key=lambda r: range_size(r) or 0)  # the longest of the reduce loops (a conv's batch)
         size = range_size(red) or 0
-        amount = next((a for a in GROUP_AMOUNTS if size % a == 0 and size >= 4 * a and a <= renderer.max_threads), 0)
-        if amount and renderer.shared_max >= amount * red.dtype.itemsize * 8:
+        fits = (
+            a for a in GROUP_AMOUNTS if size % a == 0 and total >= GROUP_MIN_STEPS * a and a <= renderer.max_threads
+        )
+        if amount := next(fits, 0):
             add(Opt("GROUP", kernel_ranges(ast).index(red), amount))
     grouped = bool(opts)  # a workgroup per reduced row: its outputs stay separate workgroups
+    if not grouped:  # the register tiles and unrolled windows of the CPU heuristic, without its scratch panels
+        for opt in heuristic_opts(ast, renderer.max_vector_width, scratch=False):
+            add(opt)
     if not grouped and (loop := _contiguous_loop(ast)) is not None and renderer.local_max:
         size = range_size(loop) or 0
         room = min(renderer.max_threads // threads_of(ast), renderer.local_max[0])
         fits = [a for a in LOCAL_AMOUNTS if size % a == 0 and a <= room and a < size]
         amount = next((a for a in fits if a >= LOCAL_MIN), 0)
-        if not amount and size > LOCAL_PAD and LOCAL_PAD <= room:
+        if not amount and size > LOCAL_PAD and LOCAL_PAD <= room and loop.arg[1] is AxisType.LOOP:
             add(Opt("PADTO", kernel_ranges(ast).index(loop), LOCAL_PAD))
             loop = next(r for r in kernel_ranges(ast) if r.arg[0] == loop.arg[0])
             amount = LOCAL_PAD
