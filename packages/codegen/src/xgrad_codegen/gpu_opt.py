@@ -135,10 +135,8 @@ def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
     if renderer.supports_group_reduce and reds and total >= GROUP_MIN_REDUCE and outputs < GROUP_MAX_OUTPUTS:
         red = max(reds, key=lambda r: range_size(r) or 0)  # the longest of the reduce loops (a conv's batch)
         size = range_size(red) or 0
-        fits = (
-            a for a in GROUP_AMOUNTS if size % a == 0 and total >= GROUP_MIN_STEPS * a and a <= renderer.max_threads
-        )
-        if amount := next(fits, 0):
+        amounts = [a for a in GROUP_AMOUNTS if size % a == 0 and total >= GROUP_MIN_STEPS * a]
+        if amount := next((a for a in amounts if a <= renderer.max_threads), 0):
             add(Opt("GROUP", kernel_ranges(ast).index(red), amount))
     grouped = bool(opts)  # a workgroup per reduced row: its outputs stay separate workgroups
     if not grouped:  # the register tiles and unrolled windows of the CPU heuristic, without its scratch panels
