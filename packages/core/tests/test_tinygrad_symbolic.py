@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xgrad import Tensor, Variable
+from xgrad import Tensor, Variable, dtypes
 from xgrad.engine.realize import Linear, run_linear
 from xgrad.uop.symshape import sym_equal
 
@@ -148,3 +148,59 @@ def test_realized_tensor_keeps_its_binding() -> None:
     assert t.shape[0] is not None and not isinstance(t.shape[0], int)
     assert str(t.shape[0]) == str(v) and t.tolist() == [2.0] * 4
     assert (t + 1).tolist() == [3.0] * 4
+
+
+# ---- bitcast across item sizes ----
+@pytest.mark.parametrize(
+    ("src_np", "dtype", "np_dtype"),
+    [
+        (np.float32, dtypes.uint16, np.uint16),
+        (np.float32, dtypes.uint8, np.uint8),
+        (np.float32, dtypes.float16, np.float16),
+        (np.int64, dtypes.int32, np.int32),
+        (np.uint16, dtypes.int8, np.int8),
+        (np.uint8, dtypes.float32, np.float32),
+        (np.int16, dtypes.int64, np.int64),
+        (np.uint8, dtypes.uint16, np.uint16),
+    ],
+)
+def test_bitcast_across_item_sizes_like_numpy_view(src_np: type, dtype: object, np_dtype: type) -> None:
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 255, size=(3, 16), dtype=np.uint8).view(src_np)  # every bit pattern, as numpy views it
+    if src_np is np.float32:
+        a = rng.standard_normal(a.shape).astype(np.float32)
+    want = a.view(np_dtype)
+    got = Tensor(a).bitcast(dtype)
+    assert got.dtype == dtype and got.shape == want.shape
+    assert got.numpy().view(np.uint8).tobytes() == want.view(np.uint8).tobytes()
+
+
+def test_bitcast_across_item_sizes_on_a_symbolic_last_axis() -> None:
+    a = np.arange(40, dtype=np.float32).reshape(4, 10) * 1.25
+    v = _bind("v", 3)
+    wide = Tensor(a)[:, :v].bitcast(dtypes.uint16)
+    assert sym_equal(wide.shape[1], v * 2)
+    np.testing.assert_array_equal(wide.numpy(), a[:, :3].view(np.uint16))
+    raw = np.arange(48, dtype=np.uint8).reshape(2, 24)
+    w = _bind("w", 2, 6)
+    narrow = Tensor(raw)[:, : w * 4].bitcast(dtypes.float32)
+    assert sym_equal(narrow.shape[1], w)
+    np.testing.assert_array_equal(narrow.numpy().view(np.uint8), raw[:, :8])
+
+
+def test_bitcast_errors() -> None:
+    with pytest.raises(ValueError, match="multiple of 4"):
+        Tensor.ones(2, 3, dtype=dtypes.uint8).bitcast(dtypes.float32)
+    with pytest.raises(ValueError, match="0-d"):
+        Tensor(1.0).bitcast(dtypes.uint16)
+
+
+def test_basic_indexing_of_a_symbolic_shape() -> None:
+    n = _bind("n", 3)
+    src = np.arange(40).reshape(10, 4)
+    x = Tensor(src)[:n]
+    np.testing.assert_array_equal(x[..., 0].numpy(), src[:3, 0])
+    np.testing.assert_array_equal(x[:, 1:3].numpy(), src[:3, 1:3])
+    np.testing.assert_array_equal(x[:, -1].numpy(), src[:3, -1])
+    np.testing.assert_array_equal(x[0].numpy(), src[0])
+    assert x[None, :, 2].shape[0] == 1

@@ -5,20 +5,70 @@ bools (floats raise DTypeError)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from xgrad.dtype import dtypes
-from xgrad.errors import DTypeError
+from xgrad.dtype import DType, dtypes, to_dtype
+from xgrad.errors import DTypeError, ShapeError
 from xgrad.mixin.common import Scalar
 from xgrad.mixin.elementwise import ElementwiseMixin
+from xgrad.mixin.symbolic_shapes import as_size
 from xgrad.uop.ops import Ops
+from xgrad.uop.symshape import shape_str, sym_equal
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 
+_UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
 class BitwiseMixin(ElementwiseMixin):
     __slots__ = ()
+
+    def bitcast(self, dtype: DType | str) -> Tensor:
+        """Reinterpret the bits as `dtype`. Between item sizes (as tinygrad's), the last axis scales by the ratio
+        of the sizes, in little-endian byte order: float32 (..., n) -> uint16 (..., 2n); uint8 (..., 4n) ->
+        float32 (..., n). The last axis may be symbolic.
+
+        >>> Tensor([1.0]).bitcast(dtypes.int32).tolist()
+        [1065353216]
+        >>> Tensor([1.0]).bitcast(dtypes.uint16).tolist()
+        [0, 16256]
+        >>> Tensor([0, 0, 128, 63], dtype=dtypes.uint8).bitcast(dtypes.float32).tolist()
+        [1.0]
+        """
+        dt = to_dtype(dtype)
+        old, new = self.dtype.itemsize, dt.itemsize
+        if old == new:
+            return super().bitcast(dt)
+        if old not in _UINT_OF_SIZE or new not in _UINT_OF_SIZE:
+            raise DTypeError(f"bitcast between {self.dtype.name} and {dt.name}: no unsigned int holds their items")
+        if self.ndim == 0:
+            raise ShapeError(
+                f"bitcast of a 0-d {self.dtype.name} tensor to {dt.name} changes the item count; reshape it to (1,) "
+                "first"
+            )
+        lead, n = self.shape[:-1], self.shape[-1]
+        bits = self._t().bitcast(_UINT_OF_SIZE[old]) if self.dtype != _UINT_OF_SIZE[old] else self._t()
+        narrow, wide = _UINT_OF_SIZE[min(old, new)], _UINT_OF_SIZE[max(old, new)]
+        if old > new:  # each item splits into `ratio` narrower ones, the low bytes first
+            ratio = old // new
+            mask = (1 << (8 * new)) - 1
+            parts = [((bits >> (8 * new * k)) & mask).cast(narrow) for k in range(ratio)]
+            out = parts[0].stack(*parts[1:], dim=-1).reshape(*lead, n * ratio)
+        else:  # `ratio` items join into one wider item
+            ratio = new // old
+            count: Any = as_size(n // ratio)
+            if not sym_equal(count * ratio, n):
+                raise ShapeError(
+                    f"bitcast of shape {shape_str(self.shape)} from {self.dtype.name} to {dt.name}: the last axis "
+                    f"must be a multiple of {ratio}"
+                )
+            grouped = bits.reshape(*lead, count, ratio)
+            out = grouped[..., 0].cast(wide)
+            for k in range(1, ratio):
+                out = out | (grouped[..., k].cast(wide) << (8 * old * k))
+        return out if dt == out.dtype else out.bitcast(dt)
 
     def _cmp(self, op: Ops, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)

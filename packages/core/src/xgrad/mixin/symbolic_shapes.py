@@ -47,6 +47,13 @@ def _is_symbolic_index(it: Any) -> bool:
     return isinstance(it, UOp)
 
 
+def _is_plain_basic_index(it: Any) -> bool:
+    """An int, a step-1 slice, None or ... (what a symbolic shape can be indexed with by shrinks)."""
+    if isinstance(it, slice):
+        return it.step in (None, 1)
+    return it is None or it is Ellipsis or (isinstance(it, int) and not isinstance(it, bool))
+
+
 def _slice_end(x: Any, n: sint, default: sint) -> sint:
     """A slice bound (or an int index) as a position in an axis of size n; a negative int counts from the end."""
     if x is None:
@@ -112,7 +119,9 @@ class SymbolicShapeMixin(TensorBase):
         [[1, 2], [4, 5]]
         """
         items = list(indices) if isinstance(indices, tuple) else [indices]
-        if not any(_is_symbolic_index(it) for it in items):
+        if not any(_is_symbolic_index(it) for it in items) and not (
+            is_symbolic(self.shape) and all(_is_plain_basic_index(it) for it in items)
+        ):  # plain indexes of a symbolic shape (x[..., 0] of an (n, 4) tensor) are shrinks here too
             return None
         if not all(it is None or it is Ellipsis or isinstance(it, (int, slice, UOp)) for it in items):
             raise IndexingError("a symbolic index combines only with ints, slices, None and ...")
