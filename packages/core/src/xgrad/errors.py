@@ -33,12 +33,14 @@ class CompileError(XgradError, RuntimeError):
         self.log = log
 
 
-class ShapeError(XgradError, ValueError):
-    """Shapes do not fit together (broadcast, reshape, pad, matmul, ...); the message names both."""
+class ShapeError(XgradError, ValueError, RuntimeError):
+    """Shapes do not fit together (broadcast, reshape, pad, matmul, ...); the message names both. A `ValueError`, and
+    a `RuntimeError` as tinygrad's for matmul, permute, gather and the like."""
 
 
-class DTypeError(XgradError, TypeError):
-    """A dtype is unknown or not supported by this operation or device."""
+class DTypeError(XgradError, TypeError, RuntimeError):
+    """A dtype is unknown or not supported by this operation or device. A `TypeError`, and a `RuntimeError` as
+    tinygrad's for data it cannot make a Tensor of, assign/setitem/scatter dtype mismatches and the like."""
 
 
 class IndexingError(XgradError, IndexError):
@@ -51,6 +53,15 @@ class JitError(XgradError, RuntimeError):
 
 class TensorUsageError(XgradError, TypeError):
     """A tensor was used where Python needs a plain value it does not have: `len()` of a 0-d tensor, `bool(t)`."""
+
+
+class ArgumentError(XgradError, ValueError, RuntimeError):
+    """An argument has a value the function does not take (an unknown mode or reduction name, a probability outside
+    [0, 1], arguments that exclude each other): a `ValueError`, and a `RuntimeError` where tinygrad raises that."""
+
+
+class DeviceMismatchError(XgradError, RuntimeError):
+    """Tensors an operation combines are on different devices (a `RuntimeError`, as tinygrad's)."""
 
 
 class KnobError(XgradError, ValueError):

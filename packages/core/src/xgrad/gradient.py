@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from xgrad.dtype import dtypes, sum_acc_dtype
-from xgrad.errors import XgradError
+from xgrad.errors import GradientError
 from xgrad.uop.ops import GroupOp, Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat
 
@@ -234,7 +234,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
             continue
         src_grads = pm_gradient.first_result(node, grad)
         if src_grads is None:
-            raise XgradError(f"no gradient rule for {node.op.name} ({node.dtype.name}); it cannot be differentiated")
+            raise GradientError(f"no gradient rule for {node.op.name} ({node.dtype.name}); it cannot be differentiated")
         assert len(src_grads) == len(node.src), f"gradient rule for {node.op} returned {len(src_grads)} grads"
         for src, src_grad in zip(node.src, src_grads):
             if src_grad is None or not on_path[src]:

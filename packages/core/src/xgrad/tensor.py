@@ -37,13 +37,13 @@ from xgrad.engine.realize import (
 )
 from xgrad.engine.schedule import buffer_of, new_buffer_uop
 from xgrad.errors import (
+    DeviceMismatchError,
     DTypeError,
     GradientDTypeError,
     GradientError,
     GradientShapeError,
     JitError,
     ShapeError,
-    XgradError,
 )
 from xgrad.helpers import TRAINING, Context
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
@@ -417,7 +417,7 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         if isinstance(self.device, tuple) and isinstance(x.device, str):
             x = x.shard_like(self)
         if x.device != self.device:
-            raise XgradError(f"assign needs the same device: target on {self.device}, value on {x.device}")
+            raise DeviceMismatchError(f"assign needs the same device: target on {self.device}, value on {x.device}")
         if self.uop.base.op is not Ops.BUFFER:
             self.realize()
         self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
@@ -540,7 +540,9 @@ class Tensor(MultiMixin, metaclass=_TensorType):
             if gradient.shape != self.shape:
                 raise ShapeError(f"gradient has shape {gradient.shape}, the tensor has shape {self.shape}")
             if gradient.device != self.device:
-                raise XgradError(f"gradient is on {gradient.device}, the tensor on {self.device}; move it with .to()")
+                raise DeviceMismatchError(
+                    f"gradient is on {gradient.device}, the tensor on {self.device}; move it with .to()"
+                )
             root_grad = gradient.uop.cast(self.dtype)
         grads = compute_gradient(self.uop, root_grad, {t.uop for t in targets})
         return [Tensor(grads[t.uop]) if t.uop in grads else t.zeros_like() for t in targets]

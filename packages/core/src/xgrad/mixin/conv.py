@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from xgrad.dtype import DType, dtypes, least_upper_float
-from xgrad.errors import ShapeError, XgradError
+from xgrad.errors import ArgumentError, ShapeError
 from xgrad.helpers import ceildiv, make_tuple, prod
 from xgrad.mixin.linalg import LinalgMixin
 
@@ -344,7 +344,7 @@ class ConvMixin(LinalgMixin):
         if not 0 < len(sizes) <= self.ndim:
             raise ShapeError(f"interpolate size {sizes} must name between 1 and {self.ndim} trailing dims")
         if mode not in ("linear", "nearest", "nearest-exact"):
-            raise XgradError(f"interpolate mode {mode!r} is not one of 'linear', 'nearest', 'nearest-exact'")
+            raise ArgumentError(f"interpolate mode {mode!r} is not one of 'linear', 'nearest', 'nearest-exact'")
         x = self._float() if mode == "linear" else self._t()
         coord = least_upper_float(x.dtype) if mode == "linear" else dtypes.float32
         coord = dtypes.float32 if coord.itemsize < 4 else coord

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from xgrad.dtype import DType, dtypes, least_upper_dtype, to_dtype
-from xgrad.errors import DTypeError, ShapeError, XgradError
+from xgrad.errors import ArgumentError, DTypeError, ShapeError
 from xgrad.helpers import argfix, prod
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype, with_requires_grad
 from xgrad.mixin.reduce import ReduceMixin
@@ -132,7 +132,7 @@ class CreationMixin(ReduceMixin):
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise XgradError("arange step must not be 0")
+            raise ArgumentError("arange step must not be 0")
         if isinstance(start, UOp) or isinstance(stop, UOp):
             return with_requires_grad(cls._arange_symbolic(start, stop, step, device, dtype), requires_grad)
         dt = (

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xgrad.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
-from xgrad.errors import DTypeError, ShapeError, XgradError
+from xgrad.errors import ArgumentError, DeviceMismatchError, DTypeError, ShapeError
 from xgrad.helpers import DISALLOW_BROADCAST
 from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import Scalar, broadcast_shape, weak_dtype
@@ -41,7 +41,9 @@ class ElementwiseMixin(MovementMixin):
         else:
             y_t = y
             if x.device != y_t.device:
-                raise XgradError(f"tensors are on different devices: {x.device} and {y_t.device}; move one with .to()")
+                raise DeviceMismatchError(
+                    f"tensors are on different devices: {x.device} and {y_t.device}; move one with .to()"
+                )
             out_dt = least_upper_dtype(x.dtype, y_t.dtype)
             x, y_t = x.cast(out_dt), y_t.cast(out_dt)
             if x.shape != y_t.shape:
@@ -255,7 +257,7 @@ class ElementwiseMixin(MovementMixin):
         >>> Tensor([-2, 0, 5]).clamp(-1, 3).tolist()
         [-1, 0, 3]"""
         if min_ is None and max_ is None:
-            raise XgradError("clamp needs min_ or max_ (or both)")
+            raise ArgumentError("clamp needs min_ or max_ (or both)")
         x = self._t()
         # the value outside [min_, max_] (and at NaN, which is on no comparison's side) comes from a detached x, so
         # the gradient reaches x only through `inside`
@@ -355,7 +357,7 @@ class ElementwiseMixin(MovementMixin):
             return (a / b).trunc() if dtypes.is_float(a.dtype) else a._alu(Ops.IDIV, b)
         if rounding_mode == "floor":
             return a.idiv(b)
-        raise XgradError(f"div rounding_mode={rounding_mode!r}: use None, 'trunc' or 'floor'")
+        raise ArgumentError(f"div rounding_mode={rounding_mode!r}: use None, 'trunc' or 'floor'")
 
     def idiv(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         """Floor division (Python semantics) for ints; floor(a/b) for floats. An int divided by 0 is 0 (and `mod`

@@ -7,11 +7,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xgrad.dtype import DType, dtypes
-from xgrad.errors import DTypeError, IndexingError, ShapeError, XgradError
+from xgrad.errors import ArgumentError, DeviceMismatchError, DTypeError, ShapeError
 from xgrad.helpers import prod
 from xgrad.mixin.common import Scalar, broadcast_shape
 from xgrad.mixin.random import RandomMixin
 from xgrad.uop.ops import Ops, UOp
+
+
+class ScatterReduceError(ArgumentError, TypeError):
+    """`scatter(reduce=...)` got a name it does not know: a `TypeError` as tinygrad's (and an `ArgumentError`)."""
+
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -39,7 +44,9 @@ class GatherMixin(RandomMixin):
         if not dtypes.is_int(index.dtype) or index.dtype == dtypes.bool:
             raise DTypeError(f"{what} index must have an integer dtype, not {index.dtype.name}; cast it with .int()")
         if index.device != self.device:
-            raise XgradError(f"{what} index is on {index.device}, the tensor on {self.device}; move it with .to()")
+            raise DeviceMismatchError(
+                f"{what} index is on {index.device}, the tensor on {self.device}; move it with .to()"
+            )
 
     def _inclusive_count(self) -> Tensor:
         """For a 1-d tensor of 0/1 ints: element i holds the sum of elements 0..i (quadratic work, no memory)."""
@@ -105,7 +112,7 @@ class GatherMixin(RandomMixin):
         [6, 0, 5]
         """
         if reduce not in (None, "add", "multiply"):
-            raise XgradError(f"scatter reduce {reduce!r} is unknown; use None, 'add' or 'multiply'")
+            raise ScatterReduceError(f"scatter reduce {reduce!r} is unknown; use None, 'add' or 'multiply'")
         mask, vals, k = self._scatter_masks(dim, index, src, "scatter")
         if k == 0:
             return self._t()
@@ -125,7 +132,7 @@ class GatherMixin(RandomMixin):
         [12, 1, 8]
         """
         if reduce not in SCATTER_REDUCES:
-            raise XgradError(f"scatter_reduce reduce {reduce!r} is unknown; use one of {', '.join(SCATTER_REDUCES)}")
+            raise ArgumentError(f"scatter_reduce reduce {reduce!r} is unknown; use one of {', '.join(SCATTER_REDUCES)}")
         mask, vals, k = self._scatter_masks(dim, index, src, "scatter_reduce")
         if k == 0:
             return self._t()
@@ -218,5 +225,5 @@ class GatherMixin(RandomMixin):
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1 if self.numel() else 0
         if num_classes < 0:
-            raise IndexingError(f"one_hot num_classes must be -1 or non-negative, got {num_classes}")
+            raise ArgumentError(f"one_hot num_classes must be -1 or non-negative, got {num_classes}")
         return self._one_hot_mask(num_classes).cast(dtypes.default_int)

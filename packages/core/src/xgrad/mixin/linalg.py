@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from xgrad.dtype import DType, least_upper_dtype, to_dtype
-from xgrad.errors import ShapeError, XgradError
+from xgrad.errors import ArgumentError, ShapeError
 from xgrad.mixin.indexing import IndexingMixin
 
 if TYPE_CHECKING:
@@ -303,12 +303,12 @@ def _parse_einsum(formula: str, ndims: list[int]) -> tuple[list[list[str]], list
     lhs, arrow, rhs = formula.partition("->")
     parts = lhs.split(",")
     if len(parts) != len(ndims):
-        raise XgradError(f"einsum {formula!r} names {len(parts)} operands but {len(ndims)} were given")
+        raise ArgumentError(f"einsum {formula!r} names {len(parts)} operands but {len(ndims)} were given")
     n_ellipsis = 0
     for part, nd in zip(parts, ndims):
         letters = part.replace(ELLIPSIS, "")
         if not letters.isalpha() and letters:
-            raise XgradError(f"einsum {formula!r}: indices must be letters, got {part!r}")
+            raise ArgumentError(f"einsum {formula!r}: indices must be letters, got {part!r}")
         if ELLIPSIS in part:
             n_ellipsis = max(n_ellipsis, nd - len(letters))
         elif len(letters) != nd:
@@ -326,9 +326,9 @@ def _parse_einsum(formula: str, ndims: list[int]) -> tuple[list[list[str]], list
         output = list(before) + (ell if has_ellipsis else []) + list(after)
         used = {i for indices in inputs for i in indices}
         if len(set(output)) != len(output) or any(i not in used for i in output):
-            raise XgradError(f"einsum {formula!r}: output indices must be distinct and appear in an input")
+            raise ArgumentError(f"einsum {formula!r}: output indices must be distinct and appear in an input")
         if n_ellipsis and not has_ellipsis:
-            raise XgradError(f"einsum {formula!r}: the output needs '...' when the inputs use it")
+            raise ArgumentError(f"einsum {formula!r}: the output needs '...' when the inputs use it")
     else:
         counts: dict[str, int] = {}
         for indices in inputs:

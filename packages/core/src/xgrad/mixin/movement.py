@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from xgrad.dtype import dtypes, least_upper_dtype
-from xgrad.errors import ShapeError, XgradError
+from xgrad.errors import ArgumentError, DeviceMismatchError, ShapeError
 from xgrad.helpers import argfix, ceildiv, prod
 from xgrad.mixin.common import Scalar
 from xgrad.mixin.symbolic_shapes import SymbolicShapeMixin, as_size, check_in_range, pairs_str, size_diff
@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+class PadModeError(ArgumentError, NotImplementedError):
+    """`pad` got a mode it does not know: a `NotImplementedError` as tinygrad's (and an `ArgumentError`)."""
 
 
 class MovementMixin(SymbolicShapeMixin):
@@ -98,7 +102,10 @@ class MovementMixin(SymbolicShapeMixin):
         >>> Tensor([[1, 2], [3, 4]]).flip(1).tolist()
         [[2, 1], [4, 3]]
         """
-        axes = {self._axis(a) for a in argfix(axis, *args)}
+        given = [self._axis(a) for a in argfix(axis, *args)]
+        if len(set(given)) != len(given):
+            raise ShapeError(f"flip axes {given} name an axis twice; give each axis once")
+        axes = set(given)
         return self._new(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
     def pad(self, padding: Sequence[Any], mode: str = "constant", value: Scalar = 0.0) -> Tensor:
@@ -114,9 +121,9 @@ class MovementMixin(SymbolicShapeMixin):
         [3, 2, 1, 2, 3, 2]
         """
         if mode not in PAD_MODES:
-            raise XgradError(f"pad mode {mode!r} is unknown; use one of {', '.join(PAD_MODES)}")
+            raise PadModeError(f"pad mode {mode!r} is unknown; use one of {', '.join(PAD_MODES)}")
         if mode != "constant" and value != 0.0:
-            raise XgradError(f"pad value {value} is only used by mode 'constant', not {mode!r}; leave it out")
+            raise ArgumentError(f"pad value {value} is only used by mode 'constant', not {mode!r}; leave it out")
         given = self._pad_pairs(padding)
         if any(isinstance(x, UOp) for p in given for x in p) or is_symbolic(self.shape):
             return self._pad_symbolic(given, mode, value)
@@ -326,7 +333,7 @@ class MovementMixin(SymbolicShapeMixin):
                     f"cat along dim {d}: shape {t.shape} does not fit {self.shape}; only dim {d} may differ"
                 )
             if t.device != self.device:
-                raise XgradError(f"cat of tensors on {self.device} and {t.device}; move them with .to() first")
+                raise DeviceMismatchError(f"cat of tensors on {self.device} and {t.device}; move them with .to() first")
         if len(ts) == 1:
             return ts[0]
         dt = least_upper_dtype(*(t.dtype for t in ts))
@@ -422,7 +429,7 @@ class MovementMixin(SymbolicShapeMixin):
         [[[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]]]
         """
         if indexing not in ("ij", "xy"):
-            raise XgradError(f"meshgrid indexing {indexing!r} is unknown; use 'ij' or 'xy'")
+            raise ArgumentError(f"meshgrid indexing {indexing!r} is unknown; use 'ij' or 'xy'")
         ts = [t.reshape(-1) for t in (self._t(), *args)]
         if any(t.ndim != 1 for t in ts):
             raise ShapeError("meshgrid needs 0-d or 1-d tensors")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from xgrad.dtype import dtypes, least_upper_dtype, sum_acc_dtype
-from xgrad.errors import DTypeError, ShapeError, XgradError
+from xgrad.errors import ArgumentError, DTypeError, ShapeError
 from xgrad.mixin.sort import SortMixin
 from xgrad.mixin.unary import _softplus
 
@@ -38,7 +38,7 @@ def _mean_over(total: Tensor, count: Tensor) -> Tensor:
 
 def _check_reduction(reduction: str) -> None:
     if reduction not in ("mean", "sum", "none"):
-        raise XgradError(f"reduction={reduction!r}: use 'mean', 'sum' or 'none'")
+        raise ArgumentError(f"reduction={reduction!r}: use 'mean', 'sum' or 'none'")
 
 
 class NNMixin(SortMixin):
@@ -120,7 +120,9 @@ class NNMixin(SortMixin):
         qk = (q.cast(score_dtype) @ key.cast(score_dtype).transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1]))
         if is_causal:
             if attn_mask is not None:
-                raise XgradError("attention takes is_causal or attn_mask, not both: fold the causal mask in attn_mask")
+                raise ArgumentError(
+                    "attention takes is_causal or attn_mask, not both: fold the causal mask in attn_mask"
+                )
             rows = q._tensor_cls().arange(q.shape[-2], device=q.device, dtype=dtypes.int32)
             cols = q._tensor_cls().arange(key.shape[-2], device=q.device, dtype=dtypes.int32)
             attn_mask = rows.reshape(-1, 1) >= cols.reshape(1, -1)
@@ -191,7 +193,7 @@ class NNMixin(SortMixin):
         0.693147"""
         _check_reduction(reduction)
         if not 0.0 <= label_smoothing <= 1.0:
-            raise XgradError(f"label_smoothing={label_smoothing} must be in [0, 1]")
+            raise ArgumentError(f"label_smoothing={label_smoothing} must be in [0, 1]")
         class_axis = 1 if self.ndim >= 2 else 0
         if self.ndim == 0:
             raise ShapeError("cross_entropy needs logits with a class axis, got a 0-d tensor")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from xgrad.device import Device
 from xgrad.dtype import DType, dtypes, to_dtype
-from xgrad.errors import DTypeError, ShapeError, XgradError
+from xgrad.errors import ArgumentError, DTypeError, ShapeError, XgradError
 from xgrad.helpers import TRAINING, argfix, ceildiv, prod
 from xgrad.mixin.common import canonical_device, with_requires_grad
 from xgrad.mixin.creation import CreationMixin, _shape_arg, _size
@@ -593,7 +593,7 @@ class RandomMixin(CreationMixin):
         True
         """
         if not 0 <= p <= 1:
-            raise XgradError(f"dropout probability must be in [0, 1], got {p}")
+            raise ArgumentError(f"dropout probability must be in [0, 1], got {p}")
         if not TRAINING or p == 0:
             return self._t()
         if p == 1:

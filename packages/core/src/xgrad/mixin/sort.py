@@ -14,6 +14,11 @@ from xgrad.dtype import DType, dtypes
 from xgrad.errors import IndexingError
 from xgrad.mixin.conv import ConvMixin
 
+
+class TopkRangeError(IndexingError, ValueError):
+    """`topk` asked for more elements than the dimension has: an `IndexError`, and a `ValueError` as tinygrad's."""
+
+
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
@@ -100,7 +105,7 @@ class SortMixin(ConvMixin):
         axis = self._axis(dim)
         size = self.shape[axis] if self.ndim else 1
         if not 0 <= k <= size:
-            raise IndexingError(f"topk k={k} is out of range for dimension {dim} of size {size} in shape {self.shape}")
+            raise TopkRangeError(f"topk k={k} is out of range for dimension {dim} of size {size} in shape {self.shape}")
         values, idx = self.sort(axis, descending=largest)
         if self.ndim == 0:
             return values, idx

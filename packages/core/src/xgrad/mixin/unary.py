@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from xgrad.dtype import dtypes
-from xgrad.errors import XgradError
+from xgrad.errors import ArgumentError
 from xgrad.mixin.bitwise import BitwiseMixin
 from xgrad.mixin.common import Scalar
 
@@ -332,7 +332,7 @@ class UnaryMixin(BitwiseMixin):
             )
         if approximate == "none":
             return self._in_float32(lambda x: 0.5 * x * (1.0 + _erf(x * (1 / math.sqrt(2)))))
-        raise XgradError(f"gelu approximate={approximate!r}: use 'tanh' or 'none'")
+        raise ArgumentError(f"gelu approximate={approximate!r}: use 'tanh' or 'none'")
 
     def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
         """x for x > 0, neg_slope * x otherwise.

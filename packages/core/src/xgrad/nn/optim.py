@@ -41,6 +41,16 @@ class OptimizerError(XgradError, RuntimeError):
     """An optimizer was built or stepped wrongly (no parameters, missing grads, outside training mode)."""
 
 
+class OptimizerArgumentError(OptimizerError, ValueError):
+    """A negative learning rate, momentum or weight decay: a `ValueError` as tinygrad's (and an `OptimizerError`)."""
+
+
+def _check_non_negative(**values: float) -> None:
+    for name, v in values.items():
+        if v < 0:
+            raise OptimizerArgumentError(f"invalid {name} {v}: it must be >= 0")
+
+
 class Optimizer:
     """Base of the optimizers: holds the parameters, the learning rate and the state; subclasses give the update.
 
@@ -59,6 +69,7 @@ class Optimizer:
     """
 
     def __init__(self, params: Sequence[Tensor], lr: float, device: str | None = None, fused: bool | None = None):
+        _check_non_negative(learning_rate=lr)
         given = dedup(params)
         self.params: list[Tensor] = [t for t in given if t.trainable]
         self.buffers: list[Tensor] = [t for t in given if not t.trainable]
@@ -228,6 +239,7 @@ class LARS(Optimizer):
         device: str | None = None,
         fused: bool | None = None,
     ):
+        _check_non_negative(momentum=momentum, weight_decay=weight_decay)
         super().__init__(params, lr, device, fused)
         if ns_steps and self.fused:
             raise OptimizerError(
@@ -383,6 +395,7 @@ class LAMB(Optimizer):
         device: str | None = None,
         fused: bool | None = None,
     ):
+        _check_non_negative(weight_decay=weight_decay)
         super().__init__(params, lr, device, fused)
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
         count_device = self.device or self.params[0].device
