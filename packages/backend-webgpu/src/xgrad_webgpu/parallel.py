@@ -4,10 +4,10 @@ IR in: a kernel AST from the scheduler (SINK of STOREs; one LOOP range per outpu
 the same AST with its output ranges merged into one LOOP range over all output elements; each old range is recovered
 from it by division and modulo by constants.
 
-Why: codegen makes only the outermost output range parallel (GLOBAL) and loops over the others, which suits a CPU
-(one thread per chunk of rows). On WebGPU a kernel then runs `rows` invocations only; a (64, 8, 6, 6) output would be
-64 invocations, one workgroup, one core of lavapipe. Merged, it is 18432 elements: codegen still upcasts the
-contiguous end by 4 and the GPU gets 4608 invocations that read neighbouring elements.
+Why: one flat range gives codegen's GPU heuristic (`xgrad_codegen.gpu_opt`) one long contiguous loop to split into
+workgroups of up to 64 threads (LOCAL) after its register tile (a (64, 8, 6, 6) output: 18432 elements, 4 per
+thread, 72 workgroups of 64 threads that read neighbouring elements), whatever the output's shape; separate short
+ranges would each become a small workgroup dimension.
 """
 
 from __future__ import annotations

@@ -134,13 +134,16 @@ class CompiledDevice:
     def target(self) -> str:
         """What generated code depends on besides the AST and the knobs: the renderer and its vector width and, when
         the compiler has a cache key, its key of empty source (compiler, version, flags, the machine `-march=native`
-        targets).
+        targets); for a GPU renderer its arch and workgroup limits.
         Part of the BEAM cache key; a backend whose target depends on more overrides this."""
         compiler_key = getattr(self.compiler, "cache_key", None)
         width = self.renderer.max_vector_width
         parts = [type(self.renderer).__name__, f"w{width}", type(self.compiler).__name__]
         if callable(compiler_key):
             parts.append(str(compiler_key("")))
+        if self.renderer.has_local:  # workgroup limits shape GPU kernels (PYTHON::sm_90 and PYTHON::gfx942 differ)
+            r = self.renderer
+            parts.append(f"{r.arch}:g{r.global_max}:l{r.local_max}:t{r.max_threads}:s{r.shared_max}")
         return ":".join(parts)
 
     def build(self, name: str, uops: list[UOp], src: str) -> RawProgram:

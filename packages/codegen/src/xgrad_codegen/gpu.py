@@ -56,6 +56,7 @@ def _linear(rngs: list[UOp]) -> UOp:
 
 
 def lower_group_reduce(ctx: GroupCtx, red: UOp) -> UOp | None:
+    """A REDUCE over GROUP ranges -> the group's combined result (see the module docstring); None for any other."""
     groups = [r for r in red.src[1:] if r.arg[1] is AxisType.GROUP]
     if not groups:
         return None
