@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-context", type=int, default=None, metavar="N", help="KV cache length (default: min(model's, 4096))"
     )
     p.add_argument("--device", default=None, help="xgrad device (default: Device.DEFAULT)")
-    p.add_argument("--quantized", action="store_true", help="keep the weights' GGUF blocks in memory, not float32")
+    p.add_argument(
+        "--dense", action="store_true", help="dequantise every weight to float32 at load (4x the memory, slower)"
+    )
     p.add_argument("--benchmark", action="store_true", help="measure prefill and decode tok/s and exit")
     p.add_argument("--bench-prompt", type=int, default=128, metavar="N", help="benchmark prompt tokens (default 128)")
     return p
@@ -83,7 +85,7 @@ def load(args: argparse.Namespace) -> LLM:
         raise CLIError(f"{path!r} is a directory; pass --model PATH to a .gguf file")
     t0 = time.perf_counter()
     bar = _Progress(sys.stderr, f"loading {os.path.basename(path)}")
-    llm = LLM.load(path, max_context=args.max_context, quantized=args.quantized, device=args.device, progress=bar)
+    llm = LLM.load(path, max_context=args.max_context, quantized=not args.dense, device=args.device, progress=bar)
     bar.done(f"{time.perf_counter() - t0:.1f}s")
     return llm
 

@@ -197,13 +197,14 @@ class LLM:
         cls,
         path: str | os.PathLike[str],
         max_context: int | None = None,
-        quantized: bool = False,
+        quantized: bool = True,
         device: str | None = None,
         chunk: int = DEFAULT_CHUNK,
         progress: ProgressFn | None = None,
     ) -> LLM:
         """Open a GGUF model. `max_context` (default: the model's, at most 4096) sizes the KV cache; `quantized`
-        keeps the weights' GGUF blocks in memory instead of float32 copies (see `Transformer`)."""
+        (default) keeps the quantised weights packed and dequantises them in the kernels; False makes float32
+        copies (see `Transformer`)."""
         f = open_gguf(path)
         arch = f.metadata.get("general.architecture")
         trained = int(f.metadata.get(f"{arch}.context_length", DEFAULT_CONTEXT))

@@ -7,7 +7,8 @@ are used where the file has them. Supported: llama (1-3, and Mistral files, whic
 gemma3.
 
 Conventions of GGUF that this follows:
-- A weight matrix is stored (out_features, in_features), so a projection is `x @ w.T`.
+- A weight matrix is stored (out_features, in_features); the model keeps each as its transpose W.T (a lazy view),
+  so a projection is `x @ wt`.
 - llama files store the q and k projections permuted for llama.cpp's "normal" RoPE, which rotates adjacent pairs
   (x[2i], x[2i+1]); the other architectures keep the Hugging Face layout and rotate halves (x[i], x[i + d/2]).
 - gemma's RMSNorm multiplies by (1 + w); the GGUF converter stores 1 + w, so every norm here multiplies by the
@@ -30,7 +31,8 @@ import numpy as np
 from xgrad import Tensor, Variable
 from xgrad.errors import XgradError
 from xgrad_llm.gguf import GGUFFile
-from xgrad_llm.quants import GGMLType, dequantize, tensor_nbytes
+from xgrad_llm.packed import PackedMatrix, can_pack
+from xgrad_llm.quants import GGMLType, dequantize
 
 Size = Any  # an int, or a bound Variable (a UOp): a position in the sequence
 
@@ -174,12 +176,12 @@ def _sliding_layers(md: dict[str, Any], arch: str, traits: ArchTraits, n_layers:
 
 
 def _fuse(w: dict[str, Tensor], parts: tuple[str, ...], name: str) -> None:
-    """Replace the matrices `parts` of layer weights `w` (and their biases, when all have one) by their rows
-    stacked into one matrix `name`."""
+    """Replace the matrices `parts` of layer weights `w` (transposed, and their biases, when all have one) by their
+    rows stacked into one matrix `name` (transposed)."""
     biases = [f"{p}.bias" for p in parts]
     if any(b in w for b in biases) and not all(b in w for b in biases):
         return
-    w[name] = Tensor.cat(*(w.pop(p) for p in parts)).contiguous().realize()
+    w[name] = Tensor.cat(*(w.pop(p).T for p in parts)).contiguous().realize().T
     if biases[0] in w:
         w[f"{name}.bias"] = Tensor.cat(*(w.pop(b) for b in biases)).contiguous().realize()
 
@@ -223,9 +225,10 @@ def softcap(x: Tensor, cap: float) -> Tensor:
 class Transformer:
     """The model of a GGUF file with its KV cache.
 
-    `quantized=False` (default) dequantises every weight once into float32 on `device` at load; `quantized=True`
-    keeps each matrix's GGUF blocks in memory and dequantises them inside the kernels that use them (less memory;
-    speed depends on the quant type). `cache_len` is how many positions the KV cache holds. `progress(what, done,
+    `quantized=True` (default) keeps each quantised matrix packed (`packed.PackedMatrix`: its quants in 4 or 8 bits,
+    laid out for matrix-vector products) and dequantises it inside the kernels that use it; `quantized=False`
+    dequantises every weight once into float32 on `device` at load (four times the memory, and decoding reads four
+    times as much). `cache_len` is how many positions the KV cache holds. `progress(what, done,
     total)` is called as layers load.
 
     `forward(h, start_pos, last)` takes embeddings h (B, T, dim) from `embed`/`embed_token`, writes their keys and
@@ -237,7 +240,7 @@ class Transformer:
         self,
         f: GGUFFile,
         cache_len: int,
-        quantized: bool = False,
+        quantized: bool = True,
         device: str = "CPU",
         batch: int = 1,
         progress: Callable[[str, int, int], None] | None = None,
@@ -248,16 +251,9 @@ class Transformer:
         self.cfg = cfg = ModelConfig.from_metadata(f.metadata, embd.shape[0])
         self.file, self.quantized, self.device, self.batch = f, quantized, device, batch
         self.cache_len = cache_len
-        self.tok_type = embd.type
-        self.tok_raw: Tensor | None = None
-        self.tok_embd: Tensor | None = None
-        if quantized and embd.type not in (GGMLType.F32,):
-            row_bytes = tensor_nbytes(embd.type, (1, cfg.dim))
-            self.tok_raw = f.raw("token_embd.weight").to(device).contiguous().realize().reshape(cfg.vocab_size, -1)
-            assert self.tok_raw.shape[1] == row_bytes
-        else:
-            self.tok_embd = self._matrix("token_embd.weight")
-        self.output = self._matrix("output.weight") if "output.weight" in f.tensors else self._tied_output()
+        self.weight_nbytes = 0  # of the weight matrices as held in memory (what a decode step reads)
+        self.tok_embd_t = self._matrix("token_embd.weight")  # (dim, vocab): a token's embedding is a column
+        self.output = self._matrix("output.weight") if "output.weight" in f.tensors else self.tok_embd_t
         self.output_norm = self._vector("output_norm.weight")
         self.layers: list[dict[str, Tensor]] = []
         for i in range(cfg.n_layers):
@@ -278,17 +274,20 @@ class Transformer:
 
     # ---- weights ----
     def _matrix(self, name: str) -> Tensor:
+        """W.T of matrix `name`: a view of float32 W, or lazy ops over its packed (or raw) quantised bytes that fuse
+        into the matmul that uses them."""
         info = self.file.tensors[name]
         if not self.quantized or info.type == GGMLType.F32:
-            return self.file.tensor(name, self.device).contiguous().realize()
+            w = self.file.tensor(name, self.device).contiguous().realize()
+            self.weight_nbytes += w.nbytes()
+            return w.T
         raw = self.file.raw(name).to(self.device).contiguous().realize()
-        return dequantize(raw, info.type, info.shape)  # lazy: fuses into the matmul that uses it
-
-    def _tied_output(self) -> Tensor:
-        if self.tok_embd is not None:
-            return self.tok_embd
-        assert self.tok_raw is not None
-        return dequantize(self.tok_raw.reshape(-1), self.tok_type, (self.cfg.vocab_size, self.cfg.dim))
+        if can_pack(info.type) and len(info.shape) == 2:
+            m = PackedMatrix(raw, info.type, (info.shape[0], info.shape[1]))
+            self.weight_nbytes += m.nbytes
+            return m.t()
+        self.weight_nbytes += raw.nbytes()
+        return dequantize(raw, info.type, info.shape).T
 
     def _vector(self, name: str) -> Tensor:
         return self.file.tensor(name, self.device).contiguous().realize()
@@ -317,12 +316,7 @@ class Transformer:
     def embed_token(self, tok: Size) -> Tensor:
         """The (scaled) embedding of token id `tok` (an int or a bound Variable): shape (1, dim). A slice of the
         table, so one compiled program serves every id."""
-        if self.tok_embd is not None:
-            row = self.tok_embd.shrink(((tok, tok + 1), None))
-        else:
-            assert self.tok_raw is not None
-            raw = self.tok_raw.shrink(((tok, tok + 1), None)).reshape(-1)
-            row = dequantize(raw, self.tok_type, (1, self.cfg.dim))
+        row = self.tok_embd_t.shrink((None, (tok, tok + 1))).reshape(1, self.cfg.dim)
         return row * self.cfg.embed_scale if self.cfg.embed_scale != 1.0 else row
 
     def embed(self, ids: list[int]) -> Tensor:
@@ -343,7 +337,7 @@ class Transformer:
             h = self._block(i, w, h, start_pos).realize()
         if last is not None:
             h = h.shrink((None, (last, last + 1), None))
-        logits = rms_norm(h, self.output_norm, cfg.norm_eps) @ self.output.T
+        logits = rms_norm(h, self.output_norm, cfg.norm_eps) @ self.output
         logits = softcap(logits, cfg.final_softcap)
         return logits[:, 0] if last is not None else logits
 
@@ -357,17 +351,17 @@ class Transformer:
         h = h + a
         x = rms_norm(h, w["ffn_norm"], eps)
         if "ffn_gate_up" in w:
-            gate_up = x @ w["ffn_gate_up"].T
+            gate_up = x @ w["ffn_gate_up"]
             gate, up = gate_up[..., : self.cfg.ffn_dim], gate_up[..., self.cfg.ffn_dim :]
         else:
-            gate, up = x @ w["ffn_gate"].T, x @ w["ffn_up"].T
-        m = (ACTIVATIONS[self.cfg.activation](gate) * up) @ w["ffn_down"].T
+            gate, up = x @ w["ffn_gate"], x @ w["ffn_up"]
+        m = (ACTIVATIONS[self.cfg.activation](gate) * up) @ w["ffn_down"]
         if "post_ffw_norm" in w:
             m = rms_norm(m, w["post_ffw_norm"], eps)
         return h + m
 
     def _project(self, w: dict[str, Tensor], name: str, x: Tensor) -> Tensor:
-        y = x @ w[name].T
+        y = x @ w[name]
         return y + w[f"{name}.bias"] if f"{name}.bias" in w else y
 
     def _attention(self, i: int, w: dict[str, Tensor], x: Tensor, start_pos: Size) -> Tensor:

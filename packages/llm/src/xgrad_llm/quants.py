@@ -137,6 +137,133 @@ def _lookup(idx: Tensor, levels: tuple[int, ...]) -> Tensor:
     return out
 
 
+# ---- the affine form: w = scale * q (+ offset), one scale per group of consecutive elements ----
+@dataclass(frozen=True)
+class Affine:
+    """A quantised type's blocks as small integers and per-group float scales: w = scale * q (+ offset).
+
+    `q` is (n_blocks, block_size) int32 with values in [lo, lo + 2**bits); `scale` and `offset` are (n_blocks,
+    groups) float32 (offset may be None), each group `block_size // groups` consecutive elements. `scale_is_f16`: the
+    scales are float16 values (so storing them as float16 loses nothing). `packed.py` stores q in 4 or 8 bits in a
+    layout built for matrix-vector products; `dense()` is the float32 dequantisation."""
+
+    q: Tensor
+    scale: Tensor
+    offset: Tensor | None
+    lo: int
+    bits: int
+    scale_is_f16: bool = False
+
+    def dense(self) -> Tensor:
+        """The float32 values, (n_blocks, block_size): one product per element (exact: see the module docstring),
+        then one rounding add of the offset."""
+        n, groups = self.scale.shape
+        w = self.scale.reshape(n, groups, 1) * self.q.reshape(n, groups, -1).cast(dtypes.float32)
+        if self.offset is not None:
+            w = w + self.offset.reshape(n, groups, 1)
+        return w.reshape(n, -1)
+
+
+def affine_q4_0(b: Tensor) -> Affine:
+    return Affine(_fields(_ints(b, 2, 18), 4, 2).reshape(-1, 32) - 8, _f16(b, 0), None, -8, 4, True)
+
+
+def affine_q4_1(b: Tensor) -> Affine:
+    return Affine(_fields(_ints(b, 4, 20), 4, 2).reshape(-1, 32), _f16(b, 0), _f16(b, 2), 0, 4, True)
+
+
+def _q5(b: Tensor, qh_at: int) -> Tensor:
+    """The 32 unsigned 5-bit quants of a Q5_0/Q5_1 block: 4 bytes of high bits at `qh_at`, then 16 bytes of nibbles."""
+    low = _fields(_ints(b, qh_at + 4, qh_at + 20), 4, 2).reshape(-1, 32)
+    high = _fields(_ints(b, qh_at, qh_at + 4), 1, 8).transpose(1, 2).reshape(-1, 32)  # bit i of the uint32
+    return low | (high << 4)
+
+
+def affine_q5_0(b: Tensor) -> Affine:
+    return Affine(_q5(b, 2) - 16, _f16(b, 0), None, -16, 8, True)
+
+
+def affine_q5_1(b: Tensor) -> Affine:
+    return Affine(_q5(b, 4), _f16(b, 0), _f16(b, 2), 0, 8, True)
+
+
+def affine_q8_0(b: Tensor) -> Affine:
+    return Affine(b[:, 2:34].bitcast(dtypes.int8).cast(dtypes.int32), _f16(b, 0), None, -128, 8, True)
+
+
+def affine_q2_k(b: Tensor) -> Affine:
+    # scales[16] (low nibble: scale, high nibble: min of each 16 elements), qs[64] (2-bit quants), d, dmin
+    sc = _ints(b, 0, 16)
+    scale = _f16(b, 80) * (sc & 15).cast(dtypes.float32)
+    minimum = _f16(b, 82) * (sc >> 4).cast(dtypes.float32)
+    q = _fields(_ints(b, 16, 80).reshape(-1, 2, 32), 2, 4).reshape(-1, QK_K)
+    return Affine(q, scale, -minimum, 0, 4)
+
+
+def affine_q3_k(b: Tensor) -> Affine:
+    # hmask[32] (bit 2 of each quant, inverted), qs[64] (bits 0-1), scales[12] (16 packed 6-bit scales), d
+    lo = _fields(_ints(b, 96, 104), 4, 2).reshape(-1, 16)
+    hi = _fields(_ints(b, 104, 108), 2, 4).reshape(-1, 16)
+    scale = _f16(b, 108) * ((lo | (hi << 4)) - 32).cast(dtypes.float32)
+    low = _fields(_ints(b, 32, 96).reshape(-1, 2, 32), 2, 4).reshape(-1, QK_K)
+    high = _fields(_ints(b, 0, 32), 1, 8).reshape(-1, QK_K)
+    return Affine(low - ((high ^ 1) << 2), scale, None, -4, 4)
+
+
+def _k_scales(b: Tensor, d_at: int) -> tuple[Tensor, Tensor]:
+    """The 8 scales and 8 minimums of a Q4_K/Q5_K block (d, dmin at `d_at`, then 12 bytes of packed 6-bit values),
+    already multiplied by d and dmin: two float32 tensors of shape (n, 8)."""
+    packed = _ints(b, d_at + 4, d_at + 16)
+    sc_lo, m_lo, both = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
+    sc = (sc_lo & 63).cat((both & 15) | ((sc_lo >> 2) & 48), dim=1)
+    m = (m_lo & 63).cat((both >> 4) | ((m_lo >> 2) & 48), dim=1)
+    return _f16(b, d_at) * sc.cast(dtypes.float32), _f16(b, d_at + 2) * m.cast(dtypes.float32)
+
+
+def affine_q4_k(b: Tensor) -> Affine:
+    scale, minimum = _k_scales(b, 0)
+    q = _fields(_ints(b, 16, 144).reshape(-1, 4, 32), 4, 2).reshape(-1, QK_K)
+    return Affine(q, scale, -minimum, 0, 4)
+
+
+def affine_q5_k(b: Tensor) -> Affine:
+    scale, minimum = _k_scales(b, 0)
+    low = _fields(_ints(b, 48, 176).reshape(-1, 4, 32), 4, 2).reshape(-1, QK_K)
+    high = _fields(_ints(b, 16, 48), 1, 8).reshape(-1, QK_K)
+    return Affine(low | (high << 4), scale, -minimum, 0, 8)
+
+
+def affine_q6_k(b: Tensor) -> Affine:
+    # ql[128] (bits 0-3), qh[64] (bits 4-5), scales[16] (int8, one per 16 elements), d
+    low = _fields(_ints(b, 0, 128).reshape(-1, 2, 64), 4, 2).reshape(-1, QK_K)
+    high = _fields(_ints(b, 128, 192).reshape(-1, 2, 32), 2, 4).reshape(-1, QK_K)
+    scale = _f16(b, 208) * b[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32)
+    return Affine((low | (high << 4)) - 32, scale, None, -32, 8)
+
+
+def affine_iq4_nl(b: Tensor) -> Affine:
+    q = _fields(_ints(b, 2, 18), 4, 2).reshape(-1, 32)
+    return Affine(_lookup(q, IQ4_LEVELS), _f16(b, 0), None, -128, 8, True)
+
+
+def affine_iq4_xs(b: Tensor) -> Affine:
+    # d, scales_h (uint16: 2 high bits of each of 8 scales), scales_l[4] (4 low bits each), qs[128]
+    lo = _fields(_ints(b, 4, 8), 4, 2).transpose(1, 2).reshape(-1, 8)
+    hi = _fields(_u16(b[:, 2:4]).cast(dtypes.int32), 2, 8).reshape(-1, 8)
+    scale = _f16(b, 0) * ((lo | (hi << 4)) - 32).cast(dtypes.float32)
+    q = _fields(_ints(b, 8, 136).reshape(-1, 8, 16), 4, 2).reshape(-1, QK_K)
+    return Affine(_lookup(q, IQ4_LEVELS), scale, None, -128, 8)
+
+
+def affine_mxfp4(b: Tensor) -> Affine:
+    # e (an E8M0 exponent; as float32 bits, halved to match the doubled levels), qs[16] (FP4 codes)
+    e = b[:, 0:1].cast(dtypes.uint32)
+    subnormal = e.full_like(0x00200000).lshift(e & 1)  # for e in {0, 1}: 2^-128, 2^-127 (& 1 keeps the shift legal)
+    bits = (e < 2).where(subnormal, (e - 1) << 23)
+    q = _fields(_ints(b, 1, 17), 4, 2).reshape(-1, 32)
+    return Affine(_lookup(q, MXFP4_LEVELS), bits.bitcast(dtypes.float32), None, -128, 8)
+
+
 # ---- one dequantiser per type: (n_blocks, type_size) uint8 -> (n_blocks, block_size) float32 ----
 def dequant_f32(b: Tensor) -> Tensor:
     w = b.cast(dtypes.uint32)
@@ -151,111 +278,21 @@ def dequant_bf16(b: Tensor) -> Tensor:
     return (_u16(b).cast(dtypes.uint32) << 16).bitcast(dtypes.float32)
 
 
-def dequant_q4_0(b: Tensor) -> Tensor:
-    q = _fields(_ints(b, 2, 18), 4, 2).reshape(-1, 32) - 8
-    return _f16(b, 0) * q.cast(dtypes.float32)
-
-
-def dequant_q4_1(b: Tensor) -> Tensor:
-    q = _fields(_ints(b, 4, 20), 4, 2).reshape(-1, 32)
-    return _f16(b, 0) * q.cast(dtypes.float32) + _f16(b, 2)
-
-
-def _q5(b: Tensor, qh_at: int) -> Tensor:
-    """The 32 unsigned 5-bit quants of a Q5_0/Q5_1 block: 4 bytes of high bits at `qh_at`, then 16 bytes of nibbles."""
-    low = _fields(_ints(b, qh_at + 4, qh_at + 20), 4, 2).reshape(-1, 32)
-    high = _fields(_ints(b, qh_at, qh_at + 4), 1, 8).transpose(1, 2).reshape(-1, 32)  # bit i of the uint32
-    return low | (high << 4)
-
-
-def dequant_q5_0(b: Tensor) -> Tensor:
-    return _f16(b, 0) * (_q5(b, 2) - 16).cast(dtypes.float32)
-
-
-def dequant_q5_1(b: Tensor) -> Tensor:
-    return _f16(b, 0) * _q5(b, 4).cast(dtypes.float32) + _f16(b, 2)
-
-
-def dequant_q8_0(b: Tensor) -> Tensor:
-    return _f16(b, 0) * b[:, 2:34].bitcast(dtypes.int8).cast(dtypes.float32)
-
-
-def dequant_q2_k(b: Tensor) -> Tensor:
-    # scales[16] (low nibble: scale, high nibble: min of each 16 elements), qs[64] (2-bit quants), d, dmin
-    sc = _ints(b, 0, 16)
-    scale = (_f16(b, 80) * (sc & 15).cast(dtypes.float32)).unsqueeze(-1)
-    minimum = (_f16(b, 82) * (sc >> 4).cast(dtypes.float32)).unsqueeze(-1)
-    q = _fields(_ints(b, 16, 80).reshape(-1, 2, 32), 2, 4).reshape(-1, 16, 16)
-    return (scale * q.cast(dtypes.float32) - minimum).reshape(-1, QK_K)
-
-
-def dequant_q3_k(b: Tensor) -> Tensor:
-    # hmask[32] (bit 2 of each quant, inverted), qs[64] (bits 0-1), scales[12] (16 packed 6-bit scales), d
-    lo = _fields(_ints(b, 96, 104), 4, 2).reshape(-1, 16)
-    hi = _fields(_ints(b, 104, 108), 2, 4).reshape(-1, 16)
-    scale = (_f16(b, 108) * ((lo | (hi << 4)) - 32).cast(dtypes.float32)).unsqueeze(-1)
-    low = _fields(_ints(b, 32, 96).reshape(-1, 2, 32), 2, 4).reshape(-1, 16, 16)
-    high = _fields(_ints(b, 0, 32), 1, 8).reshape(-1, 16, 16)
-    q = low - ((high ^ 1) << 2)
-    return (scale * q.cast(dtypes.float32)).reshape(-1, QK_K)
-
-
-def _k_scales(b: Tensor, d_at: int) -> tuple[Tensor, Tensor]:
-    """The 8 scales and 8 minimums of a Q4_K/Q5_K block (d, dmin at `d_at`, then 12 bytes of packed 6-bit values),
-    already multiplied by d and dmin: two float32 tensors of shape (n, 8, 1)."""
-    packed = _ints(b, d_at + 4, d_at + 16)
-    sc_lo, m_lo, both = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
-    sc = (sc_lo & 63).cat((both & 15) | ((sc_lo >> 2) & 48), dim=1)
-    m = (m_lo & 63).cat((both >> 4) | ((m_lo >> 2) & 48), dim=1)
-    scale = _f16(b, d_at) * sc.cast(dtypes.float32)
-    minimum = _f16(b, d_at + 2) * m.cast(dtypes.float32)
-    return scale.unsqueeze(-1), minimum.unsqueeze(-1)
-
-
-def dequant_q4_k(b: Tensor) -> Tensor:
-    scale, minimum = _k_scales(b, 0)
-    q = _fields(_ints(b, 16, 144).reshape(-1, 4, 32), 4, 2).reshape(-1, 8, 32)
-    return (scale * q.cast(dtypes.float32) - minimum).reshape(-1, QK_K)
-
-
-def dequant_q5_k(b: Tensor) -> Tensor:
-    scale, minimum = _k_scales(b, 0)
-    low = _fields(_ints(b, 48, 176).reshape(-1, 4, 32), 4, 2).reshape(-1, 8, 32)
-    high = _fields(_ints(b, 16, 48), 1, 8).reshape(-1, 8, 32)
-    q = low | (high << 4)
-    return (scale * q.cast(dtypes.float32) - minimum).reshape(-1, QK_K)
-
-
-def dequant_q6_k(b: Tensor) -> Tensor:
-    # ql[128] (bits 0-3), qh[64] (bits 4-5), scales[16] (int8, one per 16 elements), d
-    low = _fields(_ints(b, 0, 128).reshape(-1, 2, 64), 4, 2).reshape(-1, 16, 16)
-    high = _fields(_ints(b, 128, 192).reshape(-1, 2, 32), 2, 4).reshape(-1, 16, 16)
-    q = (low | (high << 4)) - 32
-    scale = (_f16(b, 208) * b[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32)).unsqueeze(-1)
-    return (scale * q.cast(dtypes.float32)).reshape(-1, QK_K)
-
-
-def dequant_iq4_nl(b: Tensor) -> Tensor:
-    q = _fields(_ints(b, 2, 18), 4, 2).reshape(-1, 32)
-    return _f16(b, 0) * _lookup(q, IQ4_LEVELS).cast(dtypes.float32)
-
-
-def dequant_iq4_xs(b: Tensor) -> Tensor:
-    # d, scales_h (uint16: 2 high bits of each of 8 scales), scales_l[4] (4 low bits each), qs[128]
-    lo = _fields(_ints(b, 4, 8), 4, 2).transpose(1, 2).reshape(-1, 8)
-    hi = _fields(_u16(b[:, 2:4]).cast(dtypes.int32), 2, 8).reshape(-1, 8)
-    scale = (_f16(b, 0) * ((lo | (hi << 4)) - 32).cast(dtypes.float32)).unsqueeze(-1)
-    q = _fields(_ints(b, 8, 136).reshape(-1, 8, 16), 4, 2).reshape(-1, 8, 32)
-    return (scale * _lookup(q, IQ4_LEVELS).cast(dtypes.float32)).reshape(-1, QK_K)
-
-
-def dequant_mxfp4(b: Tensor) -> Tensor:
-    # e (an E8M0 exponent; as float32 bits, halved to match the doubled levels), qs[16] (FP4 codes)
-    e = b[:, 0:1].cast(dtypes.uint32)
-    subnormal = e.full_like(0x00200000).lshift(e & 1)  # for e in {0, 1}: 2^-128, 2^-127 (& 1 keeps the shift legal)
-    bits = (e < 2).where(subnormal, (e - 1) << 23)
-    q = _fields(_ints(b, 1, 17), 4, 2).reshape(-1, 32)
-    return bits.bitcast(dtypes.float32) * _lookup(q, MXFP4_LEVELS).cast(dtypes.float32)
+AFFINE: dict[GGMLType, Callable[[Tensor], Affine]] = {
+    GGMLType.Q4_0: affine_q4_0,
+    GGMLType.Q4_1: affine_q4_1,
+    GGMLType.Q5_0: affine_q5_0,
+    GGMLType.Q5_1: affine_q5_1,
+    GGMLType.Q8_0: affine_q8_0,
+    GGMLType.Q2_K: affine_q2_k,
+    GGMLType.Q3_K: affine_q3_k,
+    GGMLType.Q4_K: affine_q4_k,
+    GGMLType.Q5_K: affine_q5_k,
+    GGMLType.Q6_K: affine_q6_k,
+    GGMLType.IQ4_NL: affine_iq4_nl,
+    GGMLType.IQ4_XS: affine_iq4_xs,
+    GGMLType.MXFP4: affine_mxfp4,
+}
 
 
 @dataclass(frozen=True)
@@ -269,6 +306,10 @@ class Dequantiser:
     fn: Callable[[Tensor], Tensor]
 
 
+def _dense(affine: Callable[[Tensor], Affine]) -> Callable[[Tensor], Tensor]:
+    return lambda b: affine(b).dense()
+
+
 def _entry(t: GGMLType, fn: Callable[[Tensor], Tensor]) -> tuple[int, Dequantiser]:
     return int(t), Dequantiser(t, *BLOCK_SIZES[t], fn)
 
@@ -278,19 +319,7 @@ DEQUANTISERS: dict[int, Dequantiser] = dict(
         _entry(GGMLType.F32, dequant_f32),
         _entry(GGMLType.F16, dequant_f16),
         _entry(GGMLType.BF16, dequant_bf16),
-        _entry(GGMLType.Q4_0, dequant_q4_0),
-        _entry(GGMLType.Q4_1, dequant_q4_1),
-        _entry(GGMLType.Q5_0, dequant_q5_0),
-        _entry(GGMLType.Q5_1, dequant_q5_1),
-        _entry(GGMLType.Q8_0, dequant_q8_0),
-        _entry(GGMLType.Q2_K, dequant_q2_k),
-        _entry(GGMLType.Q3_K, dequant_q3_k),
-        _entry(GGMLType.Q4_K, dequant_q4_k),
-        _entry(GGMLType.Q5_K, dequant_q5_k),
-        _entry(GGMLType.Q6_K, dequant_q6_k),
-        _entry(GGMLType.IQ4_NL, dequant_iq4_nl),
-        _entry(GGMLType.IQ4_XS, dequant_iq4_xs),
-        _entry(GGMLType.MXFP4, dequant_mxfp4),
+        *(_entry(t, _dense(fn)) for t, fn in AFFINE.items()),
     ]
 )
 
