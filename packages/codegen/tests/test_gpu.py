@@ -198,3 +198,20 @@ def test_python_device_name_with_arch():
     assert Device.canonicalize("python::sm_90") == "PYTHON::sm_90"
     assert Device["PYTHON::gfx942"].renderer.has_local
     assert not Device["PYTHON"].renderer.has_local
+
+
+def test_group_reduction_inside_another_reduction_loop():
+    """out = sum over rows of (max over the row): the grouped max runs once per step of the outer sum, so its shared
+    slots are rewritten each step; without the barrier before the write a fast thread would overwrite a slot another
+    thread still reads (the executor reports that as a race)."""
+    from xgrad.uop.ops import KernelInfo
+
+    out, x = UOp(Ops.PARAM, dtypes.float32, (), 0), UOp(Ops.PARAM, dtypes.float32, (), 1)
+    rows, cols = UOp.range(4, 0, AxisType.REDUCE), UOp.range(64, 1, AxisType.REDUCE)
+    inner = UOp(Ops.REDUCE, dtypes.float32, (x.index(rows * 64 + cols).load(), cols), Ops.MAX)
+    outer = UOp(Ops.REDUCE, dtypes.float32, (inner, rows), Ops.ADD)
+    ast = out.index(UOp.const(dtypes.index, 0)).store(outer).sink(arg=KernelInfo("nested"))
+    a = data(4, 64, seed=7)
+    got, uops = run_on(PythonRenderer("sm_90"), ast, [a], (1,), [Opt("GROUP", 1, 16)])
+    np.testing.assert_allclose(got, [a.max(1).sum()], rtol=1e-6)
+    assert sum(u.op is Ops.BARRIER for u in uops) == 1 + 1 + 4  # before the write, after it, 4 halving steps
