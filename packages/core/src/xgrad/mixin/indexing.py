@@ -169,6 +169,8 @@ class IndexingMixin(GatherMixin):
                     arr = np.asarray(None)
                 if arr.dtype == object:
                     raise IndexingError(f"index list {it!r} is ragged or mixes kinds; use equal-length lists of ints")
+                if arr.size and arr.dtype.kind not in "iub":  # floats, strings: numpy's and tinygrad's IndexError
+                    raise IndexingError(f"index {it!r} holds {arr.dtype.name} values; index with ints or bools")
                 if arr.size == 0 or (isinstance(it, (list, tuple)) and arr.dtype.kind in "iu"):
                     arr = arr.astype(to_np_dtype(dtypes.default_int))  # Python ints index in the default int
                 items.append(tensor_cls(arr, device=self.device))
