@@ -20,6 +20,7 @@ from xgrad_codegen.fold import fold_indexes
 from xgrad_codegen.gates import hoist_gates
 from xgrad_codegen.gpu import lower_gpu
 from xgrad_codegen.gpu_opt import optimize_for
+from xgrad_codegen.limits import check_index_bounds
 from xgrad_codegen.linearize import linearize
 from xgrad_codegen.opt import Opt, expand_lanes
 from xgrad_codegen.renderer import Renderer
@@ -45,8 +46,10 @@ def _run(name: str, fn: Callable[[UOp], UOp], ast: UOp) -> UOp:
 
 
 # the passes before `optimize`, which chooses its actions on the kernel as they leave it (so does search.heuristic):
-# movement-op index math collapses, sliding-window remainders (conv, pool) become sums
+# index math past int32 is refused, movement-op index math collapses, sliding-window remainders (conv, pool) become
+# sums
 BEFORE_OPTIMIZE: tuple[tuple[str, Callable[[UOp], UOp]], ...] = (
+    ("check index bounds", check_index_bounds),  # an index past int32 would wrap: refuse it (ShapeError)
     ("simplify indexes", simplify),
     ("fold remainders", fold_indexes),
 )
