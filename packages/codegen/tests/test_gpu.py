@@ -114,6 +114,11 @@ def test_launch_limits_split_and_merge_dims():
     assert valid is not None  # 13 is prime: 16 ids, 3 masked off
     mapping, valid = map_dims([UOp.range(12, 0, AxisType.GLOBAL)], (4, 4), "gidx")
     assert valid is None  # 12 = 4 x 3 exactly
+    empty = [UOp.range(n, i, AxisType.GLOBAL) for i, n in enumerate((0, 3, 3, 3))]  # merged: no workgroups
+    mapping, valid = map_dims(empty, (8, 8, 8), "gidx")
+    assert valid is None and {u.arg for e in mapping.values() for u in e.toposort if u.op is Ops.SPECIAL} == {
+        ("gidx0", 0)
+    }
 
 
 def test_launch_limits_too_small_raise_opterror():

@@ -159,9 +159,9 @@ def _linear_dims(total: UOp, maxes: tuple[int, ...], prefix: str) -> tuple[UOp, 
     `total` ids, else the condition that it is one of them)."""
     if total.op is Ops.CONST:
         n = int(total.arg)
-        sizes: list[int] = []
-        left = n
-        for m in maxes:
+        sizes: list[int] = [] if n else [0]  # an empty kernel: no workgroups at all
+        left = n if n else 1
+        for m in maxes if n else ():
             d = _largest_divisor(left, m)
             sizes.append(d)
             left //= d
