@@ -217,3 +217,19 @@ def test_int_division_by_a_value_that_may_be_zero_selects_zero() -> None:
     assert "select(" in src and "== 0i)" in src
     src = render(unary_program(dtypes.int32, lambda v: UOp(Ops.IDIV, dtypes.int32, (v, UOp.const(dtypes.int32, 3)))))
     assert "select(" not in src and "/ 3i" in src
+
+
+def test_workgroup_limits_default_to_webgpus_and_come_from_the_device() -> None:
+    r = WGSLRenderer()
+    assert r.has_local and r.has_shared and r.supports_group_reduce
+    assert (r.local_max, r.max_threads, r.shared_max, r.global_max) == ((256, 256, 64), 256, 16384, (65535,) * 3)
+    limits = {
+        "max-compute-workgroups-per-dimension": 1000,
+        "max-compute-workgroup-size-x": 512,
+        "max-compute-workgroup-size-y": 128,
+        "max-compute-workgroup-size-z": 16,
+        "max-compute-invocations-per-workgroup": 512,
+        "max-compute-workgroup-storage-size": 8192,
+    }
+    r = WGSLRenderer("", limits)
+    assert (r.local_max, r.max_threads, r.shared_max, r.global_max) == ((512, 128, 16), 512, 8192, (1000,) * 3)

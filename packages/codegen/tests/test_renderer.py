@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from xgrad.dtype import DType, dtypes
+from xgrad.helpers import prod
 from xgrad.uop.ops import AxisType, Ops, UOp
 from xgrad_codegen.renderer import (
     C_INFIX_OPS,
@@ -56,8 +57,51 @@ def axpy_program() -> list[UOp]:
 def test_renderer_base_declares_capabilities_and_no_printer() -> None:
     r = Renderer()
     assert r.supported_ops == frozenset() and r.max_vector_width == 1 and r.legalize is None and not r.has_local
+    assert not r.has_shared and r.global_max == () and r.local_max == () and r.max_threads == 1 and r.shared_max == 0
+    assert r.tensor_cores == () and not r.supports_scratch and not r.masked_stores and not r.supports_group_reduce
     with pytest.raises(NotImplementedError):
         r.render("k", [])
+
+
+CAPABILITIES = {
+    "max_vector_width": int,
+    "masked_stores": bool,
+    "supports_scratch": bool,
+    "has_local": bool,
+    "has_shared": bool,
+    "global_max": tuple,
+    "local_max": tuple,
+    "max_threads": int,
+    "shared_max": int,
+    "tensor_cores": tuple,
+    "supported_ops": frozenset,
+    "native_dtypes": frozenset,
+}
+
+
+@pytest.mark.parametrize("arch", [None, "sm_90", "gfx1100", "gfx942"])
+def test_every_renderer_declares_every_capability_typed(arch: str | None) -> None:
+    """Codegen reads the capabilities as plain attributes (no getattr defaults): each renderer has them all, typed,
+    and a GPU declares limits that a workgroup can meet."""
+    from xgrad_codegen.pydevice import PythonRenderer
+
+    for r in (PythonRenderer(arch), CStyleRenderer()):
+        for name, kind in CAPABILITIES.items():
+            assert isinstance(getattr(r, name), kind), (type(r).__name__, name)
+    gpu = PythonRenderer(arch)
+    assert gpu.has_local == (arch is not None) == gpu.supports_group_reduce
+    if arch is not None:
+        assert len(gpu.global_max) == len(gpu.local_max) == 3 and gpu.max_threads <= prod(gpu.local_max)
+        assert gpu.shared_max >= 16384
+
+
+def test_codegen_reads_no_capability_through_getattr() -> None:
+    import pathlib
+
+    import xgrad_codegen
+
+    for path in pathlib.Path(xgrad_codegen.__file__).parent.glob("*.py"):
+        assert "getattr(renderer" not in path.read_text() and "getattr(self.renderer" not in path.read_text(), path
 
 
 def test_cstyle_supported_ops_come_from_the_table() -> None:
