@@ -7,17 +7,22 @@ the model is loaded in the background) and prints the chat page's URL.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
 from xgrad_llm.cli import CLIError, load
+from xgrad_llm.cli import build_parser as model_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="xgrad-llm serve", description="Serve a GGUF model over an OpenAI-compatible HTTP API, with a web chat."
+        prog="xgrad-llm serve",
+        allow_abbrev=False,  # --model belongs to the model flags, not to --model-name
+        description="Serve a GGUF model over an OpenAI-compatible HTTP API, with a web chat.",
+        epilog="The model flags of xgrad-llm also apply: --model PATH (default: Gemma 3 270M Q4_K_M), "
+        "--max-context N (per slot), --device, and the weight-format flags (see xgrad-llm -h).",
     )
-    p.add_argument("--model", metavar="PATH", help="a .gguf file (default: Gemma 3 270M Q4_K_M from its pip package)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--parallel", type=int, default=1, metavar="N", help="slots: requests run at once (default 1)")
@@ -27,33 +32,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cors", action="append", default=[], metavar="ORIGIN", help="allow browser calls from ORIGIN")
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES", help="largest request body (8 MiB)")
     p.add_argument("--model-name", default=None, help="the model id in responses (default: the file's name)")
-    p.add_argument(
-        "--max-context",
-        type=int,
-        default=None,
-        metavar="N",
-        help="KV cache length per slot (default: min(model's, 4096))",
-    )
-    p.add_argument("--device", default=None, help="xgrad device (default: Device.DEFAULT)")
-    p.add_argument("--quantized", action="store_true", help="keep the weights' GGUF blocks in memory, not float32")
     return p
 
 
 def main(argv: list[str]) -> int:
     """Run the server; 1 with one line on stderr for a problem the user fixes."""
-    args = build_parser().parse_args(argv)
+    args, rest = build_parser().parse_known_args(argv)
+    model_args = model_parser().parse_args(rest)  # --model, --max-context, --device, weights: as the CLI reads them
     try:
         if args.parallel < 1 or args.max_queue < 0 or not 0 < args.port < 65536:
             raise CLIError("--parallel must be >= 1, --max-queue >= 0 and --port in 1..65535")
+        if model_args.max_context is not None and model_args.max_context < 2:
+            raise CLIError("--max-context must be at least 2")
+        if model_args.model is not None and not os.path.isfile(model_args.model):
+            raise CLIError(f"no such model file: {model_args.model!r}; pass --model PATH to a .gguf file")
         try:
             import uvicorn
 
             from xgrad_llm.server.app import ServerConfig, create_app
         except ImportError as e:
             raise CLIError(f"the server needs its extra: pip install 'xgrad-llm[serve]' ({e})") from None
-        import os
-
-        path = args.model
+        path = model_args.model
         name = args.model_name or (os.path.basename(path) if path else "gemma-3-270m-it-q4_k_m")
         config = ServerConfig(
             model_name=name,
@@ -64,8 +63,7 @@ def main(argv: list[str]) -> int:
             cors=list(args.cors),
             max_body=args.max_body,
         )
-        args.raw = False
-        app = create_app(config, loader=lambda: load(args))
+        app = create_app(config, loader=lambda: load(model_args))
         host = f"[{args.host}]" if ":" in args.host else args.host
         print(
             f"xgrad-llm: chat at http://{host}:{args.port}/  (OpenAI API at http://{host}:{args.port}/v1)",
