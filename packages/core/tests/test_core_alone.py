@@ -1,4 +1,5 @@
-"""xgrad-core without codegen or any backend: file work on the DISK device still runs (issue 22).
+"""xgrad-core without codegen or any backend: file work on the DISK device still runs (issue 22): safe_load,
+safe_load_metadata, torch_load, a file as a tensor, and reading what they give to numpy.
 
 The child process sees only core's sources, numpy and pluggy (`python -S`: no site-packages, so no installed
 backend, no entry point and no editable install), exactly what `pip install xgrad-core` gives."""
@@ -13,6 +14,7 @@ import sys
 
 import numpy as np
 import pluggy
+import torch
 from safetensors.numpy import save_file
 
 import xgrad
@@ -23,7 +25,7 @@ CHILD = """
 import json, sys
 import numpy as np
 from xgrad import Tensor, Device
-from xgrad.nn.state import safe_load, safe_load_metadata
+from xgrad.nn.state import safe_load, safe_load_metadata, torch_load
 import importlib.util
 assert importlib.util.find_spec("xgrad_codegen") is None and importlib.util.find_spec("xgrad_cpu") is None
 fn = sys.argv[1]
@@ -34,6 +36,7 @@ _, data_start, header = safe_load_metadata(fn)
 out["metadata"] = header["__metadata__"]
 raw = Tensor(__import__("pathlib").Path(fn))
 out["raw"] = [str(raw.dtype), raw.shape[0], bytes(raw.numpy()[data_start:data_start + 4]).hex()]
+out["torch"] = {name: t.numpy().tolist() for name, t in torch_load(sys.argv[2]).items()}
 out["devices"] = Device.get_available_devices()
 print(json.dumps(out))
 """
@@ -57,10 +60,17 @@ def test_disk_work_runs_with_core_alone(tmp_path: pathlib.Path) -> None:
     c = np.array([[True, False]], dtype=np.bool_)
     fn = tmp_path / "w.safetensors"
     save_file({"a": a, "b": b, "c": c}, str(fn), metadata={"format": "np"})
+    torch_file = tmp_path / "w.pt"
+    torch.save({"w": torch.from_numpy(a), "n": torch.from_numpy(b)}, torch_file)
     env = {k: v for k, v in os.environ.items() if k not in xgrad.helpers.KNOBS and k != "PYTHONPATH"}
     env["PYTHONPATH"] = _core_only_path(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-S", "-c", CHILD, str(fn)], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
+        [sys.executable, "-S", "-c", CHILD, str(fn), str(torch_file)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
@@ -71,6 +81,7 @@ def test_disk_work_runs_with_core_alone(tmp_path: pathlib.Path) -> None:
     assert out["metadata"] == {"format": "np"}
     data_start = 8 + int.from_bytes(fn.read_bytes()[:8], "little")
     assert out["raw"][1:] == [fn.stat().st_size, fn.read_bytes()[data_start : data_start + 4].hex()]
+    assert out["torch"] == {"w": a.tolist(), "n": b.tolist()}
     assert out["devices"] == ["DISK", "NULL"]  # no runnable device: nothing else was found
 
 
