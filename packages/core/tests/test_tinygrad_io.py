@@ -218,3 +218,77 @@ def test_multi_device_assign_from_a_single_device_value() -> None:
     sh.assign(Tensor(value)).realize()
     assert sh.shard_axis == 0
     np.testing.assert_array_equal(sh.numpy(), value)
+
+
+# ---- sharding ----
+def _devices(n: int) -> tuple[str, ...]:
+    return tuple(f"{Device.DEFAULT}:{i}" for i in range(n))
+
+
+def test_shard_that_does_not_divide_raises_runtime_error() -> None:
+    x = Tensor.ones(256).contiguous().realize()
+    with pytest.raises(RuntimeError, match="multiple of 3"):
+        x.shard_(_devices(3), 0)
+    with pytest.raises(RuntimeError):
+        Tensor.arange(15).reshape(3, 5).shard(_devices(2), axis=1)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, None])
+def test_2d_tensor_sharded_on_either_axis_like_numpy(axis: int | None) -> None:
+    a = np.arange(48, dtype=np.float32).reshape(4, 12)
+    t = Tensor(a).shard(_devices(4), axis=axis)
+    assert t.uop.axis == (None if axis is None else axis % 2) == t.shard_axis
+    if axis is not None:
+        n = a.shape[axis]
+        assert t.uop.bounds == [(k * n // 4, (k + 1) * n // 4) for k in range(4)]
+    np.testing.assert_array_equal(t.numpy(), a)
+    np.testing.assert_allclose((t * 2 + 1).sum(axis=1).numpy(), (a * 2 + 1).sum(axis=1))
+    np.testing.assert_allclose((t @ Tensor(a.T).to(t.device)).numpy(), a @ a.T, rtol=1e-6)
+
+
+def _np_batchnorm(x: np.ndarray, eps: float = 1e-5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(normalised x, batch mean, unbiased batch variance) per channel (axis 1)."""
+    axes = (0, 2, 3)
+    mean, var = x.mean(axes), x.var(axes)
+    out = (x - mean.reshape(1, -1, 1, 1)) / np.sqrt(var.reshape(1, -1, 1, 1) + eps)
+    n = x.size // x.shape[1]
+    return out, mean, var * n / (n - 1)
+
+
+def test_batchnorm_statistics_per_shard() -> None:
+    from xgrad import Context, nn
+    from xgrad.nn.state import get_parameters
+
+    devices = _devices(4)
+    a = np.random.default_rng(0).standard_normal((8, 3, 4, 4)).astype(np.float32) * 2 + 1
+    x = Tensor(a).shard(devices, axis=0)
+    with Context(TRAINING=1):
+        bns = []
+        for _ in devices:
+            bn = nn.BatchNorm2d(3)
+            for p in get_parameters(bn):
+                p.shard_(devices)
+            bns.append(bn)
+        outs = [bn(x[b0:b1]) for (b0, b1), bn in zip(x.uop.bounds, bns, strict=True)]
+        got = outs[0].cat(*outs[1:]).numpy()
+    for k, ((b0, b1), bn) in enumerate(zip(x.uop.bounds, bns, strict=True)):
+        want, mean, var = _np_batchnorm(a[b0:b1])
+        np.testing.assert_allclose(got[b0:b1], want, rtol=1e-4, atol=1e-4, err_msg=f"shard {k}")
+        np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * mean, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(bn.running_var.numpy(), 0.9 + 0.1 * var, rtol=1e-4)
+
+
+def test_batchnorm_over_a_sharded_batch_uses_the_whole_batch() -> None:
+    from xgrad import Context, nn
+    from xgrad.nn.state import get_state_dict
+
+    devices = _devices(2)
+    a = np.random.default_rng(1).standard_normal((4, 3, 2, 2)).astype(np.float32)
+    bn = nn.BatchNorm2d(3)
+    for p in get_state_dict(bn).values():
+        p.shard_(devices)
+    with Context(TRAINING=1):
+        got = bn(Tensor(a).shard(devices, axis=0)).numpy()
+    want, mean, _ = _np_batchnorm(a)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * mean, rtol=1e-4, atol=1e-6)

@@ -287,6 +287,26 @@ class UOp(metaclass=_UOpMeta):
         return None
 
     @property
+    def axis(self) -> int | None:
+        """tinygrad's: the axis a multi-device node is split on (None when it is replicated or on one device)."""
+        from xgrad.engine.multi import multi_axis
+
+        return multi_axis(self)
+
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        """tinygrad's: each device's (start, end) along the split axis of a multi-device node, in device order."""
+        from xgrad.engine.multi import devices_of, multi_axis
+        from xgrad.mixin.multi import ShardingError
+
+        devices, ax = devices_of(self), multi_axis(self)
+        if devices is None or ax is None or self.shape is None:
+            raise ShardingError("bounds: this node is not split over devices; shard it along an axis first")
+        size = self.shape[ax] // len(devices)
+        assert isinstance(size, int), "a sharded axis has a concrete size"
+        return [(k * size, (k + 1) * size) for k in range(len(devices))]
+
+    @property
     def plain_buffer(self) -> bool:
         """A BUFFER or a reshape of one: what a realized tensor's node is (no realize replaces it)."""
         return self.op is Ops.BUFFER or (self.op is Ops.RESHAPE and self.src[0].op is Ops.BUFFER)
