@@ -177,6 +177,31 @@ def test_disk_to_disk_copy_through_the_host(tmp_path: pathlib.Path) -> None:
     assert (tmp_path / "dst.bin").read_bytes() == np.array([1, 2, 3, 4], dtype=np.int32).tobytes()
 
 
+def test_disk_bitcasts_are_views_of_the_file(tmp_path: pathlib.Path) -> None:
+    data = bytes(range(256)) * 2
+    t = Tensor.empty(16, 32, device=_disk(tmp_path, "b.bin", data), dtype=dtypes.uint8)
+    want = np.frombuffer(data, dtype=np.uint8).reshape(16, 32)[1].view(np.uint16)
+    assert t[1].bitcast(dtypes.uint16).to(Device.DEFAULT).tolist() == want.tolist()
+    assert t.bitcast(dtypes.uint16)[1].tolist() == want.tolist()
+    (tmp_path / "v.bin").write_bytes(bytes(range(10, 24)))
+    v = Tensor.empty(3, dtype=dtypes.uint32, device=f"disk:{tmp_path / 'v.bin'}").shrink([(0, 2)])
+    got = (v.bitcast(dtypes.uint16).to("CPU") + 1).tolist()
+    assert got == (np.frombuffer(bytes(range(10, 18)), dtype=np.uint16) + 1).tolist()
+
+
+def test_assign_through_a_disk_bitcast(tmp_path: pathlib.Path) -> None:
+    t = Tensor.empty(32, device=_disk(tmp_path, "h.bin", bytes(32)), dtype=dtypes.uint8)
+    t[0:8].bitcast(dtypes.int64).assign([12345])  # how a header length is written
+    assert int.from_bytes(t[0:8].data(), "little") == 12345
+    floats = t[8:24].bitcast(dtypes.float32)
+    floats.assign(Tensor([1.0, 2.0, 3.0, 4.0], dtype=dtypes.float32, device="CPU"))
+    assert floats.numpy().tolist() == [1.0, 2.0, 3.0, 4.0]
+    raw = (tmp_path / "h.bin").read_bytes()
+    assert raw[8:24] == np.array([1, 2, 3, 4], dtype=np.float32).tobytes() and raw[:8] == (12345).to_bytes(8, "little")
+    with pytest.raises(ValueError, match="whole number"):
+        t[0:6].bitcast(dtypes.float32)
+
+
 # ---- tar_extract ----
 def _tar(files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()

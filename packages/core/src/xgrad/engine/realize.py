@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device
-from xgrad.dtype import dtypes
+from xgrad.dtype import DType, dtypes
 from xgrad.engine.capture import record
 from xgrad.engine.memory import plan_memory
 from xgrad.engine.multi import schedule_multi
@@ -166,6 +166,19 @@ def view_memory(u: UOp) -> Buffer:
             "to a compute device first (t.to('CPU')) and index it there"
         )
     return _range_view(u)
+
+
+def reinterpret_memory(u: UOp, dtype: DType) -> UOp:
+    """A BUFFER node of `dtype` over the same bytes as the realized contiguous view `u` (a bitcast on DISK, which
+    runs no kernels: the new items are read and written in place)."""
+    from xgrad.buffer import Buffer, new_buffer_id
+
+    mem = view_memory(u)
+    root = mem.base if mem.base is not None else mem
+    count = mem.nbytes // dtype.itemsize
+    out = UOp.buffer(root.device, count, dtype, new_buffer_id())
+    out.__dict__["buffer"] = Buffer(root.device, count, dtype, base=root, offset=mem.offset)
+    return out
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:

@@ -39,6 +39,8 @@ class BitwiseMixin(ElementwiseMixin):
         """
         dt = to_dtype(dtype)
         old, new = self.dtype.itemsize, dt.itemsize
+        if dt != self.dtype and isinstance(self.device, str) and self.device.startswith("DISK"):
+            return self._bitcast_disk(dt)
         if old == new:
             return super().bitcast(dt)
         if old not in _UINT_OF_SIZE or new not in _UINT_OF_SIZE:
@@ -69,6 +71,20 @@ class BitwiseMixin(ElementwiseMixin):
             for k in range(1, ratio):
                 out = out | (grouped[..., k].cast(wide) << (8 * old * k))
         return out if dt == out.dtype else out.bitcast(dt)
+
+    def _bitcast_disk(self, dt: DType) -> Tensor:
+        """A DISK tensor's bitcast: the same bytes of the file seen as `dt` (a view to read and assign in place, as
+        tinygrad's); the tensor must cover one contiguous run of the file, its last axis a whole number of items."""
+        from xgrad.engine.realize import realize_base, reinterpret_memory
+
+        if self.ndim == 0 or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize:
+            raise ShapeError(
+                f"bitcast of a DISK tensor of shape {shape_str(self.shape)} from {self.dtype.name} to {dt.name}: the "
+                f"last axis must hold a whole number of {dt.name} items"
+            )
+        realize_base(self._t())
+        shape = (*self.shape[:-1], self.shape[-1] * self.dtype.itemsize // dt.itemsize)
+        return self._tensor_cls()(reinterpret_memory(self.uop, dt)).reshape(shape)
 
     def _cmp(self, op: Ops, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
