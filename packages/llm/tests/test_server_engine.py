@@ -36,9 +36,14 @@ class Env:
         self.engine = app.state.xgrad.engine
         self.client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
         self.delay = 0.0
-        for slot in self.engine.slots:  # a knob to make every model step slow
+        self.calls: list[tuple[int, int]] = []  # (slot, tokens fed) of every model step
+        for slot in self.engine.slots:  # a knob to make every model step slow, and a log of the steps
             feed = slot.runner.feed
-            slot.runner.feed = lambda ids, feed=feed: (time.sleep(self.delay), feed(ids))[1]
+            slot.runner.feed = lambda ids, feed=feed, i=slot.index: (
+                self.calls.append((i, len(ids))),
+                time.sleep(self.delay),
+                feed(ids),
+            )[2]
 
     def http(self) -> Any:
         return self.client._client
@@ -207,3 +212,30 @@ def test_embeddings_are_normalised_mean_hidden_states(env: Env) -> None:
     by_ids = env.client.embeddings.create(model="tiny", input=env.llm.encode("hello"))
     np.testing.assert_allclose(by_ids.data[0].embedding, r.data[1].embedding, atol=1e-6)
     assert r.usage.prompt_tokens == sum(len(env.llm.encode(t)) for t in texts)
+
+
+def test_long_prompt_is_fed_in_parts_between_the_other_slots_steps(env: Env) -> None:
+    env.wait_idle()
+    long_chat = [{"role": "user", "content": "the capital of France is Paris. " * 4}]
+    prompt = env.llm.chat_ids(long_chat)
+    assert len(prompt) > 3 * env.engine.prefill_step
+    env.delay = 0.01
+    try:
+        stream = env.client.chat.completions.create(model="tiny", messages=CHAT_A, max_tokens=100, stream=True)
+        next(iter(stream))
+        env.calls.clear()
+        r = env.client.chat.completions.create(model="tiny", messages=long_chat, max_tokens=2, temperature=0)
+        calls = list(env.calls)
+        stream.close()
+    finally:
+        env.delay = 0.0
+    assert r.choices[0].message.content == env.llm.decode(env.ref.greedy(prompt, 2))
+    b = next(i for i, n in calls if n > 3 * env.engine.prefill_step)  # the long prompt's slot
+    step, done = env.engine.prefill_step, r.usage.prompt_tokens_details.cached_tokens
+    parts = []
+    while len(prompt) - done > step:
+        done += step
+        parts.append(done)
+    assert [n for i, n in calls if i == b] == [*parts, len(prompt), len(prompt) + 1]  # parts, the rest, a decode
+    first, last = calls.index((b, parts[0])), calls.index((b, len(prompt)))
+    assert any(i != b for i, _ in calls[first:last])  # the other stream stepped in between

@@ -7,9 +7,9 @@ longest prefix with its prompt. Jobs beyond the slots wait in a bounded queue; a
 (`QueueFullError`, HTTP 503).
 
 One worker thread does all model work, off the event loop: each round it admits waiting jobs into free slots and
-runs one step (the prompt's prefill, or one decode) of every busy slot, so the slots' streams interleave token by
-token. A job whose client left (`cancel()`) or whose deadline passed is dropped before its next step, and its slot is
-free at once. Events reach the HTTP side through the job's `emit` callback (thread-safe hand-off to the event loop).
+runs one step of every busy slot (a decode, or up to `prefill_step` tokens of a prompt: a long prompt is fed over
+several rounds), so the slots' streams interleave token by token. A job whose client left (`cancel()`) or whose
+deadline passed is dropped before its next step, and its slot is free at once. Events reach the HTTP side through the job's `emit` callback (thread-safe hand-off to the event loop).
 
 Sampling follows `xgrad_llm.generate.Sampler`, with OpenAI's presence/frequency penalties on the logits first, and a
 `Constraint` (JSON, tool calls) that rejects tokens it does not allow: a rejected draw is masked out and drawn again,
@@ -127,18 +127,25 @@ class _Generation:
         self.decoder = engine.llm.stream_decoder()
         self.pending = ""  # decoded text not sent yet (it may begin a stop string)
         self.pending_logprobs: list[dict[str, Any]] = []
-        self.cached = 0
+        self.cached = -1  # prompt tokens the slot's cache held (-1: not looked yet)
+        self.fed = 0  # prompt tokens in the cache so far
         self.started = False
 
     def step(self) -> Event | None:
         """Run one prefill or decode and sample one token; the Event to send (None: nothing new), finish included."""
         job, llm, runner = self.job, self.engine.llm, self.slot.runner
+        stats = self.engine.stats
         t0 = time.perf_counter()
         if not self.started:
-            self.cached = min(common_prefix(runner.cached, self.ids), len(self.ids) - 1)
+            if self.cached < 0:
+                self.cached = self.fed = min(common_prefix(runner.cached, self.ids), len(self.ids) - 1)
+            if len(self.ids) - self.fed > self.engine.prefill_step:  # a long prompt: a part now, the rest later,
+                self.fed += self.engine.prefill_step  # so the other slots' streams go on in between
+                runner.feed(self.ids[: self.fed])
+                stats.prompt_seconds += time.perf_counter() - t0
+                return None
         logits = runner.feed(self.ids)
         dt = time.perf_counter() - t0
-        stats = self.engine.stats
         if not self.started:
             self.started = True
             stats.prompt_tokens += len(self.ids) - self.cached
@@ -237,6 +244,7 @@ class Engine:
         if parallel < 1:
             raise APIError(f"--parallel must be >= 1, got {parallel}")
         self.llm, self.max_queue, self.timeout = llm, max_queue, timeout
+        self.prefill_step = 4 * llm.runner.chunk  # prompt tokens a slot runs per round before the others step
         self.slots = [_Slot(0, llm.runner)] + [_Slot(i, slot_runner(llm)) for i in range(1, parallel)]
         self.waiting: collections.deque[Job] = collections.deque()
         self.stats = Stats()
