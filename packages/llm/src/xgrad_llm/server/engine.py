@@ -9,7 +9,8 @@ longest prefix with its prompt. Jobs beyond the slots wait in a bounded queue; a
 One worker thread does all model work, off the event loop: each round it admits waiting jobs into free slots and
 runs one step of every busy slot (a decode, or up to `prefill_step` tokens of a prompt: a long prompt is fed over
 several rounds), so the slots' streams interleave token by token. A job whose client left (`cancel()`) or whose
-deadline passed is dropped before its next step, and its slot is free at once. Events reach the HTTP side through the job's `emit` callback (thread-safe hand-off to the event loop).
+deadline passed is dropped before its next step, and its slot is free at once. Events reach the HTTP side through
+the job's `emit` callback (thread-safe hand-off to the event loop).
 
 Sampling follows `xgrad_llm.generate.Sampler`, with OpenAI's presence/frequency penalties on the logits first, and a
 `Constraint` (JSON, tool calls) that rejects tokens it does not allow: a rejected draw is masked out and drawn again,
