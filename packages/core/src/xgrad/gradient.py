@@ -199,24 +199,67 @@ pm_gradient = PatternMatcher(
 )
 
 
+# ---- custom kernels (xgrad.custom_kernel): an output is DETACH(buffer) with arg (call, position); the gradient goes
+# from the outputs to their CUSTOM_KERNEL call, and from the call to its arguments through the call's grad_fxn ----
+def _grad_sources(u: UOp) -> tuple[UOp, ...]:
+    """Where a gradient flows on from `u`: its sources; from a custom kernel's output to the call (not the buffer),
+    from the call to its arguments (not the kernel)."""
+    if u.op is Ops.DETACH and u.arg is not None:
+        return (u.arg[0],)
+    return u.src[1:] if u.op is Ops.CUSTOM_KERNEL else u.src
+
+
+def _walk_through_calls(root: UOp) -> dict[UOp, None]:
+    """The topological order of the nodes under root along `_grad_sources` (it reaches custom kernels' arguments)."""
+    order: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if ready:
+            order[node] = None
+        elif node not in order:
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(_grad_sources(node)) if s not in order)
+    return order
+
+
+def call_gradient(call: UOp, received: dict[int, UOp]) -> tuple[UOp | None, ...]:
+    """The gradients of a custom kernel's arguments, from its `grad_fxn` and the gradients its outputs received (by
+    position; as tinygrad, only those are passed: `grad_fxn(g, call)` for one, `grad_fxn(*gs, call=call)` for more)."""
+    if call.arg is None:
+        raise GradientError(
+            "a custom kernel made without grad_fxn cannot be differentiated; pass grad_fxn=(*grads, call) -> "
+            "(one gradient UOp or None per argument)"
+        )
+    grads = [received[k] for k in sorted(received)]
+    out = call.arg(*grads, call=call) if len(grads) > 1 else call.arg(grads[0], call)
+    args = call.src[1:]
+    if not isinstance(out, (tuple, list)) or len(out) != len(args):
+        raise GradientError(
+            f"grad_fxn of a custom kernel must return one gradient (or None) per argument ({len(args)})"
+        )
+    return tuple(None if g is None else g if isinstance(g, UOp) else g.uop for g in out)
+
+
 def _on_path(order: dict[UOp, None], targets: set[UOp]) -> dict[UOp, bool]:
     """For every node of a topological `order`: whether some target is under it (or is it)."""
     on_path: dict[UOp, bool] = {}
     for u in order:
-        on_path[u] = u in targets or any(on_path[s] for s in u.src)
+        on_path[u] = u in targets or any(on_path[s] for s in _grad_sources(u))
     return on_path
 
 
 def nodes_with_gradient_path(root: UOp) -> set[UOp]:
-    """The nodes under root (and root) that a gradient can reach: the walk stops at DETACH, which cuts the graph."""
+    """The nodes under root (and root) that a gradient can reach: the walk stops at DETACH, which cuts the graph
+    (a custom kernel's output leads on to its call's arguments)."""
     seen: set[UOp] = set()
     stack = [root]
     while stack:
         node = stack.pop()
-        if node in seen or node.op is Ops.DETACH:
+        if node in seen or (node.op is Ops.DETACH and node.arg is None):
             continue
         seen.add(node)
-        stack.extend(node.src)
+        stack.extend(_grad_sources(node))
     return seen
 
 
@@ -227,16 +270,32 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
     all its users) before its rule runs. Only nodes with a target under them are visited. Targets that no gradient
     reaches are absent from the result."""
     order = root.walk()  # not cached on root: the loss is dropped after backward (see UOp.walk)
+    if any(u.op is Ops.DETACH and u.arg is not None for u in order):  # custom kernels: on to their arguments
+        order = _walk_through_calls(root)
     on_path = _on_path(order, targets)
     grads: dict[UOp, UOp] = {root: root_grad}
+    calls: dict[UOp, dict[int, UOp]] = {}  # custom kernel call -> the gradients of its outputs, by position
     for node in reversed(order):
-        if (grad := grads.get(node)) is None or not any(on_path[s] for s in node.src):
+        srcs = _grad_sources(node)
+        if not any(on_path[s] for s in srcs):
             continue
-        src_grads = pm_gradient.first_result(node, grad)
+        if node.op is Ops.CUSTOM_KERNEL:
+            if (received := calls.get(node)) is None:
+                continue
+            src_grads = call_gradient(node, received)
+        else:
+            if (grad := grads.get(node)) is None:
+                continue
+            if node.op is Ops.DETACH and node.arg is not None:  # a custom kernel's output: on to its call
+                call, k = node.arg
+                received = calls.setdefault(call, {})
+                received[k] = received[k].alu(Ops.ADD, grad) if k in received else grad
+                continue
+            src_grads = pm_gradient.first_result(node, grad)
         if src_grads is None:
             raise GradientError(f"no gradient rule for {node.op.name} ({node.dtype.name}); it cannot be differentiated")
-        assert len(src_grads) == len(node.src), f"gradient rule for {node.op} returned {len(src_grads)} grads"
-        for src, src_grad in zip(node.src, src_grads):
+        assert len(src_grads) == len(srcs), f"gradient rule for {node.op} returned {len(src_grads)} grads"
+        for src, src_grad in zip(srcs, src_grads):
             if src_grad is None or not on_path[src]:
                 continue
             if src_grad.shape != src.shape:  # a 0-d operand broadcast implicitly: its gradient is summed to it

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -442,6 +443,26 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         realize_base(self)
         view_memory(self.uop).copyin(data)
         return self
+
+    def custom_kernel(
+        self, *lst: Tensor, fxn: Callable[..., Any], grad_fxn: Callable[..., Any] | None = None
+    ) -> list[Tensor]:
+        """Run a kernel written in UOps on the buffers of self and `lst` (outputs and inputs alike: the kernel writes
+        in place); returns each tensor after the kernel, as tinygrad's. `fxn` gets one `KernelArg` per tensor and
+        returns the kernel's SINK (see `xgrad.custom_kernel`). `grad_fxn(*grads, call)` gives the backward: the
+        gradients of the outputs used (`call.src[1:]` are the arguments) -> one gradient UOp or None per argument.
+
+        >>> from xgrad.uop.ops import KernelInfo, UOp
+        >>> def add(c, a, b):
+        ...     i = UOp.range(c.numel(), 0)
+        ...     return c[i].store(a[i] + b[i]).sink(arg=KernelInfo(name="add"))
+        >>> out = Tensor.empty(3).custom_kernel(Tensor([1.0, 2.0, 3.0]), Tensor([10.0, 20.0, 30.0]), fxn=add)[0]
+        >>> out.tolist()
+        [11.0, 22.0, 33.0]
+        """
+        from xgrad.custom_kernel import custom_kernel
+
+        return custom_kernel((self, *lst), fxn, grad_fxn)
 
     # ---- autograd ----
     def contiguous_backward(self) -> Tensor:

@@ -143,6 +143,16 @@ def _returned_tensors(ret: Any, check: bool) -> list[Tensor]:
     return []
 
 
+def _written_slots(item: ScheduleItem) -> tuple[int, ...]:
+    """The positions among `item.bufs` that it writes: the copy's destination, or the kernel's stored PARAMs (one
+    for a scheduled kernel, several for a custom kernel with several outputs)."""
+    if item.is_copy:
+        return (0,)
+    targets = [u.src[0] for u in item.ast.toposort if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
+    stored = {t.src[0].arg for t in targets if t.src[0].op is Ops.PARAM}
+    return tuple(sorted(stored)) or (0,)
+
+
 def _prune(steps: list[_Step]) -> list[_Step]:
     """The steps that depend on an input (`TinyJit(prune=True)`): the others computed, during the capture, values
     that stay the same, so a replay skips them. A skipped step whose output buffer a kept step writes (the memory
@@ -156,10 +166,10 @@ def _prune(steps: list[_Step]) -> list[_Step]:
             needed |= ids
     changed = True
     while changed:
-        written = {id(st.item.bufs[0]) for st, k in zip(steps, kept) if k}
+        written = {id(st.item.bufs[j]) for st, k in zip(steps, kept) if k for j in _written_slots(st.item)}
         changed = False
         for i, st in enumerate(steps):
-            if not kept[i] and id(st.item.bufs[0]) in written:
+            if not kept[i] and any(id(st.item.bufs[j]) in written for j in _written_slots(st.item)):
                 kept[i] = changed = True
     return [st for st, k in zip(steps, kept) if k]
 
@@ -346,7 +356,12 @@ class TinyJit(Generic[R]):
             steps = _prune(steps)
         self.steps, self.result, self.calls, self.var_vals = steps, ret, 2, passed
         self.names = _arg_names(args, kwargs)
-        self._written = {id(st.item.bufs[0].base or st.item.bufs[0]) for st in steps if st.slots[0] is None}
+        self._written = {
+            id(st.item.bufs[j].base or st.item.bufs[j])
+            for st in steps
+            for j in _written_slots(st.item)
+            if st.slots[j] is None
+        }
         # the common replay (whole single-device buffers of concrete shapes, no variables) skips the generic checks
         self._fast = (
             not passed

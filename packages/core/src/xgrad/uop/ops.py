@@ -97,6 +97,9 @@ class Ops(enum.Enum):
     # ternary ALU
     WHERE = enum.auto()
     MULACC = enum.auto()  # a*b+c
+    # autodiff only (never scheduled): a custom kernel's call; src: (kernel SINK, *arguments), arg: grad_fxn or None.
+    # Its outputs are DETACH nodes of the arguments' buffers with arg (the call, the argument's position)
+    CUSTOM_KERNEL = enum.auto()
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -493,6 +496,20 @@ class UOp(metaclass=_UOpMeta):
 
     def sink(self, *more: UOp, arg: Any = None) -> UOp:
         return UOp(Ops.SINK, dtypes.void, (self,) + more, arg)
+
+    # ---- tinygrad's kernel-building spellings (custom kernels): xgrad's kernel AST has no END, loops follow ranges
+    def end(self, *ranges: UOp) -> UOp:
+        """tinygrad closes the loops of `ranges` after a store; here loops are implicit in the ranges: self."""
+        return self
+
+    @staticmethod
+    def group(*stores: UOp) -> UOp:
+        """Several stores as one node (a NOOP); a kernel's SINK takes them as its own sources."""
+        return UOp(Ops.NOOP, dtypes.void, stores)
+
+    def simplify(self) -> UOp:
+        """The graph with its index arithmetic simplified (symbolic rules)."""
+        return ssimplify(self)
 
     # ---- bounds (symbolic) ----
     @functools.cached_property
