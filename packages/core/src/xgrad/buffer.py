@@ -2,10 +2,14 @@
 
 A backend's device object satisfies `RuntimeDevice`: a name, an `Allocator`, and `compile(ast)` that turns a kernel
 AST (see `xgrad.uop.ops`) into a `Program` it can launch. Core only talks to devices through these protocols.
+
+Buffer identity lives here too: a BUFFER node of the graph carries its `Buffer` (`new_buffer_uop`, `buffer_of`), and
+every BUFFER node gets a fresh id (`new_buffer_id`), so two buffers never hash-cons into one node.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
@@ -198,3 +202,29 @@ class Buffer:
 
     def __repr__(self) -> str:
         return f"<Buffer {self.device} {self.size} {self.dtype.name}{' view' if self.base is not None else ''}>"
+
+
+# ---- buffer identity: BUFFER nodes of the graph and the Buffers they hold ----
+_buffer_ids = itertools.count()
+
+
+def new_buffer_id() -> int:
+    """A fresh id for a BUFFER node (ids only grow: a node numbered below an id existed before it was drawn)."""
+    return next(_buffer_ids)
+
+
+def new_buffer_uop(device: str, size: int, dtype: DType) -> UOp:
+    """A BUFFER node with a fresh Buffer attached (allocated when first used)."""
+    uop = UOp.buffer(device, size, dtype, next(_buffer_ids))
+    uop.__dict__["buffer"] = Buffer(device, size, dtype)
+    # its shape and device, known here: computing them on first use (cached_property misses) cost ~10 us of a cold
+    # cached realize, and reading the result (`Tensor.numpy()`) asks for the device
+    uop.__dict__["shape"] = (int(size),)
+    uop.__dict__["device"] = device
+    return uop
+
+
+def buffer_of(u: UOp) -> Buffer:
+    """The Buffer behind a realized node (a BUFFER node, or movement ops on one)."""
+    buf: Buffer = u.base.__dict__["buffer"]
+    return buf

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
+from xgrad.buffer import new_buffer_id
 from xgrad.dtype import DType
-from xgrad.engine.schedule import _buffer_ids
 from xgrad.errors import JitError, XgradError
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
@@ -108,7 +108,7 @@ def _placeholder(sig: _InputSig) -> UOp:
     size = 1
     for s in sig.shape:
         size *= s
-    return UOp.buffer(sig.device, max(size, 1), sig.dtype, next(_buffer_ids)).reshape(sig.shape)
+    return UOp.buffer(sig.device, max(size, 1), sig.dtype, new_buffer_id()).reshape(sig.shape)
 
 
 class Function:
@@ -155,7 +155,7 @@ class Function:
         from xgrad.tensor import Tensor
 
         placeholders = tuple(_placeholder(s) for s in sigs)
-        first_uid = next(_buffer_ids)  # buffers numbered below this existed before the trace: implicit inputs
+        first_uid = new_buffer_id()  # buffers numbered below this existed before the trace: implicit inputs
         stand_ins = [Tensor(p) for p in placeholders]
         new_args, new_kwargs = _rebuild(args, kwargs, {id(t): s for t, s in zip(tensors, stand_ins)})
         try:

@@ -14,22 +14,26 @@ flattened partials are cut into one chunk per device; a reduce-scatter of n-1 st
 adding as it goes, an all-gather of n-1 steps passes the finished chunks on). `RING=2` always uses the ring, `RING=1`
 above `RING_ALLREDUCE_THRESHOLD` elements with more than two devices, `RING=0` never.
 
-The table of this pass is `pm_shard` (op -> rule); `schedule_multi` is the hook the realize engine calls.
+The table of this pass is `pm_shard` (op -> rule, applied by `graph_rewrite` with a `ShardCtx`); `schedule_multi`
+runs it as the pass "multi-device lowering" and is the hook the realize engine calls.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from xgrad.buffer import Buffer
+from xgrad.buffer import Buffer, buffer_of, new_buffer_uop
 from xgrad.device import multi_devices, multi_name
 from xgrad.dtype import dtypes
-from xgrad.engine.schedule import ScheduleItem, buffer_of, new_buffer_uop
+from xgrad.engine.schedule import ScheduleItem
 from xgrad.errors import DeviceError, XgradError
 from xgrad.helpers import RING, RING_ALLREDUCE_THRESHOLD, dedup, prod
 from xgrad.uop.ops import GroupOp, Ops, UOp
+from xgrad.uop.passes import run_pass
+from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
 _leaf_ids = itertools.count()
 
@@ -75,8 +79,11 @@ def devices_of(u: UOp) -> tuple[str, ...] | None:
 
 def is_multi_graph(roots: list[UOp]) -> bool:
     """Whether any node under `roots` lives on a device tuple."""
-    sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
-    return any(u.op is Ops.DEVICE and devices_of(u) is not None for u in sink.walk())
+    return any(u.op is Ops.DEVICE and devices_of(u) is not None for u in _sink(roots).walk())
+
+
+def _sink(roots: list[UOp]) -> UOp:
+    return UOp(Ops.SINK, dtypes.void, tuple(roots))
 
 
 def leaf_of(u: UOp) -> MultiLeaf | None:
@@ -418,45 +425,73 @@ def shard_copy(u: UOp, srcs: list[Lowered], devices: tuple[str, ...]) -> Sharded
     return reshard(whole, axis)
 
 
-pm_shard: dict[Ops, ShardFn] = {
-    Ops.CONST: shard_leaf,
-    Ops.IOTA: shard_leaf,
+# ---- the pass: pm_shard visits every node after its sources and records what it lowers to in ShardCtx ----
+@dataclass
+class ShardCtx:
+    """What `pm_shard` has lowered so far: each visited node to itself (one device) or to its shards."""
+
+    lowered: dict[UOp, Lowered] = field(default_factory=dict)
+
+
+def shard_with(ctx: ShardCtx, u: UOp, rule: ShardFn | None) -> None:
+    """Lower `u` (its sources are lowered already): by `rule` when it lives on a device tuple, else as one node."""
+    srcs = [ctx.lowered[s] for s in u.src]
+    devices = devices_of(u)
+    if devices is None:
+        ctx.lowered[u] = _lower_single(u, srcs)
+    elif rule is None:
+        raise XgradError(f"{u.op.name} is not supported on several devices ({devices}); gather with .to() first")
+    else:
+        ctx.lowered[u] = rule(u, srcs, devices)
+
+
+def keep(ctx: ShardCtx, u: UOp) -> None:
+    ctx.lowered[u] = u
+
+
+def _rule(rule: ShardFn | None) -> Callable[..., None]:
+    return functools.partial(shard_with, rule=rule)
+
+
+SHARD_RULES: dict[Ops | frozenset[Ops], ShardFn] = {
+    frozenset({Ops.CONST, Ops.IOTA}): shard_leaf,
     Ops.BUFFER: shard_buffer,
     Ops.RESHAPE: shard_reshape,
     Ops.PERMUTE: shard_permute,
     Ops.EXPAND: shard_expand,
-    Ops.PAD: shard_pad_flip,
-    Ops.FLIP: shard_pad_flip,
+    frozenset({Ops.PAD, Ops.FLIP}): shard_pad_flip,
     Ops.SHRINK: shard_shrink,
     Ops.REDUCE_AXIS: shard_reduce,
     Ops.COPY: shard_copy,
-    Ops.CONTIGUOUS: shard_elementwise,
-    Ops.CONTIGUOUS_BACKWARD: shard_elementwise,
-    Ops.DETACH: shard_elementwise,
     Ops.ASSIGN: shard_assign,
-    **{op: shard_elementwise for op in GroupOp.Elementwise},
+    GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}: shard_elementwise,
 }
+_RULED = frozenset({Ops.SINK, Ops.DEVICE}).union(*(k if isinstance(k, frozenset) else {k} for k in SHARD_RULES))
+
+# one rule per op (the rules record into ShardCtx and rewrite nothing, so the first that matches is the only one):
+# a node on one device keeps its op with lowered sources; on a device tuple the op's rule splits it per device
+pm_shard = PatternMatcher(
+    [
+        (UPat((Ops.SINK, Ops.DEVICE), name="u"), keep),
+        *((UPat(ops, name="u"), _rule(rule)) for ops, rule in SHARD_RULES.items()),
+        (UPat(frozenset(Ops) - _RULED, name="u"), _rule(None)),  # no rule: fine on one device only
+    ]
+)
 
 
-# ---- the pass ----
 def lower_multi(roots: list[UOp]) -> dict[UOp, Lowered]:
     """Every node under `roots` lowered: single-device nodes to themselves (with lowered sources), nodes on a device
     tuple to a `Sharded`."""
-    memo: dict[UOp, Lowered] = {}
-    for u in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort:
-        if u.op is Ops.SINK or u.op is Ops.DEVICE:
-            memo[u] = u
-            continue
-        srcs = [memo[s] for s in u.src]
-        devices = devices_of(u)
-        if devices is None:
-            memo[u] = _lower_single(u, srcs)
-            continue
-        rule = pm_shard.get(u.op)
-        if rule is None:
-            raise XgradError(f"{u.op.name} is not supported on several devices ({devices}); gather with .to() first")
-        memo[u] = rule(u, srcs, devices)
-    return memo
+    ctx = ShardCtx()
+    graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(roots)), pm_shard, ctx, name="shard")
+    return ctx.lowered
+
+
+def shard_graph(sink: UOp, lowered: dict[UOp, Lowered]) -> UOp:
+    """The pass: the graph under `sink` on single devices (a SINK of every root's shards); `lowered` gets each node's
+    lowering."""
+    lowered.update(lower_multi(list(sink.src)))
+    return UOp(Ops.SINK, dtypes.void, tuple(dedup(s for r in sink.src for s in _shards_of(lowered[r]))))
 
 
 def _lower_single(u: UOp, srcs: list[Lowered]) -> UOp:
@@ -487,8 +522,10 @@ def schedule_multi(roots: list[UOp], schedule: ScheduleFn) -> tuple[list[Schedul
     if not is_multi_graph(roots):
         items, single = schedule(roots)
         return items, single, [single[r] for r in roots if r in single]
-    memo = lower_multi(roots)
-    flat = dedup(s for r in roots for s in _shards_of(memo[r]))
+    memo: dict[UOp, Lowered] = {}
+    # every node on a device tuple becomes one node per device (pm_shard), before the schedule cache keys the graph
+    lowered = run_pass("multi-device lowering", functools.partial(shard_graph, lowered=memo), _sink(roots))
+    flat = list(lowered.src)
     items, done = schedule(flat)
     becomes: dict[UOp, UOp] = {}
     for r in roots:
@@ -512,6 +549,7 @@ __all__ = [
     "lower_multi",
     "multi_axis",
     "multi_leaf",
+    "ShardCtx",
     "pm_shard",
     "reshard",
     "schedule_multi",

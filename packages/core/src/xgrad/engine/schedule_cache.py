@@ -13,17 +13,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from xgrad.buffer import Buffer
+from xgrad.buffer import Buffer, buffer_of, new_buffer_uop
 from xgrad.dtype import DType, dtypes
+from xgrad.engine.indexing import buffer_view
 from xgrad.engine.multi import devices_of
-from xgrad.engine.schedule import (
-    ScheduleItem,
-    ScheduleStats,
-    buffer_of,
-    buffer_view,
-    create_schedule,
-    new_buffer_uop,
-)
+from xgrad.engine.schedule import ScheduleItem, ScheduleStats, create_schedule
 from xgrad.helpers import SCACHE, Effect, knobs_key
 from xgrad.uop.ops import Ops, UOp, sint
 from xgrad.uop.symshape import tuple_holds_uops

@@ -153,6 +153,9 @@ class PatternMatcher:
             wants_ctx = "ctx" in inspect.signature(fn).parameters
             for op in pat.ops if pat.ops is not None else list(Ops):
                 self.by_op[op].append((pat, fn, wants_ctx, pat.early_reject))
+        # (op, op of the first source) -> the rules of `op` whose pattern admits that first source, made on first use:
+        # a table of many rules that each fix their first source's op (index lowering) tries only the one that fits
+        self.by_first_src: dict[tuple[Ops, Ops | None], list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]]] = {}
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.rules + other.rules)
@@ -167,6 +170,12 @@ class PatternMatcher:
         candidates = self.by_op.get(u.op)
         if not candidates:
             return None
+        key = (u.op, u.src[0].op if u.src else None)
+        if (narrowed := self.by_first_src.get(key)) is None:
+            narrowed = self.by_first_src[key] = [c for c in candidates if _admits_first_src(c[0], key[1])]
+        if not narrowed:
+            return None
+        candidates = narrowed
         src_ops = {s.op for s in u.src}
         for pat, fn, wants_ctx, early_reject in candidates:
             if not early_reject <= src_ops:
@@ -176,6 +185,16 @@ class PatternMatcher:
                 if ret is not None and ret is not u:
                     return ret
         return None
+
+
+def _admits_first_src(pat: UPat, op: Ops | None) -> bool:
+    """Whether a node whose first source has `op` (None: no sources) may match `pat`, judged by that source alone."""
+    if pat.src_kind == "none" or pat.src_kind == "perm" or not pat.src:
+        return True
+    first = pat.src[0]
+    if op is None:
+        return pat.src_kind == "all"  # a pattern for every source matches a node without any
+    return first.ops is None or op in first.ops
 
 
 class RewriteStats:
@@ -192,12 +211,15 @@ def graph_rewrite(
     name: str = "rewrite",
     bottom_up: bool = False,
     memo: dict[UOp, UOp] | None = None,
+    last_source_first: bool = False,
 ) -> UOp:
     """Rewrite the graph under `root` until no rule of `pm` matches any node.
 
     Default order: a node is matched after its sources are rewritten. `bottom_up=True` matches a node first, before
-    its sources (useful when a rule must see the original subgraph). `memo` (node -> its final rewrite) is read and
-    filled in place; share one across calls only for a table whose rules depend on nothing but the node (no ctx)."""
+    its sources (useful when a rule must see the original subgraph). Sources are visited first to last, or last to
+    first with `last_source_first` (a ctx that numbers what its rules create sees them in that order). `memo` (node
+    -> its final rewrite) is read and filled in place; share one across calls only for a table whose rules depend on
+    nothing but the node (no ctx)."""
     start = time.perf_counter()
     replace: dict[UOp, UOp] = {} if memo is None else memo
     # stack entries: (node, stage, target); stage 0 = visit, 1 = sources done, 2 = node becomes target's result
@@ -223,7 +245,8 @@ def graph_rewrite(
                 push((new, 0, new))
                 continue
             push((node, 1, node))
-            stack.extend([(s, 0, s) for s in reversed(node.src) if s not in replace])
+            srcs = node.src if last_source_first else reversed(node.src)  # the stack pops the last pushed first
+            stack.extend([(s, 0, s) for s in srcs if s not in replace])
             continue
         new_src = tuple([replace[s] for s in node.src])
         if new_src != node.src:  # UOps compare by identity (hash-consed), so this is "some source changed"
