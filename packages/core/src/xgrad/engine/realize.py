@@ -171,13 +171,14 @@ def view_memory(u: UOp) -> Buffer:
 def reinterpret_memory(u: UOp, dtype: DType) -> UOp:
     """A BUFFER node of `dtype` over the same bytes as the realized contiguous view `u` (a bitcast on DISK, which
     runs no kernels: the new items are read and written in place)."""
-    from xgrad.buffer import Buffer, new_buffer_id
+    from xgrad.buffer import Buffer
+    from xgrad.engine.schedule import new_buffer_uop
 
     mem = view_memory(u)
     root = mem.base if mem.base is not None else mem
     count = mem.nbytes // dtype.itemsize
-    out = UOp.buffer(root.device, count, dtype, new_buffer_id())
-    out.__dict__["buffer"] = Buffer(root.device, count, dtype, base=root, offset=mem.offset)
+    out = new_buffer_uop(root.device, count, dtype)
+    out.__dict__["buffer"] = Buffer(root.device, count, dtype, base=root, offset=mem.offset)  # the same bytes
     return out
 
 
