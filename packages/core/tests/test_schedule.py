@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from xgrad.engine.schedule import create_schedule
+from xgrad.dtype import dtypes
+from xgrad.engine.indexing import KernelCtx, push_index
+from xgrad.engine.schedule import create_schedule, kernel_order
+from xgrad.errors import XgradError
 from xgrad.helpers import Context
 from xgrad.tensor import Tensor
-from xgrad.uop.ops import Ops
+from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.passes import add_pass_hook, remove_pass_hook
 
 
 @pytest.fixture(autouse=True)
@@ -121,3 +126,74 @@ def test_an_output_that_a_big_expand_repeats_stays_a_plain_boundary():
     x = a.sum(1) * c
     y = (x.reshape(8, 1).expand(8, 32) * w).sum(0)
     assert len(kernels(x, y)) == 2
+
+
+# ---- the pipeline: named passes, a hook around each, the order of assigns ----
+def test_create_schedule_runs_its_passes_in_order_through_the_hook():
+    seen: list[tuple[str, Ops]] = []
+
+    def hook(name: str, graph: UOp, seconds: float) -> None:
+        assert seconds >= 0
+        seen.append((name, graph.op))
+
+    add_pass_hook(hook)
+    try:
+        with Context(SPEC=1, SPLIT_REDUCEOP=1):
+            kernels((Tensor.empty(16, 16) + 1).sum(1))
+    finally:
+        remove_pass_hook(hook)
+    names = [name for name, _ in seen]
+    assert names == ["check tensor graph", "split reductions", "kernel boundaries", "order kernels", "lower kernels"]
+    assert all(op is Ops.SINK for _, op in seen)
+
+
+def test_debug_6_prints_each_pass_result(capsys: pytest.CaptureFixture[str]):
+    with Context(DEBUG=6):
+        kernels(Tensor.empty(4, 4).sum(1) * 2)
+    out = capsys.readouterr().out
+    for name in ("kernel boundaries", "order kernels", "lower kernels"):
+        assert f"--- after {name} ---" in out
+    found = out.split("--- after kernel boundaries ---")[1].split("---")[0]
+    assert found.strip() == "MUL dtypes.float (4,)"  # the one boundary: the reduction fuses into it
+
+
+def test_an_assign_runs_after_the_kernels_that_read_the_old_value():
+    a = Tensor([1.0, 2.0, 3.0, 4.0], device="CPU").realize()
+    old_doubled = (a * 2).contiguous()  # reads the buffer the assign overwrites
+    later = old_doubled + 1  # reads it only through old_doubled's buffer
+    a.assign(a + 10)
+    items, _ = create_schedule([a.uop, later.uop])  # the assign comes first in the graph's order
+    order = [it.ast.src[0].src[1].op for it in items]
+    assert order.index(Ops.MUL) < order.index(Ops.ADD)  # the reader (a * 2) before the assign (a + 10)
+    a2 = Tensor([1.0, 2.0, 3.0, 4.0], device="CPU").realize()
+    reader = (a2 * 2).contiguous() + 1
+    a2.assign(a2 + 10)
+    a2.realize(reader)
+    np.testing.assert_array_equal(reader.numpy(), np.array([1.0, 2.0, 3.0, 4.0]) * 2 + 1)
+    np.testing.assert_array_equal(a2.numpy(), np.array([11.0, 12.0, 13.0, 14.0]))
+
+
+def test_kernel_order_keeps_a_graph_without_assign_in_its_order():
+    a = Tensor.empty(8)
+    x = (a + 1).contiguous()
+    y = (x * 2).contiguous()
+    nodes = [y.uop.src[0].src[0], y.uop.src[0]]  # not a real schedule's boundaries, only an order to keep
+    assert kernel_order(nodes) == nodes
+    items, _ = create_schedule([y.uop])
+    assert [it.ast.src[0].src[1].op for it in items] == [Ops.ADD, Ops.MUL]
+
+
+def test_an_assign_that_reads_another_assigns_result_runs_after_it():
+    a = Tensor([1.0, 2.0], device="CPU").realize()
+    b = Tensor([10.0, 20.0], device="CPU").realize()
+    a.assign(b + 1)  # reads b's old value: runs before b's assign
+    b.assign(a + 1)  # reads a's new value
+    a.realize(b)
+    assert a.tolist() == [11.0, 21.0] and b.tolist() == [12.0, 22.0]
+
+
+def test_index_lowering_refuses_an_op_it_has_no_rule_for():
+    ctx = KernelCtx({}, [])
+    var = UOp(Ops.SINK, dtypes.void, ())  # no tensor-graph op pushes through a SINK
+    with pytest.raises(XgradError, match="cannot lower Ops.SINK"):
+        push_index(var, (), ctx)
