@@ -151,6 +151,12 @@ def test_factory_result_that_is_not_a_device_raises_plugin_error_naming_the_plug
     assert "XGRAD_BLOCK_PLUGINS=xgrad_bad_devices" in message
 
 
+def test_renderer_factory_returning_none_raises_plugin_error_naming_the_plugin() -> None:
+    with registry_of("xgrad_bad_devices", autoload=0):
+        with pytest.raises(PluginError, match="plugin xgrad_bad_devices: the factory of renderer BADR returned None"):
+            Device.renderer("BADR")
+
+
 def test_factory_result_meeting_the_contract_opens() -> None:
     with registry_of("xgrad_test_devices,xgrad_bad_devices", autoload=0):
         assert Device["HALFNORUN"].name == "HALFNORUN"  # runs no kernels: a name is enough

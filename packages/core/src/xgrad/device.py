@@ -240,9 +240,15 @@ class _Device:
             raise DeviceError(f"renderer {key} is not available: {reason}")
         spec, record = registry.renderers[key]
         try:
-            return spec.factory(arch if arch is not None else spec.default_arch)
+            built = spec.factory(arch if arch is not None else spec.default_arch)
         except Exception as e:
             raise DeviceError(f"building renderer {key} (plugin {record.name}) failed: {type(e).__name__}: {e}") from e
+        if built is None:
+            raise PluginError(
+                f"plugin {record.label()}: the factory of renderer {key} returned None. Fix or update the plugin, or "
+                f"hide it with XGRAD_BLOCK_PLUGINS={record.switch()}"
+            )
+        return built
 
 
 def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:

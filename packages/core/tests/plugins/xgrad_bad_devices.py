@@ -1,8 +1,8 @@
 """A plugin whose runnable devices outrank xgrad_test_devices' but whose factories are broken: one returns None, one
 an object missing most of `xgrad.buffer.RuntimeDevice`, one raises. Loaded with xgrad_test_devices in tests of
-open-time validation and of the default device's fallback."""
+open-time validation and of the default device's fallback. Its renderer BADR's factory returns None."""
 
-from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, hookimpl
+from xgrad.plugin import PLUGIN_API_VERSION, DeviceSpec, RendererSpec, hookimpl
 
 
 class HalfDevice:
@@ -16,6 +16,10 @@ class HalfDevice:
 
 
 def _returns_none(name: str) -> None:
+    return None
+
+
+def _no_renderer(arch: str | None) -> None:
     return None
 
 
@@ -37,3 +41,8 @@ def xgrad_devices() -> list[DeviceSpec]:
         DeviceSpec("BADNORUN", _returns_none, priority=0, available=lambda: (True, ""), runs_kernels=False),
         DeviceSpec("HALFNORUN", HalfDevice, priority=0, available=lambda: (True, ""), runs_kernels=False),
     ]
+
+
+@hookimpl
+def xgrad_renderers() -> list[RendererSpec]:
+    return [RendererSpec("BADR", _no_renderer, available=lambda: (True, ""))]
