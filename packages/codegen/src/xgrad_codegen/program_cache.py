@@ -18,6 +18,7 @@ import pickle
 import sys
 from typing import Any
 
+import xgrad.helpers as core_helpers  # its folder is the core package's
 from xgrad.buffer import ProgramInfo
 from xgrad.helpers import Effect, cache_dir, knobs_key, write_atomic
 from xgrad.uop.ops import UOp
@@ -29,10 +30,8 @@ CACHE_VERSION = 1
 def codegen_sources_hash() -> str:
     """A hash of this package's sources and of xgrad core's (the IR, its simplifier and dtypes live there): a change
     to any pass may change what it renders."""
-    import xgrad
-
     h = hashlib.sha256()
-    for root in (pathlib.Path(__file__).parent, pathlib.Path(xgrad.__file__).parent):
+    for root in (pathlib.Path(__file__).parent, pathlib.Path(core_helpers.__file__).parent):
         for path in sorted(root.rglob("*.py")):
             h.update(str(path.relative_to(root)).encode())
             h.update(path.read_bytes())

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device
 from xgrad.helpers import Context, GlobalCounters, getenv
+from xgrad.version import __version__
 
 if TYPE_CHECKING:
     from xgrad.dtype import dtypes
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
     from xgrad.uop.ops import UOp
 
     Variable = UOp.variable
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "Tensor": ("xgrad.tensor", "Tensor"),

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from xgrad.info import main as info_main
+from xgrad.version import __version__
+
 
 def main(argv: list[str] | None = None) -> int:
-    from xgrad import __version__
-
     parser = argparse.ArgumentParser(prog="xgrad", description="xgrad command line")
     parser.add_argument("--version", action="version", version=f"xgrad {__version__}")
     commands = parser.add_subparsers(dest="command")
@@ -16,8 +17,6 @@ def main(argv: list[str] | None = None) -> int:
     info.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.command in (None, "info"):
-        from xgrad.info import main as info_main
-
         return info_main(as_json=bool(getattr(args, "json", False)))
     parser.error(f"unknown command {args.command}")  # unreachable: argparse rejects unknown subcommands
 

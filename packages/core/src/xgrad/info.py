@@ -7,16 +7,15 @@ import json
 import platform
 from typing import Any
 
+from xgrad.device import Device
 from xgrad.errors import DeviceError
 from xgrad.helpers import changed_knobs
+from xgrad.plugin import PLUGIN_API_VERSION, get_registry
+from xgrad.version import __version__
 
 
 def collect_info() -> dict[str, Any]:
     """Everything `xgrad info` shows, as plain JSON-able data."""
-    from xgrad import __version__
-    from xgrad.device import Device
-    from xgrad.plugin import PLUGIN_API_VERSION, get_registry
-
     registry = get_registry()
     plugins = []
     for record in registry.plugins:

@@ -32,6 +32,7 @@ import pluggy
 
 from xgrad.errors import PluginError
 from xgrad.helpers import XGRAD_BLOCK_PLUGINS, XGRAD_DISABLE_PLUGIN_AUTOLOAD, XGRAD_PLUGIN_OVERRIDE, XGRAD_PLUGINS
+from xgrad.version import __version__
 
 PROJECT_NAME = "xgrad"
 ENTRY_POINT_GROUP = "xgrad.backends"
@@ -179,8 +180,6 @@ class Registry:
     # ---- building ----
     def load(self) -> None:
         builtin = PluginRecord("builtin", BUILTIN_PLUGIN_MODULE, "builtin")
-        from xgrad import __version__
-
         builtin.dist_name, builtin.dist_version = "xgrad-core", __version__
         self._add(builtin, lambda: importlib.import_module(BUILTIN_PLUGIN_MODULE))
         blocked = {normalize_name(n) for n in _split_names(XGRAD_BLOCK_PLUGINS.value)}

@@ -22,16 +22,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from xgrad.buffer import new_buffer_id
 from xgrad.dtype import DType
 from xgrad.errors import JitError, XgradError
+from xgrad.tensor import Tensor
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
-
-if TYPE_CHECKING:
-    from xgrad.tensor import Tensor
 
 
 @dataclass(frozen=True)
@@ -51,8 +49,6 @@ class _Trace:
 
 
 def _is_tensor(x: Any) -> bool:
-    from xgrad.tensor import Tensor
-
     return isinstance(x, Tensor)
 
 
@@ -152,8 +148,6 @@ class Function:
         sigs: tuple[_InputSig, ...],
         statics: tuple[Any, ...],
     ) -> _Trace:
-        from xgrad.tensor import Tensor
-
         placeholders = tuple(_placeholder(s) for s in sigs)
         first_uid = new_buffer_id()  # buffers numbered below this existed before the trace: implicit inputs
         stand_ins = [Tensor(p) for p in placeholders]
@@ -216,8 +210,6 @@ class Function:
             )
 
     def _apply(self, trace: _Trace, tensors: list[Tensor]) -> list[Tensor]:
-        from xgrad.tensor import Tensor
-
         mapping: dict[UOp, UOp] = {}
         for p, t in zip(trace.placeholders, tensors):
             x = t.contiguous() if self.precompile and not _is_plain_buffer(t.uop) else t
