@@ -4,11 +4,17 @@ Everything below the imports is written the way a tinygrad user writes it: a sma
 transformer block (multi-head self-attention, LayerNorm, a gelu MLP, residuals); the model is trained for a few
 steps with `nn.optim.Adam` inside a `TinyJit` step under `Tensor.train()`, its weights are saved with
 `safe_save`, loaded back into a fresh model with `safe_load` + `load_state_dict`, and both are run in eval mode.
+Batches are drawn with `Tensor.randint`; the eval pass is scheduled with `schedule_linear` and run with `run_linear`;
+the head's weights are also dumped to a raw file through DISK tensors (a length header written through a bitcast
+view, then the float32 values) and read back with `Tensor(pathlib.Path(...))`; and causal attention over a prefix
+whose length is a bound `Variable` (one kernel for every length, as a KV-cache decode uses) is checked against the
+full sequence.
 
-The only lines changed from the tinygrad original are the two import lines marked `# was: ...`:
+The only lines changed from the tinygrad original are the three import lines marked `# was: ...`:
 
-    from tinygrad import Tensor, nn, TinyJit, dtypes, Device, GlobalCounters
+    from tinygrad import Tensor, nn, TinyJit, dtypes, Device, GlobalCounters, Variable
     from tinygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
+    from tinygrad.engine.realize import run_linear
 
 Run: python examples/tinygrad_reference.py [--steps 12] [--batch 32]
 (the data are 8x8 digit images from scikit-learn when it is installed, else a seeded synthetic set).
@@ -18,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import tempfile
 
 import numpy as np
 
-from xgrad import Device, GlobalCounters, Tensor, TinyJit, dtypes, nn  # was: from tinygrad import ...
+from xgrad import Device, GlobalCounters, Tensor, TinyJit, Variable, dtypes, nn  # was: from tinygrad import ...
+from xgrad.engine.realize import run_linear  # was: from tinygrad.engine.realize import run_linear
 from xgrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save  # was: tinygrad...
 
 
@@ -102,10 +110,9 @@ def train(model: Model, steps: int = 12, batch: int = 32, lr: float = 3e-3, seed
             opt.step()
         return loss.realize()
 
-    rng = np.random.default_rng(seed)
     losses = []
     for _ in range(steps):
-        idx = rng.integers(0, len(xs), batch)
+        idx = Tensor.randint(batch, high=len(xs)).numpy()  # seeded by Tensor.manual_seed
         x, y = Tensor(xs[idx]), Tensor(ys[idx]).cast(dtypes.int32)  # lazy inputs: the JIT realizes them
         losses.append(train_step(x, y).item())
     return losses
@@ -114,6 +121,35 @@ def train(model: Model, steps: int = 12, batch: int = 32, lr: float = 3e-3, seed
 def evaluate(model: Model, x: np.ndarray) -> np.ndarray:
     """Logits in eval mode (BatchNorm uses its running statistics)."""
     return model(Tensor(x)).numpy()
+
+
+def evaluate_scheduled(model: Model, x: np.ndarray) -> tuple[np.ndarray, int]:
+    """The same logits, scheduled first (`schedule_linear`) and run with `run_linear`; also the number of steps."""
+    out = model(Tensor(x))
+    linear = out.schedule_linear()
+    run_linear(linear)
+    return out.numpy(), len(linear.src)
+
+
+def dump_raw(w: Tensor, path: str) -> Tensor:
+    """Write `w` to a raw file as an int64 element count followed by its float32 values, through DISK tensors, and
+    return the values read back from the file as a tensor of w's shape."""
+    n = w.numel()
+    disk = Tensor.empty(8 + 4 * n, dtype=dtypes.uint8, device=f"disk:{path}")
+    disk[0:8].bitcast(dtypes.int64).assign([n])
+    disk[8:].bitcast(dtypes.float32).assign(w.float().flatten())
+    raw = Tensor(pathlib.Path(path))
+    count = int.from_bytes(raw[0:8].data(), "little")
+    return raw[8 : 8 + 4 * count].bitcast(dtypes.float32).to(Device.DEFAULT).reshape(w.shape)
+
+
+def prefix_attention(block: TransformerBlock, x: Tensor, length: int) -> Tensor:
+    """Causal self-attention of `block` over the first `length` tokens of x, with the length a bound Variable."""
+    bs, seqlen, dim = x.shape
+    n = Variable("n", 1, seqlen).bind(length)
+    h = block.ln1(x)[:, :n]
+    q, k, v = [t.reshape(bs, n, block.n_heads, dim // block.n_heads).transpose(1, 2) for t in block.qkv(h).chunk(3, 2)]
+    return q.scaled_dot_product_attention(k, v, is_causal=True).transpose(1, 2)
 
 
 def main(steps: int = 12, batch: int = 32, seed: int = 0, verbose: bool = True) -> dict:
@@ -135,6 +171,10 @@ def main(steps: int = 12, batch: int = 32, seed: int = 0, verbose: bool = True) 
         logits = evaluate(model, x_eval)
         eval_kernels = GlobalCounters.kernel_count
         logits2 = evaluate(model2, x_eval)
+        logits3, eval_steps = evaluate_scheduled(model, x_eval)
+        head_raw = dump_raw(model.head.weight, os.path.join(tmp, "head.bin")).numpy()
+    tokens = model.stem(Tensor(x_eval[:2])) + model.pos(Tensor.arange(4))
+    prefixes = [prefix_attention(model.block, tokens, p).numpy() for p in range(1, 5)]
     if verbose:
         print(f"reloaded model matches: {np.array_equal(logits, logits2)}; eval ran {eval_kernels} kernels")
         print(f"eval accuracy on 64 images: {(logits.argmax(-1) == y_eval).mean() * 100:.1f}%")
@@ -145,6 +185,11 @@ def main(steps: int = 12, batch: int = 32, seed: int = 0, verbose: bool = True) 
         "logits": logits,
         "logits_reloaded": logits2,
         "eval_kernels": eval_kernels,
+        "logits_scheduled": logits3,
+        "eval_steps": eval_steps,
+        "head_raw": head_raw,
+        "tokens": tokens.numpy(),
+        "prefix_attention": prefixes,
     }
 
 

@@ -75,3 +75,28 @@ def test_reference_script_forward_matches_torch_with_same_weights(run: dict[str,
     assert not torch.allclose(weights["stem.bn1.running_mean"], torch.zeros(8))
     expected = _torch_forward(weights, torch.from_numpy(run["x_eval"]), run["model"].block.n_heads).numpy()
     np.testing.assert_allclose(run["logits"], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_reference_script_schedule_linear_gives_the_same_logits(run: dict[str, Any]) -> None:
+    assert run["eval_steps"] >= 1
+    np.testing.assert_array_equal(run["logits_scheduled"], run["logits"])
+
+
+def test_reference_script_raw_file_round_trip(run: dict[str, Any]) -> None:
+    # written through DISK bitcast views, read back with Tensor(pathlib.Path(...)): the exact float32 values
+    np.testing.assert_array_equal(run["head_raw"], run["model"].head.weight.numpy())
+
+
+def test_reference_script_symbolic_prefix_attention_matches_torch(run: dict[str, Any]) -> None:
+    from xgrad.nn.state import get_state_dict
+
+    w = {k: torch.from_numpy(v.numpy().copy()) for k, v in get_state_dict(run["model"]).items()}
+    n_heads = run["model"].block.n_heads
+    x = torch.from_numpy(run["tokens"])
+    bs, _, dim = x.shape
+    h = F.layer_norm(x, (dim,), w["block.ln1.weight"], w["block.ln1.bias"], eps=1e-5)
+    q, k, v = F.linear(h, w["block.qkv.weight"], w["block.qkv.bias"]).chunk(3, dim=2)
+    for length, got in enumerate(run["prefix_attention"], start=1):
+        qs, ks, vs = (t[:, :length].reshape(bs, length, n_heads, dim // n_heads).transpose(1, 2) for t in (q, k, v))
+        want = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True).transpose(1, 2).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"prefix of {length} tokens")
