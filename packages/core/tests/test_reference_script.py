@@ -100,3 +100,25 @@ def test_reference_script_symbolic_prefix_attention_matches_torch(run: dict[str,
         qs, ks, vs = (t[:, :length].reshape(bs, length, n_heads, dim // n_heads).transpose(1, 2) for t in (q, k, v))
         want = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True).transpose(1, 2).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"prefix of {length} tokens")
+
+
+def test_reference_script_calibration_matches_torch(run: dict[str, Any]) -> None:
+    # a plain Tensor([1.0]) trained by Adam through a custom kernel with a grad_fxn, against torch's Adam on x * t
+    logits, labels = run["logits"], run["y_eval"]
+    t = torch.tensor([1.0], dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([t], lr=0.05)
+    x, y = torch.from_numpy(logits.astype(np.float64)), torch.from_numpy(labels.astype(np.int64))
+    for _ in range(25):
+        opt.zero_grad()
+        F.cross_entropy(x * t, y).backward()
+        opt.step()
+    np.testing.assert_allclose(run["temperature"], t.item(), rtol=1e-4)
+
+
+def test_reference_script_pruned_jit_gives_the_same_logits(run: dict[str, Any]) -> None:
+    np.testing.assert_allclose(run["logits_pruned"], run["logits"], rtol=1e-5, atol=1e-5)
+    assert run["pruned_kernels"] < run["plain_kernels"]  # the input-free kernels ran once, at the capture
+
+
+def test_reference_script_catches_a_shape_error_as_runtime_error(run: dict[str, Any]) -> None:
+    assert "(2, 3)" in run["shape_error"]
