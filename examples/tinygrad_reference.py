@@ -8,13 +8,16 @@ Batches are drawn with `Tensor.randint`; the eval pass is scheduled with `schedu
 the head's weights are also dumped to a raw file through DISK tensors (a length header written through a bitcast
 view, then the float32 values) and read back with `Tensor(pathlib.Path(...))`; and causal attention over a prefix
 whose length is a bound `Variable` (one kernel for every length, as a KV-cache decode uses) is checked against the
-full sequence.
+full sequence. An inverse temperature is fitted on the eval logits: a plain `Tensor([1.0])` trained by Adam, the
+logits scaled by a custom kernel written in UOps with its own backward; the eval pass is replayed by a
+`TinyJit(prune=True)`; and a matmul of the wrong shape is caught as the `RuntimeError` tinygrad raises.
 
-The only lines changed from the tinygrad original are the three import lines marked `# was: ...`:
+The only lines changed from the tinygrad original are the four import lines marked `# was: ...`:
 
     from tinygrad import Tensor, nn, TinyJit, dtypes, Device, GlobalCounters, Variable
     from tinygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
     from tinygrad.engine.realize import run_linear
+    from tinygrad.uop.ops import KernelInfo, UOp
 
 Run: python examples/tinygrad_reference.py [--steps 12] [--batch 32]
 (the data are 8x8 digit images from scikit-learn when it is installed, else a seeded synthetic set).
@@ -32,6 +35,7 @@ import numpy as np
 from xgrad import Device, GlobalCounters, Tensor, TinyJit, Variable, dtypes, nn  # was: from tinygrad import ...
 from xgrad.engine.realize import run_linear  # was: from tinygrad.engine.realize import run_linear
 from xgrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save  # was: tinygrad...
+from xgrad.uop.ops import KernelInfo, UOp  # was: from tinygrad.uop.ops import KernelInfo, UOp
 
 
 class ConvStem:
@@ -152,6 +156,69 @@ def prefix_attention(block: TransformerBlock, x: Tensor, length: int) -> Tensor:
     return q.scaled_dot_product_attention(k, v, is_causal=True).transpose(1, 2)
 
 
+def scale_kernel(out, x, t):  # noqa: ANN001, ANN201  (a custom kernel in UOps: out = x * t[0])
+    out, x = out.flatten(), x.flatten()
+    i = UOp.range(out.numel(), 0)
+    return out[i].store(x[i] * t[0]).end(i).sink(arg=KernelInfo(name=f"scale_{out.numel()}"))
+
+
+def scale_backward(grad, call):  # noqa: ANN001, ANN201  (its backward: d/dx = g * t, d/dt = sum(g * x))
+    _, x, t = call.src[1:]
+    g = Tensor(grad)
+    return None, (g * Tensor(t)).uop, (g * Tensor(x)).sum().reshape(1).uop
+
+
+def calibrate(logits: np.ndarray, labels: np.ndarray, steps: int = 25, lr: float = 0.05) -> float:
+    """Fit an inverse temperature t on held-out logits: `t` is a plain `Tensor([1.0])` that Adam trains (every tensor
+    is a parameter), and the logits are scaled by the custom kernel above (backward through its grad_fxn)."""
+    x, y = Tensor(logits), Tensor(labels)
+    t = Tensor([1.0])
+    opt = nn.optim.Adam([t], lr=lr)
+    for _ in range(steps):
+        with Tensor.train():
+            opt.zero_grad()
+            scaled = Tensor.empty(*x.shape).custom_kernel(x, t, fxn=scale_kernel, grad_fxn=scale_backward)[0]
+            scaled.sparse_categorical_crossentropy(y).backward()
+            opt.step()
+    return float(t.item())
+
+
+def evaluate_pruned(model: Model, x: np.ndarray, batches: int = 4) -> tuple[np.ndarray, int, int]:
+    """Eval logits from a `TinyJit(prune=True)` replay, batch by batch, and the kernels each capture replays
+    (`captured.linear.src`) with and without pruning (the pruned JIT leaves out what does not depend on the input)."""
+    pruned = TinyJit(lambda b: model(b).realize(), prune=True)
+    plain = TinyJit(lambda b: model(b).realize())
+    outs = []
+    for part in np.split(x, batches):
+        outs.append(pruned(Tensor(part)).numpy())
+        plain(Tensor(part))
+    assert pruned.captured is not None and plain.captured is not None
+    return np.concatenate(outs), len(pruned.captured.linear.src), len(plain.captured.linear.src)
+
+
+def shape_error(model: Model) -> str:
+    """tinygrad code catches a matmul of the wrong shape as a RuntimeError; so does this."""
+    try:
+        model.head(Tensor.ones(2, 3))
+    except RuntimeError as e:
+        return str(e)
+    return ""
+
+
+def tinygrad_extras(model: Model, x_eval: np.ndarray, y_eval: np.ndarray, logits: np.ndarray) -> dict:
+    """The rest of the surface: plain-tensor parameters, custom kernels with a backward, a pruned JIT, errors."""
+    temperature = calibrate(logits, y_eval)
+    logits_pruned, pruned_kernels, plain_kernels = evaluate_pruned(model, x_eval)
+    return {
+        "temperature": temperature,
+        "logits_pruned": logits_pruned,
+        "pruned_kernels": pruned_kernels,
+        "plain_kernels": plain_kernels,
+        "shape_error": shape_error(model),
+        "y_eval": y_eval,
+    }
+
+
 def main(steps: int = 12, batch: int = 32, seed: int = 0, verbose: bool = True) -> dict:
     Tensor.manual_seed(seed)
     model = Model()
@@ -178,7 +245,11 @@ def main(steps: int = 12, batch: int = 32, seed: int = 0, verbose: bool = True) 
     if verbose:
         print(f"reloaded model matches: {np.array_equal(logits, logits2)}; eval ran {eval_kernels} kernels")
         print(f"eval accuracy on 64 images: {(logits.argmax(-1) == y_eval).mean() * 100:.1f}%")
+    extras = tinygrad_extras(model, x_eval, y_eval, logits)
+    if verbose:
+        print(f"temperature {1 / extras['temperature']:.3f}; pruned JIT replays {extras['pruned_kernels']} kernels")
     return {
+        **extras,
         "model": model,
         "losses": losses,
         "x_eval": x_eval,
