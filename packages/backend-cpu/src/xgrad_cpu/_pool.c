@@ -275,3 +275,22 @@ int xgrad_pool_run(xgrad_kernel fn, void **bufs, const int *vars, int total, int
   pthread_mutex_unlock(&run_mu);
   return nthreads;
 }
+
+/* One launch of a list (a TinyJit replay): the kernel, its arguments, the iterations and the threads to use. */
+typedef struct {
+  xgrad_kernel fn;
+  void **bufs;
+  const int *vars;
+  int total;
+  int nthreads;
+} xgrad_launch;
+
+/* Run n launches in order, each finished before the next starts (a later kernel reads what an earlier one wrote).
+ * One call for a whole replay: the Python caller pays one ctypes call, not one per kernel. */
+void xgrad_pool_run_list(const xgrad_launch *launches, int n) {
+  for (int i = 0; i < n; i++) {
+    const xgrad_launch *l = &launches[i];
+    if (l->nthreads <= 1 || l->total <= 1) l->fn(l->bufs, l->vars, 0, l->total);
+    else xgrad_pool_run(l->fn, l->bufs, l->vars, l->total, l->nthreads);
+  }
+}

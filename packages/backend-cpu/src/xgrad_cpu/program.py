@@ -60,6 +60,18 @@ def load_library(lib: bytes) -> ctypes.CDLL:
         return handle
 
 
+class Launch(ctypes.Structure):
+    """`_pool.c`'s xgrad_launch: one kernel of a list that `xgrad_pool_run_list` runs in order."""
+
+    _fields_ = [
+        ("fn", ctypes.c_void_p),
+        ("bufs", ctypes.POINTER(ctypes.c_void_p)),
+        ("vars", ctypes.POINTER(ctypes.c_int)),
+        ("total", ctypes.c_int),
+        ("nthreads", ctypes.c_int),
+    ]
+
+
 class _Pool:
     """The C worker pool (`_pool.c`), compiled once like a kernel and cached on disk."""
 
@@ -75,6 +87,9 @@ class _Pool:
             ctypes.c_int,
         ]
         self.run.restype = ctypes.c_int
+        self.run_list = lib.xgrad_pool_run_list
+        self.run_list.argtypes = [ctypes.POINTER(Launch), ctypes.c_int]
+        self.run_list.restype = None
         self.max_threads: int = lib.xgrad_pool_max_threads()
 
 

@@ -19,7 +19,7 @@ from xgrad.engine.capture import capturing, record, start_capture, stop_capture
 from xgrad.engine.multi import input_buffers
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.errors import JitError, ShapeError
-from xgrad.helpers import BEAM, JIT, JITBEAM, Context
+from xgrad.helpers import BEAM, DEBUG, JIT, JITBEAM, Context
 from xgrad.uop.ops import Ops, UOp, sint
 from xgrad.uop.symshape import bound_values, graph_binds, rebind, unbind_graph
 
@@ -174,6 +174,33 @@ def _prune(steps: list[_Step]) -> list[_Step]:
     return [st for st, k in zip(steps, kept) if k]
 
 
+def _batched(steps: list[_Step]) -> list[_Step | Callable[[list[Any], dict[str, int]], None]]:
+    """The steps as replay runs them: consecutive kernels on a device that can launch a list of kernels in one call
+    (an optional `batch(launches)` method of the device, e.g. the CPU's) become one such call; copies and the
+    kernels of other devices stay steps."""
+    runs: list[_Step | Callable[[list[Any], dict[str, int]], None]] = []
+    group: list[_Step] = []
+
+    def flush() -> None:
+        batch = getattr(Device[group[0].item.device], "batch", None) if len(group) > 1 else None
+        if batch is None:
+            runs.extend(group)
+        else:
+            runs.append(batch([(st.program, st.handles, st.from_inputs, st.var_vals) for st in group]))
+        group.clear()
+
+    for st in steps:
+        if group and (st.handles is None or st.item.device != group[0].item.device):
+            flush()
+        if st.handles is None:
+            runs.append(st)
+        else:
+            group.append(st)
+    if group:
+        flush()
+    return runs
+
+
 def _copy_of(b: Buffer) -> Buffer:
     """A new buffer holding `b`'s values."""
     return Buffer(b.device, b.size, b.dtype).ensure_allocated().copyin(b.as_bytes())
@@ -223,6 +250,7 @@ class TinyJit(Generic[R]):
         self.prune = prune
         self.calls = 0
         self.steps: list[_Step] = []
+        self.runs: list[_Step | Callable[[list[Any], dict[str, int]], None]] = []  # the steps, batched per device
         self.specs: tuple[InputSpec, ...] = ()
         self.names: list[int | str] = []  # how the Tensor arguments were passed at the capture
         self.result: R | None = None
@@ -236,6 +264,7 @@ class TinyJit(Generic[R]):
         """Forget the capture: the next call runs the function, the one after captures again."""
         self.calls = 0
         self.steps = []
+        self.runs = []
         self.specs = ()
         self.names = []
         self.result = None
@@ -355,6 +384,7 @@ class TinyJit(Generic[R]):
         if self.prune:
             steps = _prune(steps)
         self.steps, self.result, self.calls, self.var_vals = steps, ret, 2, passed
+        self.runs = _batched(steps)
         self.names = _arg_names(args, kwargs)
         self._written = {
             id(st.item.bufs[j].base or st.item.bufs[j])
@@ -399,14 +429,18 @@ class TinyJit(Generic[R]):
     def _launch(self, bufs: list[Buffer], var_vals: dict[str, int]) -> R:
         if any(id(b.base or b) in self._written for b in bufs):  # e.g. the last output passed back in: the replay
             bufs = [_copy_of(b) if id(b.base or b) in self._written else b for b in bufs]  # would overwrite it
-        for step in self.steps:
+        inputs = [b.handle for b in bufs]
+        for step in self.runs if DEBUG.value < 2 else self.steps:  # DEBUG=2 times each kernel
+            if not isinstance(step, _Step):
+                step(inputs, var_vals)
+                continue
             if step.handles is None:
                 actual: list[Buffer] = [b if s is None else bufs[s] for b, s in zip(step.item.bufs, step.slots)]
                 actual[0].copyin(actual[1].as_bytes())
                 continue
             handles = step.handles.copy()
             for k, s in step.from_inputs:
-                handles[k] = bufs[s].handle
+                handles[k] = inputs[s]
             step.program(handles, {**step.var_vals, **var_vals} if var_vals else step.var_vals)
         if var_vals != self.var_vals:
             self._rebind_result(var_vals)
