@@ -44,6 +44,13 @@ class Env:
                 time.sleep(self.delay),
                 feed(ids),
             )[2]
+        batch = self.engine.batch  # the batched decode rounds of several slots: slowed and logged too
+        decode = batch.decode
+        batch.decode = lambda toks, pos: (
+            self.calls.append((-1, len(toks))),
+            time.sleep(self.delay),
+            decode(toks, pos),
+        )[2]
 
     def http(self) -> Any:
         return self.client._client
@@ -121,6 +128,7 @@ def test_parallel_streams_both_complete_and_each_slot_reuses_its_prefix(env: Env
     for name, chat in (("a", CHAT_A), ("b", CHAT_B)):
         prompt = env.llm.chat_ids(chat)
         assert results[name][0] == env.llm.decode(env.ref.greedy(prompt, 20))
+    assert metrics(env)["xgrad_llm_batched_decode_rounds_total"] > 0  # their decodes ran as batched forwards
     # a follow-up of each conversation lands on the slot that holds it: its whole prompt is cached
     for chat in (CHAT_B, CHAT_A):
         r = env.client.chat.completions.create(model="tiny", messages=chat, max_tokens=2, temperature=0)
@@ -236,6 +244,62 @@ def test_long_prompt_is_fed_in_parts_between_the_other_slots_steps(env: Env) -> 
     while len(prompt) - done > step:
         done += step
         parts.append(done)
-    assert [n for i, n in calls if i == b] == [*parts, len(prompt), len(prompt) + 1]  # parts, the rest, a decode
+    fed = [n for i, n in calls if i == b]
+    assert fed[: len(parts) + 1] == [*parts, len(prompt)]  # parts, the rest (then a decode, maybe batched)
     first, last = calls.index((b, parts[0])), calls.index((b, len(prompt)))
     assert any(i != b for i, _ in calls[first:last])  # the other stream stepped in between
+
+
+def gemma3_state(spec: Any, seed: int = 1) -> dict[str, Any]:
+    """Random Gemma 3 weights under Hugging Face names (QK-norms, four norms per layer), for tiny_models' writer."""
+    rng = np.random.default_rng(seed)
+    d, hd = spec.dim, spec.head_dim
+    mat = lambda r, c: sh._Array((rng.standard_normal((r, c)) / np.sqrt(c)).astype(np.float32))  # noqa: E731
+    vec = lambda n: sh._Array((0.1 * rng.standard_normal(n)).astype(np.float32))  # noqa: E731
+    w = {"model.embed_tokens.weight": mat(spec.vocab_size, d), "model.norm.weight": vec(d)}
+    for i in range(spec.n_layers):
+        p = f"model.layers.{i}."
+        for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm"):
+            w[p + name + ".weight"] = vec(d)
+        w[p + "post_feedforward_layernorm.weight"] = vec(d)
+        w[p + "self_attn.q_norm.weight"], w[p + "self_attn.k_norm.weight"] = vec(hd), vec(hd)
+        w[p + "self_attn.q_proj.weight"] = mat(spec.n_heads * hd, d)
+        w[p + "self_attn.k_proj.weight"] = mat(spec.n_kv_heads * hd, d)
+        w[p + "self_attn.v_proj.weight"] = mat(spec.n_kv_heads * hd, d)
+        w[p + "self_attn.o_proj.weight"] = mat(d, spec.n_heads * hd)
+        w[p + "mlp.gate_proj.weight"] = mat(spec.ffn_dim, d)
+        w[p + "mlp.up_proj.weight"] = mat(spec.ffn_dim, d)
+        w[p + "mlp.down_proj.weight"] = mat(d, spec.ffn_dim)
+    return w
+
+
+def test_batched_decode_rows_equal_one_sequence_each(tmp_path: pathlib.Path) -> None:
+    """Continuous batching's forward: three slots at different positions in one pass give each row the logits of
+    decoding that slot alone (a gemma3 with a sliding window of 6, QK-norms and post-norms, against the one-sequence
+    Runner; the llama through HTTP is checked against numpy above), and a lone decode after batched rounds still
+    sees the rows' keys and values."""
+    from xgrad_llm.server.batch import BatchDecoder
+
+    spec = sh.tm.Spec("gemma3", n_layers=2, n_kv_heads=1, head_dim=16, tied=True, sliding_window=6, dim=32)
+    state = gemma3_state(spec)
+    path = sh.tm.write_gguf(spec, type("M", (), {"state_dict": lambda self: state})(), tmp_path / "g.gguf")
+    alone = LLM.load(path, max_context=64, chunk=4)
+
+    def oracle(ids: list[int]) -> np.ndarray:
+        alone.runner.cached = []
+        return alone.runner.feed(ids)
+
+    llm = LLM.load(path, max_context=64, chunk=4)
+    batch = BatchDecoder(llm, 3)
+    runners = [batch.runner(b) for b in range(3)]
+    ids = [[2, 270, 261, 262], [2, 265, 100, 101, 102, 103, 104, 105, 106, 263], [2, 9]]
+    for b in range(3):
+        np.testing.assert_allclose(runners[b].feed(ids[b]), oracle(ids[b]), atol=1e-4)
+        ids[b].append(int(np.argmax(oracle(ids[b]))))
+    for _ in range(4):
+        out = batch.decode([x[-1] for x in ids], [len(x) - 1 for x in ids])
+        for b in range(3):
+            np.testing.assert_allclose(out[b], oracle(ids[b]), atol=1e-4)
+            runners[b].cached = list(ids[b])
+            ids[b].append(int(np.argmax(out[b])))
+    np.testing.assert_allclose(runners[1].feed(ids[1]), oracle(ids[1]), atol=1e-4)

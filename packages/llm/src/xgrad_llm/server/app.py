@@ -55,6 +55,7 @@ class ServerConfig:
     api_key: str | None = None
     cors: list[str] = field(default_factory=list)
     max_body: int = 8 << 20  # bytes
+    batch: bool = True  # run concurrent decodes of several slots as one batched forward
 
 
 class _State:
@@ -68,7 +69,8 @@ class _State:
         self.load_error: str | None = None
 
     def ready(self, llm: LLM) -> None:
-        engine = Engine(llm, self.config.parallel, self.config.max_queue, self.config.timeout)
+        c = self.config
+        engine = Engine(llm, c.parallel, c.max_queue, c.timeout, batch=c.batch)
         engine.start()
         self.llm, self.engine = llm, engine
         self.embedder = Embedder(llm, engine.model_lock)

@@ -1,16 +1,17 @@
 """The engine: jobs (prompt ids and sampling settings) in, streams of events (text pieces, logprobs, the finish) out.
 
 `--parallel N` gives N slots. Each slot owns a KV cache (a `Runner` over a shallow copy of the model that shares its
-weights and has its own cache tensors), so a slot reuses the longest common prefix of its next prompt with what it
-ran before: a chat's next turn runs only its new tokens. A new job goes to the free slot whose cache shares the
-longest prefix with its prompt. Jobs beyond the slots wait in a bounded queue; a full queue refuses the job
-(`QueueFullError`, HTTP 503).
+weights and has its own cache tensors: with N > 1, row i of the batched caches of `batch.BatchDecoder`), so a slot
+reuses the longest common prefix of its next prompt with what it ran before: a chat's next turn runs only its new
+tokens. A new job goes to the free slot whose cache shares the longest prefix with its prompt. Jobs beyond the slots
+wait in a bounded queue; a full queue refuses the job (`QueueFullError`, HTTP 503).
 
 One worker thread does all model work, off the event loop: each round it admits waiting jobs into free slots and
 runs one step of every busy slot (a decode, or up to `prefill_step` tokens of a prompt: a long prompt is fed over
-several rounds), so the slots' streams interleave token by token. A job whose client left (`cancel()`) or whose
-deadline passed is dropped before its next step, and its slot is free at once. Events reach the HTTP side through
-the job's `emit` callback (thread-safe hand-off to the event loop).
+several rounds), so the slots' streams interleave token by token. When two or more slots decode in a round, their
+decodes run as one batched forward (continuous batching: a request joins or leaves between rounds). A job whose
+client left (`cancel()`) or whose deadline passed is dropped before its next step, and its slot is free at once.
+Events reach the HTTP side through the job's `emit` callback (thread-safe hand-off to the event loop).
 
 Sampling follows `xgrad_llm.generate.Sampler`, with OpenAI's presence/frequency penalties on the logits first, and a
 `Constraint` (JSON, tool calls) that rejects tokens it does not allow: a rejected draw is masked out and drawn again,
@@ -31,6 +32,7 @@ import numpy as np
 
 from xgrad import Tensor
 from xgrad_llm.generate import LLM, Runner, Sampler, SamplingParams, _stop_prefix_len, common_prefix
+from xgrad_llm.server.batch import BatchDecoder
 from xgrad_llm.server.protocol import APIError
 
 
@@ -60,6 +62,7 @@ class Event:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    batched_rounds: int = 0  # decode rounds run as one batched forward
 
 
 @dataclass
@@ -96,6 +99,7 @@ class Stats:
     generated_tokens: int = 0
     generate_seconds: float = 0.0
     cached_tokens: int = 0
+    batched_rounds: int = 0  # decode rounds run as one batched forward
     requests: dict[str, int] = field(default_factory=lambda: collections.defaultdict(int))
 
 
@@ -134,8 +138,7 @@ class _Generation:
 
     def step(self) -> Event | None:
         """Run one prefill or decode and sample one token; the Event to send (None: nothing new), finish included."""
-        job, llm, runner = self.job, self.engine.llm, self.slot.runner
-        stats = self.engine.stats
+        runner, stats = self.slot.runner, self.engine.stats
         t0 = time.perf_counter()
         if not self.started:
             if self.cached < 0:
@@ -154,6 +157,17 @@ class _Generation:
             stats.prompt_seconds += dt
         else:
             stats.generate_seconds += dt
+        return self.take(logits)
+
+    def decode_input(self) -> tuple[int, int] | None:
+        """(token, position) when this step is one decode (the cache holds every id but the last), else None."""
+        if self.started and len(self.slot.runner.cached) == len(self.ids) - 1:
+            return self.ids[-1], len(self.ids) - 1
+        return None
+
+    def take(self, logits: np.ndarray) -> Event | None:
+        """Sample the next token from `logits` (of the position after `ids`) and decide what to send."""
+        job, llm, runner, stats = self.job, self.engine.llm, self.slot.runner, self.engine.stats
         budget = job.params.max_tokens - len(self.generated)
         if budget <= 0:
             return self._finish("length")
@@ -241,12 +255,19 @@ class Engine:
     """Slots, a bounded queue and the worker thread that runs them. `submit(job)` queues a job (or raises
     QueueFullError); the job's `emit` receives its Events, the last one with `finish` set."""
 
-    def __init__(self, llm: LLM, parallel: int = 1, max_queue: int = 64, timeout: float | None = 600.0) -> None:
+    def __init__(
+        self, llm: LLM, parallel: int = 1, max_queue: int = 64, timeout: float | None = 600.0, batch: bool = True
+    ) -> None:
         if parallel < 1:
             raise APIError(f"--parallel must be >= 1, got {parallel}")
         self.llm, self.max_queue, self.timeout = llm, max_queue, timeout
         self.prefill_step = 4 * llm.runner.chunk  # prompt tokens a slot runs per round before the others step
-        self.slots = [_Slot(0, llm.runner)] + [_Slot(i, slot_runner(llm)) for i in range(1, parallel)]
+        # with several slots, their caches are rows of one batch and concurrent decodes run as one forward
+        self.batch = BatchDecoder(llm, parallel) if parallel > 1 and batch else None
+        if self.batch is not None:
+            self.slots = [_Slot(i, self.batch.runner(i)) for i in range(parallel)]
+        else:
+            self.slots = [_Slot(0, llm.runner)] + [_Slot(i, slot_runner(llm)) for i in range(1, parallel)]
         self.waiting: collections.deque[Job] = collections.deque()
         self.stats = Stats()
         self._cv = threading.Condition()
@@ -334,6 +355,11 @@ class Engine:
                     break
                 self._admit()
                 busy = [s for s in self.slots if s.job is not None]
+            busy = [s for s in busy if self._alive(s)]
+            rows = {s.index: inp for s in busy if s.gen is not None and (inp := s.gen.decode_input()) is not None}
+            if self.batch is not None and len(rows) >= 2:  # continuous batching: one forward for these decodes
+                self._decode_round(rows)
+                busy = [s for s in busy if s.index not in rows]
             for slot in busy:
                 self._step(slot)
         for slot in self.slots:
@@ -344,26 +370,74 @@ class Engine:
             while self.waiting:
                 self.waiting.popleft().emit(Event(finish="cancelled"))
 
-    def _step(self, slot: _Slot) -> None:
+    def _alive(self, slot: _Slot) -> bool:
+        """False (and the slot freed) when its job was cancelled or ran past its deadline."""
         job, gen = slot.job, slot.gen
         assert job is not None and gen is not None
         if job.cancelled.is_set():
             self._free(slot, "cancelled")
-            return
+            return False
         if job.timeout is not None and time.monotonic() - job.submitted > job.timeout:
             job.emit(Event(finish="timeout", completion_tokens=len(gen.generated)))
             self._free(slot, "timeout")
-            return
-        try:
-            with self.model_lock:
-                ev = gen.step()
-        except Exception as e:  # a failure inside the model: this request fails, the server keeps serving
-            slot.runner.cached = []
-            err = APIError(f"generation failed: {type(e).__name__}: {e}", status=500, type="server_error")
-            job.emit(Event(finish="error", error=err))
-            self._free(slot, "error")
-            return
+            return False
+        return True
+
+    def _failed(self, slot: _Slot, e: Exception) -> None:
+        """A failure inside the model: this request fails, the server keeps serving."""
+        assert slot.job is not None
+        slot.runner.cached = []
+        err = APIError(f"generation failed: {type(e).__name__}: {e}", status=500, type="server_error")
+        slot.job.emit(Event(finish="error", error=err))
+        self._free(slot, "error")
+
+    def _emit(self, slot: _Slot, ev: Event | None) -> None:
+        assert slot.job is not None
         if ev is not None:
-            job.emit(ev)
+            slot.job.emit(ev)
             if ev.finish is not None:
                 self._free(slot, "ok")
+
+    def _step(self, slot: _Slot) -> None:
+        assert slot.gen is not None
+        try:
+            with self.model_lock:
+                ev = slot.gen.step()
+        except Exception as e:
+            self._failed(slot, e)
+            return
+        self._emit(slot, ev)
+
+    def _decode_round(self, rows: dict[int, tuple[int, int]]) -> None:
+        """One batched forward for the slots in `rows` ({slot: (token, position)}); the other rows write at the
+        first position their cache does not hold (see `batch.py`)."""
+        assert self.batch is not None
+        toks, positions = [], []
+        for slot in self.slots:
+            if slot.index in rows:
+                tok, pos = rows[slot.index]
+            else:
+                tok, pos = 0, min(len(slot.runner.cached), self.batch.cache_len - 1)
+                slot.runner.cached = slot.runner.cached[:pos]
+            toks.append(tok)
+            positions.append(pos)
+        t0 = time.perf_counter()
+        try:
+            with self.model_lock:
+                logits = self.batch.decode(toks, positions)
+        except Exception as e:
+            for slot in self.slots:
+                if slot.index in rows:
+                    self._failed(slot, e)
+            return
+        self.stats.generate_seconds += time.perf_counter() - t0
+        self.stats.batched_rounds += 1
+        for slot in self.slots:
+            if slot.index in rows and slot.gen is not None:
+                slot.runner.cached = list(slot.gen.ids)
+                try:
+                    ev = slot.gen.take(logits[slot.index])
+                except Exception as e:
+                    self._failed(slot, e)
+                    continue
+                self._emit(slot, ev)

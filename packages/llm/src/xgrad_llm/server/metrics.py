@@ -38,6 +38,12 @@ def render_metrics(engine: Engine) -> str:
             "Average decode throughput of one slot.",
             [("", s.generated_tokens / s.generate_seconds if s.generate_seconds else 0.0)],
         ),
+        (
+            "batched_decode_rounds_total",
+            "counter",
+            "Decode rounds run as one batched forward over several slots.",
+            [("", s.batched_rounds)],
+        ),
         ("requests_processing", "gauge", "Requests running in a slot.", [("", engine.busy_slots())]),
         ("requests_deferred", "gauge", "Requests waiting for a slot.", [("", engine.queued())]),
         ("slots_busy", "gauge", "Slots running a request.", [("", engine.busy_slots())]),

@@ -1,0 +1,109 @@
+"""Continuous batching: the decode steps of several slots, each at its own position, in one forward pass.
+
+The slots' KV caches are rows of one batched cache per layer, (N, kv_heads, cache_len, head_dim). Each slot runs its
+prompt through its own `Runner` over a shallow copy of the model whose caches are its row (a view), so prefill and
+prefix reuse work as for one sequence. A decode round takes one token and one position per row and runs the model
+once for all rows: the matrix products read each weight once for the whole batch, which is where decoding spends its
+time. The model's `forward` gives every row the same start position, so the batched copy of the model gets its own
+attention (`_attention` below, set on the copy): RoPE angles, the cache write and the causal mask per row. A row
+whose slot does not decode this round still computes (a batch is one captured program); it writes its garbage key
+and value at the first position its slot's cache does not hold, which the slot's next prompt overwrites.
+
+In: token ids and positions, one per slot. Out: logits (N, vocab). One TinyJit program for every round, its
+positions and tokens bound Variables.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from xgrad import Tensor, TinyJit, Variable
+from xgrad_llm.generate import LLM, Runner
+from xgrad_llm.model import Transformer, apply_rope, rms_norm, softcap
+
+
+class BatchDecoder:
+    """N slots' caches as rows of one batch, and the one-program decode round over all of them."""
+
+    def __init__(self, llm: LLM, n: int) -> None:
+        src = llm.model
+        self.n, self.llm = n, llm
+        self.max_context, self.chunk = llm.runner.max_context, llm.runner.chunk
+        self.cache_len = src.cache_len
+        model = copy.copy(src)
+        model.cache_k = [Tensor.zeros(n, *c.shape[1:], device=src.device).contiguous().realize() for c in src.cache_k]
+        model.cache_v = [Tensor.zeros(n, *c.shape[1:], device=src.device).contiguous().realize() for c in src.cache_v]
+        model._attention = self._attention  # type: ignore[method-assign, assignment]  # per-row positions (see the module doc)
+        self.model = model
+        self.toks = [Variable(f"tok{b}", 0, src.cfg.vocab_size - 1) for b in range(n)]
+        self.pos = [Variable(f"pos{b}", 0, self.cache_len - 1) for b in range(n)]
+        self._round = TinyJit(self._round_impl)
+
+    def runner(self, b: int) -> Runner:
+        """Slot b's Runner: its prefill and lone decodes write row b of the batched caches."""
+        m = copy.copy(self.llm.model)
+        m.cache_k = [c.shrink(((b, b + 1), None, None, None)) for c in self.model.cache_k]
+        m.cache_v = [c.shrink(((b, b + 1), None, None, None)) for c in self.model.cache_v]
+        return Runner(m, self.max_context, self.chunk)
+
+    def _round_impl(self, *bound: Any) -> Tensor:
+        toks, pos = bound[: self.n], bound[self.n :]
+        x = Tensor.cat(*(self.model.embed_token(t) for t in toks)).reshape(self.n, 1, -1)
+        return self.model.forward(x, tuple(pos)).realize()
+
+    def decode(self, toks: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        """Logits (N, vocab) after feeding token toks[b] at position positions[b] of row b."""
+        bound = [v.bind(int(t)) for v, t in zip(self.toks, toks)] + [
+            v.bind(int(p)) for v, p in zip(self.pos, positions)
+        ]
+        out: np.ndarray = self._round(*bound).numpy().reshape(self.n, -1)  # the JIT reuses its buffer: copy out
+        return out
+
+    def _attention(self, i: int, w: dict[str, Tensor], x: Tensor, positions: tuple[Any, ...]) -> Tensor:
+        """The model's attention for one new token per row, row b at position positions[b]."""
+        m: Transformer = self.model
+        cfg = m.cfg
+        n = x.shape[0]
+        hd, vd, kv = cfg.head_dim, cfg.value_dim, cfg.n_kv_heads
+        group = cfg.n_heads // kv
+        if "attn_qkv" in w:
+            qkv = m._project(w, "attn_qkv", x)
+            nq, nk = cfg.n_heads * hd, kv * hd
+            q, k, v = qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
+        else:
+            q, k, v = (m._project(w, name, x) for name in ("attn_q", "attn_k", "attn_v"))
+        q = q.reshape(n, 1, cfg.n_heads, hd)
+        k = k.reshape(n, 1, kv, hd)
+        v = v.reshape(n, 1, kv, vd)
+        if "attn_q_norm" in w:
+            q = rms_norm(q, w["attn_q_norm"], cfg.norm_eps)
+        if "attn_k_norm" in w:
+            k = rms_norm(k, w["attn_k_norm"], cfg.norm_eps)
+        sliding = cfg.sliding_layers[i]
+        table = m.rope_local if sliding else m.rope_global
+        rows = Tensor.cat(*(table.shrink((None, (p, p + 1), None)) for p in positions), dim=1)  # (2, N, rot/2)
+        # apply_rope rotates (B, T, heads, hd) by angles per T: the rows are put on the T axis
+        q = apply_rope(q.reshape(1, n, cfg.n_heads, hd), rows[0], rows[1], cfg.rope_style).reshape(n, 1, -1, hd)
+        k = apply_rope(k.reshape(1, n, kv, hd), rows[0], rows[1], cfg.rope_style).reshape(n, 1, kv, hd)
+        ck, cv = m.cache_k[i], m.cache_v[i]
+        writes = []
+        for b, p in enumerate(positions):
+            writes.append(ck.shrink(((b, b + 1), None, (p, p + 1), None)).assign(k[b : b + 1].transpose(1, 2)))
+            writes.append(cv.shrink(((b, b + 1), None, (p, p + 1), None)).assign(v[b : b + 1].transpose(1, 2)))
+        Tensor.realize(*writes)
+        qg = q.reshape(n, 1, kv, group, hd).permute(0, 2, 3, 1, 4)  # (N, KV, G, 1, hd)
+        scores = qg @ ck.unsqueeze(2).transpose(-1, -2)  # (N, KV, G, 1, L)
+        scores = softcap(scores * cfg.attn_scale, cfg.attn_softcap)
+        at = Tensor.cat(*(Tensor.arange(p, p + 1, device=m.device) for p in positions)).reshape(n, 1, 1, 1, 1)
+        cols = Tensor.arange(self.cache_len, device=m.device).reshape(1, 1, 1, 1, -1)
+        keep = cols <= at
+        if sliding and cfg.sliding_window:
+            keep = keep & (cols > at - cfg.sliding_window)
+        out = keep.where(scores, -math.inf).softmax(-1) @ cv.unsqueeze(2)  # (N, KV, G, 1, vd)
+        out = out.permute(0, 3, 1, 2, 4).reshape(n, 1, cfg.n_heads * vd)
+        return m._project(w, "attn_output", out)
