@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from xgrad.buffer import Buffer, buffer_of
 from xgrad.dtype import dtypes
 from xgrad.errors import XgradError
-from xgrad.helpers import SPEC
+from xgrad.helpers import SPEC, prod
 from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp, sint
 from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 from xgrad.uop.spec import check_kernel_ast
@@ -336,3 +337,13 @@ def buffer_view(buf: UOp, shape: tuple[sint, ...]) -> UOp:
     values fill its first numel elements."""
     numel = sym_prod(shape)
     return (buf.shrink(((0, numel),)) if isinstance(numel, UOp) else buf).reshape(shape)
+
+
+def range_view(u: UOp) -> Buffer:
+    """A Buffer sharing the memory of the contiguous run that the view `u` reads (DISK slices copy from it)."""
+    offset = contiguous_range(u)
+    assert offset is not None, "copy source must be one contiguous run of a buffer"
+    base = buffer_of(u)
+    if offset == 0 and prod(concrete_shape(u)) == base.size:
+        return base
+    return Buffer(base.device, prod(concrete_shape(u)), u.dtype, base=base, offset=offset * u.dtype.itemsize)

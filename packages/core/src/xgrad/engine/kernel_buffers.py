@@ -15,6 +15,7 @@ the limit forces it, so small graphs fuse exactly as before.
 
 from __future__ import annotations
 
+from xgrad.device import Device
 from xgrad.errors import DeviceError
 from xgrad.helpers import MAX_KERNEL_BUFFERS
 from xgrad.uop.ops import GroupOp, Ops, UOp
@@ -24,7 +25,6 @@ def kernel_buffer_limit(device: str) -> int | None:
     """The most buffers (output included) one kernel on `device` may bind; None when unlimited or unknown."""
     if MAX_KERNEL_BUFFERS.value > 0:
         return int(MAX_KERNEL_BUFFERS.value)
-    from xgrad.device import Device
 
     try:
         runtime = Device[device]

@@ -9,9 +9,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from xgrad.buffer import Buffer, new_buffer_uop
 from xgrad.device import Device
 from xgrad.dtype import DType, dtypes
 from xgrad.engine.capture import record
+from xgrad.engine.indexing import contiguous_range, range_view
 from xgrad.engine.memory import plan_memory
 from xgrad.engine.multi import schedule_multi
 from xgrad.engine.schedule import ScheduleItem
@@ -23,7 +25,6 @@ from xgrad.uop.pattern import substitute
 from xgrad.uop.symshape import rebind, unbind_graph
 
 if TYPE_CHECKING:
-    from xgrad.buffer import Buffer
     from xgrad.tensor import Tensor
 
 
@@ -158,22 +159,17 @@ def realize_base(t: Tensor) -> None:
 def view_memory(u: UOp) -> Buffer:
     """The memory that the realized view `u` covers, as a Buffer sharing it: a view must be one contiguous run of its
     buffer (devices that run no kernels, like DISK, are read and written this way, without a kernel)."""
-    from xgrad.engine.schedule import _range_view, contiguous_range
-
     if contiguous_range(u) is None:
         raise DeviceError(
             f"a non-contiguous view is not supported on {u.device}, which runs no kernels; copy the whole tensor "
             "to a compute device first (t.to('CPU')) and index it there"
         )
-    return _range_view(u)
+    return range_view(u)
 
 
 def reinterpret_memory(u: UOp, dtype: DType) -> UOp:
     """A BUFFER node of `dtype` over the same bytes as the realized contiguous view `u` (a bitcast on DISK, which
     runs no kernels: the new items are read and written in place)."""
-    from xgrad.buffer import Buffer
-    from xgrad.engine.schedule import new_buffer_uop
-
     mem = view_memory(u)
     root = mem.base if mem.base is not None else mem
     count = mem.nbytes // dtype.itemsize

@@ -18,15 +18,8 @@ from dataclasses import dataclass, field
 from xgrad.buffer import Buffer, buffer_of, new_buffer_uop
 from xgrad.dtype import dtypes
 from xgrad.engine.boundaries import find_realizes, split_reductions
-from xgrad.engine.indexing import (
-    buffer_view,
-    concrete_shape,
-    contiguous_range,
-    is_realized,
-    lower_kernel,
-    shape_of,
-)
-from xgrad.helpers import DEBUG, SPEC, SPLIT_REDUCEOP, prod
+from xgrad.engine.indexing import buffer_view, contiguous_range, is_realized, lower_kernel, range_view, shape_of
+from xgrad.helpers import DEBUG, SPEC, SPLIT_REDUCEOP
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.passes import run_pass
 from xgrad.uop.spec import check_tensor_graph
@@ -132,7 +125,7 @@ def lower_kernels(sink: UOp, ctx: ScheduleCtx) -> UOp:
         out = new_buffer_uop(device, sint_max(sym_prod(shape_of(node))), node.dtype)
         if node.op is Ops.COPY:
             src = node.src[0]
-            src_buf = buffer_of(realizes[src]) if src in realizes else _range_view(src)
+            src_buf = buffer_of(realizes[src]) if src in realizes else range_view(src)
             marker = UOp(Ops.COPY, node.dtype, (UOp(Ops.DEVICE, arg=src.device), UOp(Ops.DEVICE, arg=device)))
             ctx.items.append(ScheduleItem(marker, (buffer_of(out), src_buf), device))
         else:
@@ -140,16 +133,6 @@ def lower_kernels(sink: UOp, ctx: ScheduleCtx) -> UOp:
             ctx.items.append(ScheduleItem(ast, tuple(buffer_of(p) for p in params), device))
         realizes[node] = out
     return sink
-
-
-def _range_view(u: UOp) -> Buffer:
-    """A Buffer sharing the memory of the contiguous run that the view `u` reads (DISK slices copy from it)."""
-    offset = contiguous_range(u)
-    assert offset is not None, "copy source must be one contiguous run of a buffer"
-    base = buffer_of(u)
-    if offset == 0 and prod(concrete_shape(u)) == base.size:
-        return base
-    return Buffer(base.device, prod(concrete_shape(u)), u.dtype, base=base, offset=offset * u.dtype.itemsize)
 
 
 # ---- the order of the items ----

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from xgrad.errors import ShapeError
 from xgrad.helpers import make_tuple, prod
 from xgrad.mixin.conv import string_padding
-
-if TYPE_CHECKING:
-    from xgrad.tensor import Tensor
+from xgrad.tensor import Tensor
 
 IntOrTuple = int | Sequence[int]
 Padding = int | Sequence[int] | str
@@ -36,7 +33,6 @@ def _init_params(
 ) -> tuple[Tensor, Tensor | None]:
     """Weight (channels[0], channels[1]/groups, *kernel) and bias (n_bias, default channels[0]), uniform in
     +-1/sqrt(channels[1]/groups * prod(kernel)): torch's init, whose fan_in reads the weight's second dim."""
-    from xgrad.tensor import Tensor
 
     lead, grouped = channels
     if lead % groups or grouped % groups:

@@ -13,15 +13,15 @@ import os
 import pathlib
 import pickle
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from xgrad.buffer import Buffer, host_visible
+from xgrad.buffer import Buffer, buffer_of, host_visible, new_buffer_uop
 from xgrad.dtype import DType, dtypes
+from xgrad.engine.indexing import contiguous_range, is_realized
 from xgrad.errors import DTypeError, XgradError
 from xgrad.helpers import prod
-
-if TYPE_CHECKING:
-    from xgrad.tensor import Tensor
+from xgrad.mixin.common import canonical_device
+from xgrad.tensor import Tensor
 
 
 class CheckpointError(XgradError, ValueError):
@@ -108,8 +108,6 @@ class ByteSource:
         if part.host is not None:
             return tensor_from_bytes(part.read(), dtype, shape)
         assert part.buffer is not None
-        from xgrad.engine.schedule import new_buffer_uop
-        from xgrad.tensor import Tensor
 
         device = part.buffer.device
         uop = new_buffer_uop(device, n, dtype)
@@ -120,8 +118,6 @@ class ByteSource:
 def byte_source(fn: Tensor | str | os.PathLike[str]) -> ByteSource:
     """Where the bytes of `fn` live: a path opens the file as a DISK tensor; a uint8 tensor is used as it is (a
     contiguous view of a buffer directly, anything else after realizing it)."""
-    from xgrad.engine.schedule import buffer_of, contiguous_range, is_realized
-    from xgrad.tensor import Tensor
 
     if isinstance(fn, Tensor):
         t, name = fn, "<tensor>"
@@ -149,9 +145,6 @@ def tensor_from_bytes(
     raw: bytes | bytearray | memoryview, dtype: DType, shape: tuple[int, ...], device: str | None = None
 ) -> Tensor:
     """A realized tensor on `device` (default: Device.DEFAULT) holding exactly the bytes `raw`."""
-    from xgrad.engine.schedule import buffer_of, new_buffer_uop
-    from xgrad.mixin.common import canonical_device
-    from xgrad.tensor import Tensor
 
     n = int(prod(shape))
     data = memoryview(raw).cast("B")

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from xgrad.dtype import dtypes
 from xgrad.errors import DTypeError, ShapeError
-
-if TYPE_CHECKING:
-    from xgrad.tensor import Tensor
+from xgrad.tensor import Tensor
 
 
 def _uniform(*shape: int, bound: float) -> Tensor:
-    from xgrad.tensor import Tensor
 
     return Tensor.uniform(*shape, low=-bound, high=bound).is_param_()
 
@@ -50,13 +46,11 @@ class Embedding:
     """
 
     def __init__(self, vocab_size: int, embed_size: int) -> None:
-        from xgrad.tensor import Tensor
 
         self.vocab_sz, self.embed_sz = vocab_size, embed_size
         self.weight = Tensor.glorot_uniform(vocab_size, embed_size).is_param_()
 
     def __call__(self, idx: Tensor) -> Tensor:
-        from xgrad.tensor import Tensor
 
         if not dtypes.is_int(idx.dtype):
             raise DTypeError(f"Embedding indices must be integers, got {idx.dtype.name}; cast them with .int()")
@@ -86,7 +80,6 @@ class LSTMCell:
         self.bias_hh = _uniform(4 * hidden_size, bound=bound) if bias else None
 
     def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | Tensor | None = None) -> tuple[Tensor, Tensor]:
-        from xgrad.tensor import Tensor
 
         if x.ndim != 2 or x.shape[1] != self.weight_ih.shape[1]:
             raise ShapeError(f"LSTMCell expects inputs (batch, {self.weight_ih.shape[1]}), got shape {x.shape}")

@@ -6,16 +6,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import ShapeError
 from xgrad.helpers import TRAINING, prod
-
-if TYPE_CHECKING:
-    from xgrad.tensor import Tensor
+from xgrad.tensor import Tensor
 
 
 # ---- helpers ----
@@ -32,7 +29,6 @@ def _filled(shape: int | tuple[int, ...], value: float, dtype: DType | None = No
     """A new buffer of its own holding `value`. (A lazy `Tensor.full(...).contiguous()` is hash-consed: two of them
     of the same shape are one node, and realizing one turns the other into the same buffer, so layers would share
     their running statistics or weights.)"""
-    from xgrad.tensor import Tensor
 
     dt = dtype or dtypes.default_float
     return Tensor(np.full(shape, value, dtype=np.float32 if dtypes.is_float(dt) else np.int32), dtype=dt)

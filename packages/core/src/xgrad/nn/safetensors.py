@@ -18,15 +18,14 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from xgrad.device import Device, parse_device
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError
 from xgrad.nn.fileview import ByteSource, CheckpointError, byte_source
+from xgrad.tensor import Tensor
 from xgrad.uop.ops import Ops
-
-if TYPE_CHECKING:
-    from xgrad.tensor import Tensor
 
 # safetensors dtype names <-> xgrad dtypes
 SAFETENSORS_DTYPES: dict[str, DType] = {
@@ -144,7 +143,6 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike[str], metadata: 
 
 # ---- helpers ----
 def _as_tensor(fn: Tensor | str | os.PathLike[str]) -> Tensor:
-    from xgrad.tensor import Tensor
 
     return fn if isinstance(fn, Tensor) else Tensor(pathlib.Path(fn))
 
@@ -287,7 +285,6 @@ def _tensor_bytes(t: Tensor, target: pathlib.Path) -> tuple[Tensor, memoryview]:
     """The contiguous bytes of `t`, and the realized tensor that owns them (keep it alive while the bytes are used:
     a freed buffer's memory is reused). Views of the file being written are copied out first (it is about to be
     truncated); other DISK views are read in place."""
-    from xgrad.device import Device, parse_device
 
     if t.numel() == 0:
         return t, memoryview(b"")

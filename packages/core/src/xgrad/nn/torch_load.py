@@ -29,10 +29,11 @@ import struct
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from xgrad.device import Device
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import XgradError
 from xgrad.helpers import prod
@@ -48,9 +49,7 @@ from xgrad.nn.fileview import (
     tensor_from_bytes,
 )
 from xgrad.nn.unpickler import SafeUnpickler, brief
-
-if TYPE_CHECKING:
-    from xgrad.tensor import Tensor
+from xgrad.tensor import Tensor
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL = 1001
@@ -306,8 +305,7 @@ def _rebuild(storage: Any, offset: Any, size: Any, stride: Any, dtype: DType) ->
     t = _read_layout(storage.src, offset, stored, strides, dtype)
     if stored == shape:
         return t
-    from xgrad.device import Device  # DISK cannot compute: the stored elements are copied, the broadcast stays lazy
-
+    # DISK cannot compute: the stored elements are copied, the broadcast stays lazy
     return t.to(Device.DEFAULT).expand(shape)
 
 
@@ -323,7 +321,6 @@ def _read_layout(
     order = sorted(live, key=lambda i: -strides[i])
     if _is_contiguous([shape[i] for i in order], [strides[i] for i in order]):
         # a permutation of a contiguous block (a transposed weight): view it on the device, permute there
-        from xgrad.device import Device
 
         block = src.typed(offset * itemsize, dtype, tuple(shape[i] for i in order)).to(Device.DEFAULT)
         return block.permute([order.index(i) for i in live]).reshape(shape)

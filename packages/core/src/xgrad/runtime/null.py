@@ -12,6 +12,7 @@ from xgrad.buffer import ProgramInfo
 from xgrad.device import Device, parse_device
 from xgrad.errors import DeviceError
 from xgrad.helpers import DEBUG, Effect, knobs_key
+from xgrad.plugin import get_registry
 from xgrad.uop.ops import KernelInfo, UOp
 
 PROGRAM_KNOBS = Effect.CODEGEN | Effect.COMPILE  # what rendered source depends on besides the AST
@@ -81,6 +82,5 @@ class NullDevice:
 
 
 def _renderer_names() -> list[str]:
-    from xgrad.plugin import get_registry
 
     return list(get_registry().renderers)

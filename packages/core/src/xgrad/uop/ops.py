@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xgrad.dtype import DType, dtypes, truncate
+from xgrad.errors import ShapeError
 from xgrad.helpers import KeyedRef, prod
 
 
@@ -367,8 +368,6 @@ class UOp(metaclass=_UOpMeta):
         assert self.op is Ops.DEFINE_VAR, "only variables can be bound"
         lo, hi = self.arg[1], self.arg[2]
         if not lo <= value <= hi:
-            from xgrad.errors import ShapeError
-
             raise ShapeError(f"value {value} is outside the range [{lo}, {hi}] of variable {self.arg[0]!r}")
         return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, value)))
 

@@ -22,6 +22,7 @@ from typing import Any
 from xgrad.dtype import dtypes
 from xgrad.errors import ShapeError
 from xgrad.uop.ops import Ops, UOp, sint
+from xgrad.uop.symbolic import simplify, sym_infer
 
 
 def _arg_uops(arg: Any) -> Iterator[UOp]:
@@ -159,7 +160,6 @@ def sint_value(s: sint) -> int:
     """The value of a size now: an int, or an expression of bound variables evaluated at their values."""
     if isinstance(s, int):
         return s
-    from xgrad.uop.symbolic import sym_infer
 
     unbound = [x.arg[0] for x in s.toposort if x.op is Ops.DEFINE_VAR]
     bound = {x.src[0].arg[0] for x in s.toposort if x.op is Ops.BIND}
@@ -227,7 +227,6 @@ def sym_equal(a: sint, b: sint) -> bool:
         return a == b
     if a is b or size_polynomial(a) == size_polynomial(b):
         return True
-    from xgrad.uop.symbolic import simplify
 
     diff = simplify(a - b if isinstance(a, UOp) else UOp.const(dtypes.index, a) - b)
     return diff.op is Ops.CONST and diff.arg == 0

@@ -1,0 +1,219 @@
+"""The layers of the packages, checked on their imports (read with `ast`, nothing is imported).
+
+Layers, lowest first: the UOp IR (`xgrad.uop`) < the engine (`xgrad.engine`: scheduler, realize) < `Tensor`
+(`xgrad.tensor`, `xgrad.mixin`) < what is built on Tensor (`xgrad.nn`, TinyJit and `function` in `xgrad.engine.jit`
+and `xgrad.engine.function`). Core reaches codegen and backends only through the plugin registry; a backend uses
+core and codegen through their public modules (`BACKEND_API`) and never another backend; the LLM package uses only
+the public API (`PUBLIC_API`). Lower layers import the modules they need, never the `xgrad` package root (which hands
+out `Tensor`). Imports inside functions are listed in `FUNCTION_LEVEL` with the reason each is there.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+PACKAGES = pathlib.Path(__file__).resolve().parents[2]
+BACKENDS = ("xgrad_cpu", "xgrad_nv", "xgrad_amd", "xgrad_webgpu")
+# what a backend may import from core and codegen
+BACKEND_API = frozenset(
+    {
+        "xgrad.buffer",
+        "xgrad.device",
+        "xgrad.dtype",
+        "xgrad.errors",
+        "xgrad.helpers",
+        "xgrad.plugin",
+        "xgrad.uop.ops",
+        "xgrad.uop.pattern",
+        "xgrad.uop.symbolic",
+        "xgrad_codegen.device",
+        "xgrad_codegen.renderer",
+    }
+)
+# what the LLM package and the torch bridge may import from core
+PUBLIC_API = frozenset({"xgrad", "xgrad.dtype", "xgrad.errors", "xgrad.helpers", "xgrad.device", "xgrad.nn"})
+# the plugin contract: what a backend is built against; it never reaches Tensor
+CONTRACT = frozenset({"xgrad.plugin", "xgrad.buffer", "xgrad.device", "xgrad.builtin_plugin", "xgrad.errors"})
+# the engine's modules that sit above Tensor: they wrap functions of Tensors
+ENGINE_ABOVE_TENSOR = frozenset({"xgrad.engine.jit", "xgrad.engine.function"})
+
+# (module, what it imports inside a function) -> why it is not at the top
+FUNCTION_LEVEL: dict[tuple[str, str], str] = {
+    ("xgrad.device", "xgrad.plugin"): "`import xgrad` stays fast: the registry (and pluggy) load on first device use",
+    ("xgrad.device", "xgrad.buffer"): "cycle: buffer.py imports Device (the check of an opened device's members)",
+    ("xgrad.uop.ops", "xgrad.uop.symbolic"): "cycle: the simplifier is a rewrite table over UOp",
+    ("xgrad.uop.ops", "xgrad.engine.multi"): "to move: UOp.axis/UOp.bounds ask the multi-device lowering",
+    ("xgrad.uop.ops", "xgrad.mixin.multi"): "to move: UOp.bounds (see above)",
+    ("xgrad.engine.jit", "xgrad.tensor"): "to hoist once tensor.py imports `capturing` from xgrad.engine.capture",
+    ("xgrad.engine.multi", "xgrad.mixin.multi"): "to move: ShardingError to errors.py once mixin/multi.py imports it",
+    ("xgrad.custom_kernel", "xgrad.engine.realize"): "to hoist: nothing below Tensor imports custom_kernel",
+    ("xgrad.custom_kernel", "xgrad.engine.schedule"): "to hoist (see above)",
+    ("xgrad.custom_kernel", "xgrad.tensor"): "cycle: tensor.py imports custom_kernel at the top",
+    ("xgrad.tensor", "xgrad.engine.schedule"): "to hoist: tensor.py imports xgrad.engine.schedule at the top already",
+    ("xgrad.tensor", "xgrad.custom_kernel"): "cycle: custom_kernel builds Tensors",
+    ("xgrad.tensor", "xgrad.gradient"): "cycle: gradient builds Tensors",
+    ("xgrad.mixin.base", "xgrad.tensor"): "cycle: Tensor is built from the mixins",
+    ("xgrad.mixin.bitwise", "xgrad.engine.realize"): "to hoist: the engine is below the mixins",
+    ("xgrad.mixin.creation", "xgrad.engine.schedule"): "to hoist: new_buffer_uop/buffer_view now in buffer/indexing",
+    ("xgrad.mixin.indexing", "xgrad.engine.realize"): "to hoist: the engine is below the mixins",
+    ("xgrad.mixin.movement", "xgrad.mixin.rearrange"): "einops-style rearrange: parsed only when used",
+    ("xgrad.mixin.multi", "xgrad.engine.multi"): "to hoist: the engine is below the mixins",
+    ("xgrad.testing", "xgrad.device"): "a pytest plugin (loaded by every pytest run): light until a test asks",
+    ("xgrad.testing", "xgrad.plugin"): "a pytest plugin (see above)",
+    ("xgrad.testing", "xgrad.errors"): "a pytest plugin (see above)",
+    ("xgrad.testing", "xgrad.tensor"): "a pytest plugin (see above)",
+    ("xgrad.testing", "os"): "a pytest plugin (see above)",
+    ("xgrad.testing", "hypothesis"): "an optional dependency (the fuzz tests' settings)",
+    ("xgrad.nn.unpickler", "pickletools"): "a debugging aid: the disassembly of a refused pickle",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the module imported (for `from m import name`: m.name when that is a module, else m)
+    line: int
+    in_function: bool
+    root_name: bool  # `import xgrad` or `from xgrad import <a name that is not a module>`
+
+
+def module_files() -> dict[str, pathlib.Path]:
+    files = {}
+    for src in sorted(PACKAGES.glob("*/src")):
+        for path in sorted(src.rglob("*.py")):
+            parts = path.relative_to(src).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            files[name] = path
+    return files
+
+
+FILES = module_files()
+
+
+def _package(name: str, path: pathlib.Path) -> str:
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def imports_of(name: str, path: pathlib.Path) -> Iterator[Import]:
+    """Every import of the module, except those under `if TYPE_CHECKING:` (types only)."""
+    tree = ast.parse(path.read_text(), str(path))
+
+    def walk(node: ast.AST, in_function: bool) -> Iterator[Import]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                yield from (i for b in child.orelse for i in walk(b, in_function))
+                continue
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    yield Import(name, alias.name, child.lineno, in_function, alias.name == "xgrad")
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:  # relative: from the importing module's package
+                    pkg = _package(name, path).split(".")
+                    base = ".".join(pkg[: len(pkg) - child.level + 1] + ([base] if base else []))
+                for alias in child.names:
+                    sub = f"{base}.{alias.name}"
+                    is_module = sub in FILES
+                    yield Import(
+                        name, sub if is_module else base, child.lineno, in_function, base == "xgrad" and not is_module
+                    )
+            yield from walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    yield from walk(tree, False)
+
+
+ALL = [i for name, path in FILES.items() for i in imports_of(name, path)]
+
+
+def _in(target: str, *prefixes: str) -> bool:
+    return any(target == p or target.startswith(p + ".") for p in prefixes)
+
+
+def _where(i: Import) -> str:
+    return f"{FILES[i.module].relative_to(PACKAGES)}:{i.line} imports {i.target}"
+
+
+def violations(rule: str) -> list[str]:
+    out = []
+    for i in ALL:
+        m, t = i.module, i.target
+        if (
+            rule == "uop below engine"
+            and _in(m, "xgrad.uop")
+            and _in(t, "xgrad.engine", "xgrad.tensor", "xgrad.mixin", "xgrad.nn")
+        ):
+            out.append(_where(i))
+        elif rule == "engine below tensor" and _in(m, "xgrad.engine") and m not in ENGINE_ABOVE_TENSOR:
+            if _in(t, "xgrad.tensor", "xgrad.mixin", "xgrad.nn"):
+                out.append(_where(i))
+        elif rule == "contract and codegen never reach Tensor" and (m in CONTRACT or _in(m, "xgrad_codegen")):
+            if i.root_name or _in(t, "xgrad.tensor", "xgrad.mixin", "xgrad.engine", "xgrad.nn"):
+                out.append(_where(i) + (" (the package root)" if i.root_name else ""))
+        elif rule == "core reaches codegen and backends only through plugins" and _in(m, "xgrad"):
+            if _in(t, "xgrad_codegen", "xgrad_llm", "xgrad_torch", *BACKENDS):
+                out.append(_where(i))
+        elif rule == "codegen never imports a backend" and _in(m, "xgrad_codegen") and _in(t, *BACKENDS):
+            out.append(_where(i))
+        elif rule == "backends use the public modules only" and _in(m, *BACKENDS):
+            own = m.split(".")[0]
+            if _in(t, "xgrad", "xgrad_codegen") and t not in BACKEND_API:
+                out.append(_where(i) + " (not in BACKEND_API)")
+            elif _in(t, *BACKENDS) and not _in(t, own):
+                out.append(_where(i) + " (another backend)")
+        elif rule == "llm and the torch bridge use the public API" and _in(m, "xgrad_llm", "xgrad_torch"):
+            if _in(t, "xgrad") and not (t in PUBLIC_API or _in(t, "xgrad.nn")):
+                out.append(_where(i) + " (not in PUBLIC_API)")
+    return out
+
+
+RULES = [
+    "uop below engine",
+    "engine below tensor",
+    "contract and codegen never reach Tensor",
+    "core reaches codegen and backends only through plugins",
+    "codegen never imports a backend",
+    "backends use the public modules only",
+    "llm and the torch bridge use the public API",
+]
+# where a rule is broken today, listed in FUNCTION_LEVEL with the plan to fix it
+KNOWN = {
+    ("xgrad.uop.ops", "xgrad.engine.multi"),
+    ("xgrad.uop.ops", "xgrad.mixin.multi"),
+    ("xgrad.engine.multi", "xgrad.mixin.multi"),
+}
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_layer_rule_holds(rule: str) -> None:
+    known = {_where(i) for i in ALL if (i.module, i.target) in KNOWN}
+    assert [v for v in violations(rule) if v.split(" (")[0] not in known] == []
+
+
+def test_function_level_imports_in_core_are_the_listed_ones() -> None:
+    found = {(i.module, i.target) for i in ALL if i.in_function and _in(i.module, "xgrad")}
+    unlisted = sorted(
+        f"{_where(i)} inside a function"
+        for i in ALL
+        if i.in_function
+        and (i.module, i.target) in found
+        and (i.module, i.target) not in FUNCTION_LEVEL
+        and _in(i.module, "xgrad")
+    )
+    assert unlisted == [], "import at the top of the module, or list it in FUNCTION_LEVEL with the reason"
+    fixed = sorted(f"{m} -> {t}" for m, t in FUNCTION_LEVEL if (m, t) not in found)
+    assert fixed == [], "no longer imported inside a function: remove it from FUNCTION_LEVEL"
+
+
+def test_the_checks_see_the_imports_they_judge() -> None:
+    # the reader itself: a module importing inside a function, one importing the package root, a relative import
+    mods = {i.module for i in ALL}
+    assert {"xgrad.engine.schedule", "xgrad_codegen.pipeline", "xgrad_cpu.plugin", "xgrad_llm.model"} <= mods
+    root = [i for i in ALL if i.module == "xgrad_llm.model" and i.root_name]
+    assert root, "xgrad_llm.model imports Tensor from the package root: the reader must see it"
+    assert any(i.in_function for i in ALL if i.module == "xgrad.device" and i.target == "xgrad.plugin")
+    assert any(i.target == "xgrad.engine.indexing" for i in ALL if i.module == "xgrad.engine.schedule")
