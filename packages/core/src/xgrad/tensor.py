@@ -422,8 +422,7 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         if self.uop.base.op is not Ops.BUFFER:
             self.realize()
         self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
-        target = self.uop.src[0]
-        if isinstance(self.device, str) and target.op is not Ops.BUFFER and target.base.op is Ops.BUFFER:
+        if isinstance(self.device, str) and _is_part_view(self.uop.src[0]):
             note_view_assign(self)
         return self
 
@@ -672,6 +671,16 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         >>> Tensor([40000]).short().tolist()
         [-25536]"""
         return self.cast(dtypes.int16)
+
+
+def _is_part_view(target: UOp) -> bool:
+    """A view of a buffer other than the whole buffer in order (a reshape of it is the tensor that owns it): an assign
+    into it is recorded so that reading the buffer runs it."""
+    if target.base.op is not Ops.BUFFER:
+        return False
+    while target.op is Ops.RESHAPE:
+        target = target.src[0]
+    return target.op is not Ops.BUFFER
 
 
 def _is_disk(device: str | tuple[str, ...]) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from xgrad.buffer import Buffer, new_buffer_uop
 from xgrad.device import Device
 from xgrad.dtype import DType, dtypes
-from xgrad.engine.capture import record
+from xgrad.engine.capture import capturing, record
 from xgrad.engine.indexing import contiguous_range, range_view
 from xgrad.engine.memory import plan_memory
 from xgrad.engine.multi import schedule_multi
@@ -128,18 +128,23 @@ def note_view_assign(t: Tensor) -> None:
 
 
 def _flush_view_assigns(tensors: list[Tensor]) -> None:
-    """Run the pending view assigns into buffers that `tensors` read (those not among `tensors` themselves)."""
+    """Run the pending view assigns (those not among `tensors` themselves) before `tensors` are scheduled: every one,
+    or during a TinyJit capture those into buffers that `tensors` read."""
     chosen = {id(t) for t in tensors}
     for buf, t in list(_view_assigns.items()):
         if t.uop.op is not Ops.ASSIGN or id(t) in chosen:  # realized already, or now with the others
             del _view_assigns[buf]
     if not _view_assigns:
         return
-    due = [
-        _view_assigns.pop(buf)
-        for buf in list(_view_assigns)
-        if any(t.uop.base is buf or buf in lazy_walk(t) for t in tensors)
-    ]
+    if capturing():  # inside a TinyJit capture only what the captured function reads joins the capture
+        due = [
+            _view_assigns.pop(buf)
+            for buf in list(_view_assigns)
+            if any(t.uop.base is buf or buf in lazy_walk(t) for t in tensors)
+        ]
+    else:  # all of them: a write nothing reads again must not keep its tensor (and buffer) alive
+        due = list(_view_assigns.values())
+        _view_assigns.clear()
     if due:  # the tensors reading the buffer see the write (tinygrad's): they are not computed before it
         items, var_vals = schedule_tensors(due, readers_first=False)
         if items:
