@@ -74,6 +74,9 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException]]] = [
     ("len_of_0d", lambda: len(Tensor(1)), TypeError),
     ("index_two_ellipses", lambda: Tensor.ones(2, 2)[..., ...], IndexError),
     ("index_out_of_bounds", lambda: Tensor.ones(2)[5], IndexError),
+    ("delete_item", lambda: Tensor.ones(2).__delitem__(0), TypeError),
+    ("arange_beyond_dtype", lambda: Tensor.arange(0, 300, dtype=dtypes.int8), OverflowError),
+    ("linspace_bool", lambda: Tensor.linspace(0, 1, 3, dtype=dtypes.bool), ValueError),
 ]
 
 

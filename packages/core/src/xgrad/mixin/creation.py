@@ -37,6 +37,14 @@ def _shape_arg(*shape: Any) -> tuple[int, ...]:
     return cast("tuple[int, ...]", sh)
 
 
+class ArangeRangeError(ArgumentError, OverflowError):
+    """`arange` values that the dtype cannot hold: an `OverflowError` as tinygrad's (and an `ArgumentError`)."""
+
+
+class LinspaceDTypeError(DTypeError, ValueError):
+    """`linspace` with dtype bool: a `ValueError` as tinygrad's (and a `DTypeError`)."""
+
+
 class CreationMixin(ReduceMixin):
     __slots__ = ()
 
@@ -139,6 +147,15 @@ class CreationMixin(ReduceMixin):
             to_dtype(dtype) if dtype is not None else least_upper_dtype(*(scalar_dtype(x) for x in (start, stop, step)))
         )
         n = max(0, math.ceil((stop - start) / step))
+        if (
+            n
+            and dtypes.is_int(dt)
+            and not dt.min <= min(start, last := start + (n - 1) * step) <= max(start, last) <= dt.max
+        ):
+            raise ArangeRangeError(
+                f"arange from {start} to {last} (step {step}) does not fit {dt.name} ({dt.min}..{dt.max}); "
+                "use a wider dtype"
+            )
         iota = cls._tensor_cls()(UOp(Ops.IOTA, dt, (UOp(Ops.DEVICE, arg=canonical_device(device)),), n))
         return with_requires_grad(iota * step + start if (step != 1 or start != 0) else iota, requires_grad)
 
@@ -196,7 +213,7 @@ class CreationMixin(ReduceMixin):
         """
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if dt == dtypes.bool:
-            raise DTypeError("linspace does not support dtype bool; use a numeric dtype")
+            raise LinspaceDTypeError("linspace does not support dtype bool; use a numeric dtype")
         if steps < 0:
             raise ShapeError(f"linspace needs steps >= 0, got {steps}")
         compute = dtypes.float64 if dt == dtypes.float64 else dtypes.float32

@@ -146,7 +146,7 @@ class IndexingMixin(GatherMixin):
         view.assign(v)
 
     def __delitem__(self, indices: Any) -> None:
-        raise IndexingError("tensors cannot delete elements; build a smaller one with shrink, indexing or cat")
+        raise DeleteItemError("tensors cannot delete elements; build a smaller one with shrink, indexing or cat")
 
     # ---- parsing ----
     def _normalize_indices(self, indices: Any) -> list[Any]:
@@ -353,6 +353,10 @@ def _dims_consumed(it: Any, tensor_cls: type[Tensor]) -> int:
 
 class DiskSetitemError(IndexingError, RuntimeError):
     """An index a DISK tensor cannot be written through (a RuntimeError too, as tinygrad's)."""
+
+
+class DeleteItemError(IndexingError, TypeError):
+    """`del t[i]`: tensors cannot delete elements. A `TypeError` as tinygrad's (and an `IndexingError`)."""
 
 
 class SliceStepError(IndexingError, ValueError):
