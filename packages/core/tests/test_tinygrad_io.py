@@ -86,6 +86,10 @@ def test_tensor_from_bytes() -> None:
     assert Tensor(struct.pack("<3h", -2, 7, 300), dtype=dtypes.int16).tolist() == [-2, 7, 300]
     with pytest.raises(ValueError, match="multiple of"):
         Tensor(b"\x00" * 6, dtype=dtypes.float32)
+    # bfloat16 (no numpy dtype): the bytes are bfloat16 bit patterns; a float32 with them as its top half is the value
+    bits = np.array([0x3F80, 0xC020, 0x7F80, 0x0001, 0x4049], dtype=np.uint16)
+    want = (bits.astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(Tensor(bits.tobytes(), dtype=dtypes.bfloat16).numpy(), want)
 
 
 def test_unaligned_and_strided_numpy_input() -> None:

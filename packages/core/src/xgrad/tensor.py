@@ -151,14 +151,17 @@ class Tensor(MultiMixin, metaclass=_TensorType):
                 d = dt or scalar_dtype(data)
                 self.uop = UOp.const(d, data, dev, ())
             elif isinstance(data, bytes):  # the bytes of the values, in `dtype` (uint8 unless given), as tinygrad
-                raw = dt if dt is not None and to_np_dtype(dt) is not None else dtypes.uint8
-                if len(data) % raw.itemsize:
+                want = dt or dtypes.uint8
+                if len(data) % want.itemsize:
                     raise ShapeError(
-                        f"{len(data)} bytes are not a whole number of {raw.name} values (a multiple of "
-                        f"{raw.itemsize} bytes); pass the bytes of whole values"
+                        f"{len(data)} bytes are not a whole number of {want.name} values (a multiple of "
+                        f"{want.itemsize} bytes); pass the bytes of whole values"
                     )
-                arr = np.frombuffer(data, dtype=to_np_dtype(raw))
-                self.uop = _np_to_uop(arr, dev, raw)
+                # bfloat16 and fp8 have no numpy dtype: read as the unsigned int of their size, then reinterpreted
+                raw = want if to_np_dtype(want) is not None else _UINT_OF_SIZE[want.itemsize]
+                self.uop = _np_to_uop(np.frombuffer(data, dtype=to_np_dtype(raw)), dev, raw)
+                if raw != want:
+                    self.uop = self.uop.bitcast(want)
             elif isinstance(data, (list, tuple)):
                 arr, inferred = _list_to_np(data, dt)
                 self.uop = _np_to_uop(arr, dev, inferred)
@@ -671,6 +674,9 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         >>> Tensor([40000]).short().tolist()
         [-25536]"""
         return self.cast(dtypes.int16)
+
+
+_UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 
 def _is_part_view(target: UOp) -> bool:
