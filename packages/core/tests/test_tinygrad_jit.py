@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xgrad import Tensor, TinyJit
+from xgrad import Tensor, TinyJit, dtypes
 from xgrad.engine.jit import CapturedJit
 from xgrad.errors import JitError
 
@@ -152,3 +152,31 @@ def test_lazy_inputs_and_tensors_in_lists_are_inputs() -> None:
 def test_decorator_form_refuses_anything_but_a_function() -> None:
     with pytest.raises(JitError, match="decorator"):
         TinyJit(prune=True)(Tensor([1.0]), Tensor([2.0]))
+
+
+def test_a_returned_input_is_the_new_input_on_replay() -> None:
+    # tinygrad's `return b.assign(a + 1)`: each call gets back the b it passed, holding a + 1
+    f = TinyJit(lambda a, b: b.assign(a + 1))
+    for i in range(5):
+        a, b = Tensor([i]), Tensor.empty(1, dtype=dtypes.int32)
+        c = f(a, b)
+        assert c is b and c.item() == i + 1
+
+
+def test_ported_tinygrad_jit_behaviours() -> None:
+    # the warm-up call returns its own buffer, the captured and replayed calls share one (tinygrad's documented
+    # output-buffer reuse); a view with another offset than at the capture raises; a nested TinyJit raises the second
+    # time (the first run is not a capture)
+    foo = TinyJit(lambda x: x.sum().realize())
+    results = [foo(Tensor([v, v])) for v in (1, 2, 3)]
+    assert [r.item() for r in results] == [2, 6, 6]
+    add = TinyJit(lambda a: (a + 1).realize())
+    base = Tensor(data(10, 10)).realize()
+    with pytest.raises(JitError):
+        for i in range(1, 5):
+            add(base[:, i : i + 2])
+    inner = TinyJit(lambda t: t + 1)
+    outer = TinyJit(lambda t: inner(t) * 3)
+    assert outer(Tensor([1])).realize().item() == 6
+    with pytest.raises(RuntimeError, match="nested"):
+        outer(Tensor([2])).realize()

@@ -143,6 +143,17 @@ def _returned_tensors(ret: Any, check: bool) -> list[Tensor]:
     return []
 
 
+def _swap_tensors(ret: Any, new: dict[int, Tensor]) -> Any:
+    """`ret` (Tensors in lists, tuples and dicts) with the Tensors whose id is in `new` replaced."""
+    if isinstance(ret, tuple) and hasattr(ret, "_fields"):  # a namedtuple
+        return type(ret)(*(_swap_tensors(x, new) for x in ret))
+    if isinstance(ret, (list, tuple)):
+        return type(ret)(_swap_tensors(x, new) for x in ret)
+    if isinstance(ret, dict):
+        return {k: _swap_tensors(v, new) for k, v in ret.items()}
+    return new.get(id(ret), ret)
+
+
 def _written_slots(item: ScheduleItem) -> tuple[int, ...]:
     """The positions among `item.bufs` that it writes: the copy's destination, or the kernel's stored PARAMs (one
     for a scheduled kernel, several for a custom kernel with several outputs)."""
@@ -257,6 +268,7 @@ class TinyJit(Generic[R]):
         self.var_vals: dict[str, int] = {}  # the bound Variables of the capture (their values change per replay)
         self._fast = False  # see _capture
         self._written: set[int] = set()  # the captured buffers a replay writes (an input aliasing one is copied)
+        self._returned_inputs: dict[int, int] = {}  # id of a returned tensor that was an input -> its input index
         if fxn is not None:
             functools.update_wrapper(self, fxn)
 
@@ -271,6 +283,7 @@ class TinyJit(Generic[R]):
         self.var_vals = {}
         self._fast = False
         self._written = set()
+        self._returned_inputs = {}
 
     @property
     def captured(self) -> CapturedJit | None:
@@ -392,9 +405,13 @@ class TinyJit(Generic[R]):
             for j in _written_slots(st.item)
             if st.slots[j] is None
         }
+        # returned tensors that are inputs (`return b.assign(a + 1)`): a replay returns the new inputs in their place
+        positions = {id(t): k for k, t in enumerate(inputs)}
+        self._returned_inputs = {id(t): positions[id(t)] for t in _returned_tensors(ret, False) if id(t) in positions}
         # the common replay (whole single-device buffers of concrete shapes, no variables) skips the generic checks
         self._fast = (
             not passed
+            and not self._returned_inputs
             and self.names == list(range(len(self.specs)))
             and all(
                 spec.plain and isinstance(spec.device, str) and all(type(d) is int for d in spec.shape)
@@ -424,7 +441,10 @@ class TinyJit(Generic[R]):
                         f"now {getattr(got, what)!r}; call with the captured {what} or jit a new function"
                     )
         bufs = [b for t in inputs for b in input_buffers(t.uop)]  # one per device for a multi-device input
-        return self._launch(bufs, var_vals)
+        ret = self._launch(bufs, var_vals)
+        if self._returned_inputs:
+            return _swap_tensors(ret, {i: inputs[k] for i, k in self._returned_inputs.items()})  # type: ignore[no-any-return]
+        return ret
 
     def _launch(self, bufs: list[Buffer], var_vals: dict[str, int]) -> R:
         if any(id(b.base or b) in self._written for b in bufs):  # e.g. the last output passed back in: the replay
