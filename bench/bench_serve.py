@@ -1,7 +1,7 @@
 """Aggregate decode throughput of `xgrad-llm serve` at 1, 4 and 8 concurrent streams, beside llama-server
 (llama-cpp-python's `llama_cpp.server`, same model, same threads) when that is installed.
 
-Run: .venv/bin/python bench/bench_serve.py [--model PATH | --tiny] [--streams 1,4,8] [--tokens 64] [--threads N]
+Run: .venv/bin/python bench/bench_serve.py [--model PATH | --tiny] [--streams 1,4,8] [--tokens 64] [--batch]
 Each server runs in its own process on a free loopback port. For each concurrency N, N clients stream a chat reply
 each (greedy, `max_tokens` = --tokens, distinct prompts) at the same time; the numbers are the generated tokens
 (from each stream's usage) over the wall time from the first request to the last [DONE], the same from each stream's
@@ -93,7 +93,7 @@ def run_streams(url: str, n: int, tokens: int) -> dict[str, float]:
     }
 
 
-def start_xgrad(model: str, port: int, parallel: int, threads: int, ctx: int) -> subprocess.Popen[bytes]:
+def start_xgrad(model: str, port: int, parallel: int, threads: int, ctx: int, batch: bool) -> subprocess.Popen[bytes]:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     cmd = [
         sys.executable,
@@ -108,6 +108,7 @@ def start_xgrad(model: str, port: int, parallel: int, threads: int, ctx: int) ->
         str(parallel),
         "--max-context",
         str(ctx),
+        *(["--batch"] if batch else []),
     ]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -152,6 +153,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=64, help="max_tokens per stream (default 64)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads of each server")
     p.add_argument("--ctx", type=int, default=512, help="context per slot (default 512)")
+    p.add_argument("--batch", action="store_true", help="run xgrad with --batch (continuous batching)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds to wait for a server to load")
     args = p.parse_args()
     tmp = tempfile.TemporaryDirectory()
@@ -173,7 +175,7 @@ def main() -> None:
             port = free_port()
             url = f"http://127.0.0.1:{port}"
             if name == "xgrad":
-                proc = start_xgrad(model, port, n, args.threads, args.ctx)
+                proc = start_xgrad(model, port, n, args.threads, args.ctx, args.batch)
             else:
                 proc = start_llama(model, port, args.threads, args.ctx * max(counts))
             try:

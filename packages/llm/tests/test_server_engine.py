@@ -72,7 +72,7 @@ class Env:
 def env(tmp_path_factory: Any) -> Iterator[Env]:
     ref, path = sh.write_model(tmp_path_factory.mktemp("engine"))
     llm = LLM.load(path, max_context=256, chunk=16)
-    app = create_app(ServerConfig(model_name="tiny", parallel=2, max_queue=1), llm=llm)
+    app = create_app(ServerConfig(model_name="tiny", parallel=2, max_queue=1, batch=True), llm=llm)
     with sh.running(app) as url:
         e = Env(url, llm, ref, app)
         for _ in range(2):  # compile and capture prefill and decode of both slots first

@@ -55,7 +55,7 @@ class ServerConfig:
     api_key: str | None = None
     cors: list[str] = field(default_factory=list)
     max_body: int = 8 << 20  # bytes
-    batch: bool = True  # run concurrent decodes of several slots as one batched forward
+    batch: bool = False  # run concurrent decodes of several slots as one batched forward (not faster yet: README)
 
 
 class _State:

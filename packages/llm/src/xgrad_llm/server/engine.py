@@ -1,17 +1,17 @@
 """The engine: jobs (prompt ids and sampling settings) in, streams of events (text pieces, logprobs, the finish) out.
 
 `--parallel N` gives N slots. Each slot owns a KV cache (a `Runner` over a shallow copy of the model that shares its
-weights and has its own cache tensors: with N > 1, row i of the batched caches of `batch.BatchDecoder`), so a slot
-reuses the longest common prefix of its next prompt with what it ran before: a chat's next turn runs only its new
-tokens. A new job goes to the free slot whose cache shares the longest prefix with its prompt. Jobs beyond the slots
-wait in a bounded queue; a full queue refuses the job (`QueueFullError`, HTTP 503).
+weights and has its own cache tensors; with batching, row i of the batched caches of `batch.BatchDecoder`), so a
+slot reuses the longest common prefix of its next prompt with what it ran before: a chat's next turn runs only its
+new tokens. A new job goes to the free slot whose cache shares the longest prefix with its prompt. Jobs beyond the
+slots wait in a bounded queue; a full queue refuses the job (`QueueFullError`, HTTP 503).
 
 One worker thread does all model work, off the event loop: each round it admits waiting jobs into free slots and
 runs one step of every busy slot (a decode, or up to `prefill_step` tokens of a prompt: a long prompt is fed over
-several rounds), so the slots' streams interleave token by token. When two or more slots decode in a round, their
-decodes run as one batched forward (continuous batching: a request joins or leaves between rounds). A job whose
-client left (`cancel()`) or whose deadline passed is dropped before its next step, and its slot is free at once.
-Events reach the HTTP side through the job's `emit` callback (thread-safe hand-off to the event loop).
+several rounds), so the slots' streams interleave token by token. With `batch`, when two or more slots decode in a
+round, their decodes run as one batched forward (continuous batching: a request joins or leaves between rounds).
+A job whose client left (`cancel()`) or whose deadline passed is dropped before its next step, and its slot is
+free at once. Events reach the HTTP side through the job's `emit` callback (thread-safe hand-off to the event loop).
 
 Sampling follows `xgrad_llm.generate.Sampler`, with OpenAI's presence/frequency penalties on the logits first, and a
 `Constraint` (JSON, tool calls) that rejects tokens it does not allow: a rejected draw is masked out and drawn again,
@@ -256,13 +256,13 @@ class Engine:
     QueueFullError); the job's `emit` receives its Events, the last one with `finish` set."""
 
     def __init__(
-        self, llm: LLM, parallel: int = 1, max_queue: int = 64, timeout: float | None = 600.0, batch: bool = True
+        self, llm: LLM, parallel: int = 1, max_queue: int = 64, timeout: float | None = 600.0, batch: bool = False
     ) -> None:
         if parallel < 1:
             raise APIError(f"--parallel must be >= 1, got {parallel}")
         self.llm, self.max_queue, self.timeout = llm, max_queue, timeout
         self.prefill_step = 4 * llm.runner.chunk  # prompt tokens a slot runs per round before the others step
-        # with several slots, their caches are rows of one batch and concurrent decodes run as one forward
+        # with `batch` and several slots, their caches are rows of one batch and concurrent decodes run as one forward
         self.batch = BatchDecoder(llm, parallel) if parallel > 1 and batch else None
         if self.batch is not None:
             self.slots = [_Slot(i, self.batch.runner(i)) for i in range(parallel)]

@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cors", action="append", default=[], metavar="ORIGIN", help="allow browser calls from ORIGIN")
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES", help="largest request body (8 MiB)")
     p.add_argument(
-        "--no-batch", action="store_true", help="run the slots' decodes one by one instead of as one batched forward"
+        "--batch", action="store_true", help="run concurrent decodes of the slots as one batched forward (see README)"
     )
     p.add_argument("--model-name", default=None, help="the model id in responses (default: the file's name)")
     return p
@@ -65,7 +65,7 @@ def main(argv: list[str]) -> int:
             api_key=args.api_key,
             cors=list(args.cors),
             max_body=args.max_body,
-            batch=not args.no_batch,
+            batch=args.batch,
         )
         app = create_app(config, loader=lambda: load(model_args))
         host = f"[{args.host}]" if ":" in args.host else args.host
