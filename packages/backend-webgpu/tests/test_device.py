@@ -160,3 +160,16 @@ def test_a_buffer_freed_while_a_dispatch_is_recorded_waits_for_the_submission(
     monkeypatch.setattr(webgpu_device, "_record_dispatch", record)
     np.testing.assert_array_equal(out.numpy(), (x + 1) * 2 + 1)
     assert deferred[0] >= 1 and not dev._doomed  # the buffer waited, then went with the submission
+
+
+def test_wide_softmax_uses_workgroup_memory(webgpu: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 4096-wide row softmax: its reductions run as group reductions (256 threads per row meeting in workgroup
+    memory), and it matches numpy."""
+    a = np.random.default_rng(3).standard_normal((3, 4096)).astype(np.float32) * 4
+    with Context(DEBUG=4):
+        got = Tensor(a, device=webgpu).softmax(-1).numpy()
+    printed = capsys.readouterr().out
+    e = np.exp(a - a.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-9)
+    assert printed.count("var<workgroup>") >= 2 and "workgroupBarrier();" in printed
+    assert "@compute @workgroup_size(256, 1, 1)" in printed

@@ -281,11 +281,11 @@ class Transformer:
             w = self.file.tensor(name, self.device).contiguous().realize()
             self.weight_nbytes += w.nbytes()
             return w.T
-        raw = self.file.raw(name).to(self.device).contiguous().realize()
-        if can_pack(info.type) and len(info.shape) == 2:
-            m = PackedMatrix(raw, info.type, (info.shape[0], info.shape[1]))
+        if can_pack(info.type) and len(info.shape) == 2:  # packed from the file a few MB at a time
+            m = PackedMatrix(self.file.raw(name), info.type, (info.shape[0], info.shape[1]), device=self.device)
             self.weight_nbytes += m.nbytes
             return m.t()
+        raw = self.file.raw(name).to(self.device).contiguous().realize()
         self.weight_nbytes += raw.nbytes()
         return dequantize(raw, info.type, info.shape).T
 
