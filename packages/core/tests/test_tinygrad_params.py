@@ -120,3 +120,23 @@ def test_requires_grad_true_gives_a_scalar_its_own_buffer_and_a_gradient() -> No
 def test_optimizer_refuses_an_int_param_with_a_runtime_error() -> None:
     with pytest.raises(OptimizerError, match="float"):
         nn.optim.SGD([Tensor([1, 2])])
+
+
+def test_clones_of_equal_constants_are_separate_parameters() -> None:
+    # tinygrad's test: two clones of Tensor(3.5) are two parameters; torch gives each a gradient of 1
+    w1, w2 = Tensor(3.5).clone(), Tensor(3.5).clone()
+    assert w1.is_param and w2.is_param
+    nn.optim.SGD([w1, w2], lr=0.01)
+    w1.add(w2).backward()
+    tw1, tw2 = torch.tensor(3.5, requires_grad=True), torch.tensor(3.5, requires_grad=True)
+    tw1.add(tw2).backward()
+    assert w1.grad is not None and w2.grad is not None and tw1.grad is not None
+    assert w1.grad.item() == tw1.grad.item() == 1.0 and w2.grad.item() == 1.0
+
+
+def test_to_another_device_keeps_is_param_and_the_gradient() -> None:
+    s = Tensor([1.0, 2.0, 3.0]).is_param_(False)
+    s.sum().backward()
+    t = s.to("CPU:1")
+    assert t.is_param is False and t.grad is not None and t.grad.device == "CPU:1"
+    assert t.grad.tolist() == [1.0, 1.0, 1.0]

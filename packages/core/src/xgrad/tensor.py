@@ -294,7 +294,11 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         >>> c.tolist(), t.tolist()
         ([1.0, 2.0], [5.0, 6.0])
         """
-        out = (self if device is None else self.to(device)).contiguous()
+        src = self if device is None else self.to(device)
+        if isinstance(src.device, tuple) or any(isinstance(s, UOp) for s in src.shape):
+            out = src.contiguous()
+        else:  # a new buffer, assigned: a lazy contiguous() is hash-consed, so two clones of one value were one node
+            out = Tensor.empty(*src.shape, dtype=src.dtype, device=src.device).assign(src)
         if self.grad is not None:
             out.grad = self.grad.clone(device)
         out.is_param = self.is_param
@@ -323,7 +327,10 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         dev = canonical_device(device)
         if dev == self.device:
             return self
-        return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev)))).is_param_(self.is_param)
+        out = Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev)))).is_param_(self.is_param)
+        if self.grad is not None:  # as tinygrad: the gradient moves with the tensor
+            out.grad = self.grad.to(dev)
+        return out
 
     def _host_bytes(self) -> memoryview:
         if capturing():

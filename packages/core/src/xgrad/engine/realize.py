@@ -280,12 +280,19 @@ def _readers_of_assigned(pending: list[Tensor]) -> list[Tensor]:
     chosen = {id(t) for t in pending}
     readers = []
     for t in lazy_tensors.members():
-        if id(t) in chosen or t.uop.base.op is Ops.BUFFER:
+        if id(t) in chosen or (t.uop.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN):
             continue
         topo = lazy_walk(t)
-        if any(b in topo for b in targets) and not any(u.op is Ops.ASSIGN for u in topo):
+        if any(b in topo for b in targets) and all(_clone_assign(u, t) for u in topo if u.op is Ops.ASSIGN):
             readers.append(t)
     return readers
+
+
+def _clone_assign(u: UOp, t: Tensor) -> bool:
+    """Whether ASSIGN `u` is `t`'s own write into a buffer nothing holds yet (what `clone()` builds): computing it
+    with the readers runs no other pending assign early."""
+    buf = u.src[0].base.__dict__.get("buffer")  # None for a multi-device buffer: clone() makes none of those
+    return u is t.uop and buf is not None and not buf.is_allocated
 
 
 def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:
