@@ -288,3 +288,42 @@ def test_required_tool_call_is_returned_as_tool_calls(served: tuple[Any, Any], s
         assert call.id.startswith("call_") and call.type == "function"
     assert name == "get_weather" and finish == "tool_calls" and content == ""
     assert conforms(json.loads(args), WEATHER["function"]["parameters"])
+
+
+def test_tools_reach_the_prompt_natively_or_as_a_system_text() -> None:
+    """A template that renders `tools` gets them; a template without tool support gets the Hermes instructions in
+    the system turn and earlier calls and results as text; a prompt ending in <think> starts in reasoning."""
+    import types
+
+    import serve_helpers as sh
+
+    from xgrad_llm.server.app import _chat_prompt
+    from xgrad_llm.server.protocol import parse_chat
+    from xgrad_llm.template import CHATML_TEMPLATE, ChatTemplate
+
+    def prompt(template: str, body: dict[str, Any]) -> tuple[str, bool]:
+        fake = types.SimpleNamespace(template=ChatTemplate(template), encode=lambda text: list(text.encode()))
+        ids, thinking = _chat_prompt(fake, parse_chat(body, 4096))  # type: ignore[arg-type]
+        return bytes(ids).decode(), thinking
+
+    turns = [
+        {"role": "user", "content": "weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    native, _ = prompt(sh.CHATML_TOOLS, {"messages": turns[:1], "tools": [WEATHER]})
+    assert native.startswith("<|im_start|>system\n<tools>") and '"name": "get_weather"' in native
+    text, thinking = prompt(CHATML_TEMPLATE, {"messages": turns, "tools": [WEATHER], "tool_choice": "required"})
+    assert text.startswith("<|im_start|>system\nYou can call functions.") and "You must call at least one" in text
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+    assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>" in text and not thinking
+    plain, _ = prompt(CHATML_TEMPLATE, {"messages": turns[:1], "tools": [WEATHER], "tool_choice": "none"})
+    assert "<tools>" not in plain and "tool_call" not in plain
+    _, thinking = prompt(CHATML_TEMPLATE.replace("assistant\n'", "assistant\n<think>\n'"), {"messages": turns[:1]})
+    assert thinking
