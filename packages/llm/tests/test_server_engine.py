@@ -303,3 +303,8 @@ def test_batched_decode_rows_equal_one_sequence_each(tmp_path: pathlib.Path) -> 
             runners[b].cached = list(ids[b])
             ids[b].append(int(np.argmax(out[b])))
     np.testing.assert_allclose(runners[1].feed(ids[1]), oracle(ids[1]), atol=1e-4)
+    # a round where row 2 idles: it writes a dummy token at the first position its cache does not hold
+    idle = len(runners[2].cached)
+    out = batch.decode([ids[0][-1], ids[1][-1], 0], [len(ids[0]) - 1, len(ids[1]) - 1, idle])
+    np.testing.assert_allclose(out[0], oracle(ids[0]), atol=1e-4)
+    np.testing.assert_allclose(runners[2].feed(ids[2]), oracle(ids[2]), atol=1e-4)  # its cached prefix is intact
