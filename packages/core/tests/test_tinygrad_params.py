@@ -140,3 +140,10 @@ def test_to_another_device_keeps_is_param_and_the_gradient() -> None:
     t = s.to("CPU:1")
     assert t.is_param is False and t.grad is not None and t.grad.device == "CPU:1"
     assert t.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_shard_and_replicate_keep_is_param() -> None:
+    for flag in (True, False):
+        s = Tensor([1.0, 2.0, 3.0, 4.0]).is_param_(flag)
+        assert s.shard(("CPU", "CPU:1"), axis=0).is_param is flag
+        assert s.to(("CPU", "CPU:1")).is_param is flag

@@ -66,7 +66,9 @@ class MultiMixin(NNMixin):
                 f"cannot shard shape {self.shape} on axis {ax} over {len(devices)} devices: {self.shape[ax]} is not a "
                 f"multiple of {len(devices)}; pick another axis, pad the tensor, or replicate it (axis=None)"
             )
-        return self._new(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=name)), ax))
+        return self._new(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=name)), ax)).is_param_(
+            self._t().is_param
+        )
 
     def shard_(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
         """`shard` in place: this tensor now lives on `devices`. Returns self.
@@ -108,4 +110,4 @@ class MultiMixin(NNMixin):
         name = Device.canonicalize(device) if device is not None else Device.DEFAULT
         if name == Device.canonicalize(self.device):
             return self._t()
-        return self._new(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=name))))
+        return self._new(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=name)))).is_param_(self._t().is_param)
