@@ -114,3 +114,12 @@ def test_gradient_of_an_expanded_tensor_is_its_own() -> None:
     assert aex.grad is not None and a.grad is not None
     np.testing.assert_allclose(aex.grad.numpy(), x_np.reshape(10))
     np.testing.assert_allclose(a.grad.numpy(), [x_np.sum()], rtol=1e-5)
+
+
+def test_a_gradient_of_as_many_elements_in_another_shape_is_taken() -> None:
+    # tinygrad's example: Tensor([3.0]) as the gradient of a 0-d loss
+    x = Tensor([1.0, 2.0, 3.0])
+    (dx,) = (x * x).sum().gradient(x, gradient=Tensor([3.0]))
+    assert dx.tolist() == [6.0, 12.0, 18.0]
+    with pytest.raises(ValueError):
+        (x * x).gradient(x, gradient=Tensor([1.0, 2.0]))

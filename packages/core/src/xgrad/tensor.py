@@ -567,6 +567,8 @@ class Tensor(MultiMixin, metaclass=_TensorType):
                 )
             root_grad = UOp.const(self.dtype, 1.0, self.device, ())
         else:
+            if gradient.shape != self.shape and gradient.numel() == self.numel():
+                gradient = gradient.reshape(self.shape)  # as tinygrad: Tensor([3.0]) for a 0-d loss
             if gradient.shape != self.shape:
                 raise ShapeError(f"gradient has shape {gradient.shape}, the tensor has shape {self.shape}")
             if gradient.device != self.device:
