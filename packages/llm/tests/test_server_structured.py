@@ -297,13 +297,13 @@ def test_tools_reach_the_prompt_natively_or_as_a_system_text() -> None:
 
     import serve_helpers as sh
 
-    from xgrad_llm.server.app import _chat_prompt
+    from xgrad_llm.server.chat import chat_prompt
     from xgrad_llm.server.protocol import parse_chat
     from xgrad_llm.template import CHATML_TEMPLATE, ChatTemplate
 
     def prompt(template: str, body: dict[str, Any]) -> tuple[str, bool]:
         fake = types.SimpleNamespace(template=ChatTemplate(template), encode=lambda text: list(text.encode()))
-        ids, thinking = _chat_prompt(fake, parse_chat(body, 4096))  # type: ignore[arg-type]
+        ids, thinking = chat_prompt(fake, parse_chat(body, 4096))  # type: ignore[arg-type]
         return bytes(ids).decode(), thinking
 
     turns = [

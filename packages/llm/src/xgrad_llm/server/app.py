@@ -34,12 +34,12 @@ from starlette.staticfiles import StaticFiles
 
 from xgrad_llm.generate import LLM, SamplingParams
 from xgrad_llm.server import protocol as wire
-from xgrad_llm.server.constrain import JSONConstraint, tool_call_schema
+from xgrad_llm.server.chat import chat_constraint, chat_prompt
 from xgrad_llm.server.embed import Embedder
 from xgrad_llm.server.engine import Engine, Event, Job
 from xgrad_llm.server.metrics import render_metrics
 from xgrad_llm.server.protocol import APIError
-from xgrad_llm.server.tools import THINK_OPEN, ChatStream, merge_deltas, tool_messages, tool_prompt
+from xgrad_llm.server.tools import ChatStream, merge_deltas
 
 STATIC = pathlib.Path(__file__).parent / "static"
 
@@ -233,38 +233,6 @@ async def _stream(
     yield b"data: [DONE]\n\n"
 
 
-def _constraint(llm: LLM, req: wire.ChatRequest) -> JSONConstraint | None:
-    if req.tools and (req.tool_choice == "required" or isinstance(req.tool_choice, dict)):
-        names = [t["function"]["name"] for t in req.tools]
-        if isinstance(req.tool_choice, dict):
-            names = [req.tool_choice["function"]["name"]]
-        params = {t["function"]["name"]: t["function"].get("parameters", {}) for t in req.tools}
-        schema = tool_call_schema({n: params[n] for n in names})
-        return JSONConstraint(llm.tokenizer, schema, prefix="<tool_call>\n", suffix="\n</tool_call>")
-    if req.response_format is not None:
-        fmt_schema = req.response_format.get("schema") if req.response_format["type"] == "json_schema" else None
-        return JSONConstraint(llm.tokenizer, fmt_schema, root_object=fmt_schema is None)
-    return None
-
-
-def _chat_prompt(llm: LLM, req: wire.ChatRequest) -> tuple[list[int], bool]:
-    """(prompt ids, whether the reply starts inside a <think> block)."""
-    messages, tools = req.messages, req.tools if req.tool_choice != "none" else []
-    native = "tools" in llm.template.source
-    if tools and not native:
-        messages = tool_messages(messages)
-        text = tool_prompt(tools, req.tool_choice)
-        if messages[0]["role"] == "system":
-            messages = [{"role": "system", "content": f"{messages[0]['content']}\n\n{text}"}, *messages[1:]]
-        else:
-            messages = [{"role": "system", "content": text}, *messages]
-    elif not native:
-        messages = tool_messages(messages)
-    prompt_text = llm.template.render(messages, add_generation_prompt=True, tools=tools or None)
-    thinking = prompt_text.rstrip().endswith(THINK_OPEN)
-    return llm.encode(prompt_text), thinking
-
-
 async def chat_completions(request: Request) -> Response:
     state = _state(request)
     llm, engine = state.need()
@@ -272,14 +240,14 @@ async def chat_completions(request: Request) -> Response:
     max_context = llm.runner.max_context
     req = wire.parse_chat(data, max_context)
     try:
-        prompt, thinking = await anyio.to_thread.run_sync(_chat_prompt, llm, req)
+        prompt, thinking = await anyio.to_thread.run_sync(chat_prompt, llm, req)
     except APIError:
         raise
     except Exception as e:  # the template refused the conversation
         raise APIError(f"the chat template could not render these messages: {e}", param="messages") from e
     relay = _Relay()
     job = _job(relay, prompt, req.sampling, max_context)
-    job.constraint = _constraint(llm, req)
+    job.constraint = await anyio.to_thread.run_sync(chat_constraint, llm, req)  # the first builds a token table
     parser = ChatStream(tools=bool(req.tools) and req.tool_choice != "none", thinking=thinking)
     rid, created, model = wire.new_id("chatcmpl"), wire.now(), state.config.model_name
     s = req.sampling
