@@ -36,8 +36,8 @@ class KernelCtx:
     realizes: dict[UOp, UOp]
     params: list[UOp]
     n_ranges: int = 0
-    # graph_rewrite's memo: index expressions and gates given to a push are final (no push inside), so the rewrite
-    # does not walk them
+    # graph_rewrite's memo: index expressions and gates given to a push, loads and constants are final (no push
+    # inside), so the rewrite does not walk them
     done: dict[UOp, UOp] = field(default_factory=dict)
 
     def param(self, buf: UOp) -> UOp:
@@ -119,9 +119,10 @@ def load_realized(ctx: KernelCtx, p: UOp) -> UOp | None:
 
 
 def load(ctx: KernelCtx, buf: UOp, idx: UOp, gate: UOp | None) -> UOp:
-    """A load from BUFFER `buf` at the flat index `idx`."""
-    ctx.done[idx] = idx
-    return UOp(Ops.LOAD, buf.dtype, (ctx.param(buf).index(idx, gate),))
+    """A load from BUFFER `buf` at the flat index `idx` (final: the rewrite does not walk it)."""
+    loaded = UOp(Ops.LOAD, buf.dtype, (ctx.param(buf).index(idx, gate),))
+    ctx.done[loaded] = loaded
+    return loaded
 
 
 def lower_buffer(ctx: KernelCtx, p: UOp) -> UOp:
@@ -130,7 +131,9 @@ def lower_buffer(ctx: KernelCtx, p: UOp) -> UOp:
 
 
 def lower_const(ctx: KernelCtx, p: UOp) -> UOp:
-    return UOp.const(p.dtype, p.src[0].arg)
+    const = UOp.const(p.dtype, p.src[0].arg)
+    ctx.done[const] = const
+    return const
 
 
 def lower_iota(ctx: KernelCtx, p: UOp) -> UOp:
@@ -207,8 +210,23 @@ def lower_reduce(ctx: KernelCtx, p: UOp) -> UOp:
 
 
 def lower_elementwise(ctx: KernelCtx, p: UOp) -> UOp:
+    """Elementwise ops keep the index: the whole connected elementwise graph under `p` is rebuilt here at once (one
+    push per node that is not elementwise or is realized), without recursion: a chain of thousands of `x = x + 1`."""
     u, idxs, gate = _parts(p)
-    return u.replace(src=tuple(push(ctx, s, idxs, gate) for s in u.src))
+    built: dict[UOp, UOp] = {}
+    stack: list[tuple[UOp, bool]] = [(u, False)]
+    while stack:
+        node, ready = stack.pop()
+        if node in built:
+            continue
+        if ready:
+            built[node] = node.replace(src=tuple(built[s] for s in node.src))
+        elif node is not u and (node.op not in GroupOp.Elementwise or node in ctx.realizes):
+            built[node] = push(ctx, node, idxs, gate)
+        else:
+            stack.append((node, True))
+            stack.extend((s, False) for s in node.src)
+    return built[u]
 
 
 def lower_identity(ctx: KernelCtx, p: UOp) -> UOp:

@@ -153,9 +153,6 @@ class PatternMatcher:
             wants_ctx = "ctx" in inspect.signature(fn).parameters
             for op in pat.ops if pat.ops is not None else list(Ops):
                 self.by_op[op].append((pat, fn, wants_ctx, pat.early_reject))
-        # (op, op of the first source) -> the rules of `op` whose pattern admits that first source, made on first use:
-        # a table of many rules that each fix their first source's op (index lowering) tries only the one that fits
-        self.by_first_src: dict[tuple[Ops, Ops | None], list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]]] = {}
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.rules + other.rules)
@@ -170,12 +167,6 @@ class PatternMatcher:
         candidates = self.by_op.get(u.op)
         if not candidates:
             return None
-        key = (u.op, u.src[0].op if u.src else None)
-        if (narrowed := self.by_first_src.get(key)) is None:
-            narrowed = self.by_first_src[key] = [c for c in candidates if _admits_first_src(c[0], key[1])]
-        if not narrowed:
-            return None
-        candidates = narrowed
         src_ops = {s.op for s in u.src}
         for pat, fn, wants_ctx, early_reject in candidates:
             if not early_reject <= src_ops:
@@ -185,16 +176,6 @@ class PatternMatcher:
                 if ret is not None and ret is not u:
                     return ret
         return None
-
-
-def _admits_first_src(pat: UPat, op: Ops | None) -> bool:
-    """Whether a node whose first source has `op` (None: no sources) may match `pat`, judged by that source alone."""
-    if pat.src_kind == "none" or pat.src_kind == "perm" or not pat.src:
-        return True
-    first = pat.src[0]
-    if op is None:
-        return pat.src_kind == "all"  # a pattern for every source matches a node without any
-    return first.ops is None or op in first.ops
 
 
 class RewriteStats:
@@ -226,6 +207,7 @@ def graph_rewrite(
     stack: list[tuple[UOp, int, UOp]] = [(root, 0, root)]
     push = stack.append
     rewrite = pm.rewrite
+    ruled = pm.by_op  # a node whose op no rule matches is not offered to the table (two calls less per node)
     limit = int(REWRITE_STACK_LIMIT.value)
     max_steps = limit * 8
     steps = 0
@@ -240,7 +222,7 @@ def graph_rewrite(
         if node in replace:
             continue
         if stage == 0:
-            if bottom_up and (new := rewrite(node, ctx)) is not None:
+            if bottom_up and node.op in ruled and (new := rewrite(node, ctx)) is not None:
                 push((node, 2, new))
                 push((new, 0, new))
                 continue
@@ -257,7 +239,7 @@ def graph_rewrite(
             else:
                 replace[node] = replace[rebuilt]
             continue
-        if (new := rewrite(node, ctx)) is not None:
+        if node.op in ruled and (new := rewrite(node, ctx)) is not None:
             push((node, 2, new))
             push((new, 0, new))
             continue
