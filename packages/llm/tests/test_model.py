@@ -1,5 +1,6 @@
 """The Transformer against Hugging Face `transformers` (torch, CPU, float32) on tiny random-weight models written as
-GGUF files the way llama.cpp's converter writes them; the KV cache against a full recompute."""
+GGUF files the way llama.cpp's converter writes them (dense and mixture-of-experts, RoPE scaled linearly and by YaRN);
+the KV cache against a full recompute."""
 
 from __future__ import annotations
 
@@ -30,11 +31,28 @@ SPECS = {
     "gemma3": tm.Spec("gemma3", n_layers=6, n_kv_heads=1, head_dim=32, tied=True, sliding_window=4),
     # logit soft-capping (transformers' Gemma 3 does not apply attn_logit_softcapping, nor does llama.cpp's)
     "gemma3-softcap": tm.Spec("gemma3", n_kv_heads=2, head_dim=16, tied=True, sliding_window=3, final_softcap=3.0),
+    # YaRN: the ramp between extrapolated and interpolated pairs falls inside head_dim, attention sharpened
+    "qwen3-yarn": tm.Spec("qwen3", tied=True, rope_yarn=4.0, rope_orig_ctx=64),
+    "llama-yarn": tm.Spec("llama", rope_yarn=8.0, rope_orig_ctx=32, rope_theta=500000.0),  # pair-wise RoPE
+    # MoE: 8 experts, top 2; qwen3moe renormalises the top-k probabilities, olmoe does not (and norms q/k over all
+    # heads, and clips q/k/v here), qwen2moe adds a sigmoid-gated shared expert
+    "qwen3moe": tm.Spec("qwen3moe", tied=True, head_dim=32),
+    "olmoe": tm.Spec("olmoe", clip_qkv=1.0),
+    "qwen2moe": tm.Spec("qwen2moe", n_layers=1, n_experts=4, n_experts_used=3),
 }
 
 
 @pytest.fixture(scope="module", params=list(SPECS))
 def model(request: Any, tmp_path_factory: Any) -> tuple[Any, pathlib.Path]:
+    return tm.make(SPECS[request.param], tmp_path_factory.mktemp(request.param))
+
+
+# the cache test skips the variants whose decode step has nothing new (test time: each compiles its own kernels)
+CACHE_SPECS = [name for name in SPECS if name not in ("llama-yarn", "olmoe", "qwen2moe")]
+
+
+@pytest.fixture(scope="module", params=CACHE_SPECS)
+def cache_model(request: Any, tmp_path_factory: Any) -> tuple[Any, pathlib.Path]:
     return tm.make(SPECS[request.param], tmp_path_factory.mktemp(request.param))
 
 
@@ -45,8 +63,8 @@ def test_logits_match_transformers_f32(model: tuple[Any, pathlib.Path]) -> None:
     np.testing.assert_allclose(out, ref, atol=1e-4, rtol=0)
 
 
-def test_kv_cache_decode_equals_full_recompute(model: tuple[Any, pathlib.Path]) -> None:
-    _, path = model
+def test_kv_cache_decode_equals_full_recompute(cache_model: tuple[Any, pathlib.Path]) -> None:
+    _, path = cache_model
     f = open_gguf(path)
     full = Transformer(f, cache_len=32).logits_all(IDS).numpy()[0]
     m = Transformer(f, cache_len=32)
@@ -68,12 +86,15 @@ def test_output_head_only_on_last_position(tmp_path: pathlib.Path) -> None:
     np.testing.assert_allclose(out.numpy()[0], tm.hf_logits(hf, IDS[:4])[3], atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize(
+    ("arch", "qtype"),
+    [(a, q) for a in ("llama", "qwen3") for q in ("Q8_0", "Q4_0")] + [("qwen3moe", "Q8_0")],
+)
 def test_quantized_weights_match_transformers(arch: str, qtype: str, tmp_path: pathlib.Path) -> None:
     """Weights quantised by gguf's reference quantiser, the reference model given gguf's dequantisation of them:
-    the same logits whether xgrad dequantises at load (float32 in memory) or inside the matmuls. (gguf's
-    quantiser has no K-quants; the real Gemma file's test covers Q4_K, Q5_0 and Q6_K.)"""
+    the same logits (to 1e-4) whether xgrad dequantises at load (float32 in memory) or inside the matmuls (packed,
+    for MoE the experts of a 3-d tensor packed as one matrix). (gguf's quantiser has no K-quants; the real Gemma
+    file's test covers Q4_K, Q5_0 and Q6_K.) The MoE router stays F32, as llama.cpp's quantizer keeps it."""
     spec = SPECS[arch]
     hf, path = tm.make(spec, tmp_path, getattr(gguf.GGMLQuantizationType, qtype))
     f = open_gguf(path)
@@ -103,6 +124,41 @@ def bare_model_file(path: pathlib.Path, arch: str) -> pathlib.Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def test_moe_config_from_metadata(tmp_path: pathlib.Path) -> None:
+    _, path = tm.make(SPECS["qwen3moe"], tmp_path)
+    cfg = ModelConfig.from_metadata(open_gguf(path).metadata, len(tm.VOCAB))
+    assert (cfg.n_experts, cfg.n_experts_used, cfg.expert_norm) == (8, 2, True)
+    olmoe = ModelConfig.from_metadata({**_metadata(tm.Spec("olmoe", clip_qkv=1.0), tmp_path)}, len(tm.VOCAB))
+    assert (olmoe.expert_norm, olmoe.clamp_kqv) == (False, 1.0)
+
+
+def _metadata(spec: tm.Spec, folder: pathlib.Path) -> dict[str, Any]:
+    _, path = tm.make(spec, folder)
+    return dict(open_gguf(path).metadata)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"qwen3moe.expert_used_count": 9}, "expert_used_count is 9"),
+        ({"qwen3moe.rope.scaling.type": "longrope"}, "'longrope' is not supported"),
+        ({"qwen3moe.rope.scaling.type": "yarn", "qwen3moe.rope.scaling.factor": 0.0}, "factor must be > 0"),
+        (
+            {
+                "qwen3moe.rope.scaling.type": "yarn",
+                "qwen3moe.rope.scaling.factor": 4.0,
+                "qwen3moe.rope.scaling.yarn_log_multiplier": 0.1,
+            },
+            "yarn_log_multiplier",
+        ),
+    ],
+)
+def test_bad_moe_and_rope_metadata_is_named(change: dict[str, Any], message: str, tmp_path: pathlib.Path) -> None:
+    md = _metadata(tm.Spec("qwen3moe", n_layers=1), tmp_path)
+    with pytest.raises(ModelError, match=message):
+        ModelConfig.from_metadata({**md, **change}, len(tm.VOCAB))
 
 
 def test_unsupported_architecture_says_which(tmp_path: pathlib.Path) -> None:

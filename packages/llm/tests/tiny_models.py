@@ -23,7 +23,7 @@ VOCAB = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{b:02X}>" for b in range(25
 class Spec:
     """One tiny model: its architecture and the knobs a test varies."""
 
-    arch: str  # llama, qwen2, qwen3, gemma3
+    arch: str  # llama, qwen2, qwen3, gemma3; MoE: qwen3moe, olmoe, qwen2moe
     n_layers: int = 2
     dim: int = 64
     n_heads: int = 4
@@ -33,6 +33,14 @@ class Spec:
     tied: bool = False
     rope_theta: float = 10000.0
     rope_linear: float = 0.0  # linear RoPE scaling factor (0: none)
+    rope_yarn: float = 0.0  # YaRN scaling factor (0: none)
+    rope_orig_ctx: int = 64  # YaRN: the pretrained context
+    n_experts: int = 8  # MoE archs: experts per layer
+    n_experts_used: int = 2  # MoE archs: top-k
+    expert_ffn_dim: int = 32  # MoE archs: each expert's FFN width
+    shared_ffn_dim: int = 64  # qwen2moe: the shared expert's FFN width
+    norm_topk: bool = True  # qwen3moe: transformers' norm_topk_prob (olmoe and qwen2moe keep their default, False)
+    clip_qkv: float = 0.0  # olmoe: clip q, k, v to [-clip, clip] (0: none)
     sliding_window: int = 0
     attn_softcap: float = 0.0
     final_softcap: float = 0.0
@@ -67,6 +75,16 @@ def hf_model(spec: Spec) -> Any:
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": spec.rope_theta}
     if spec.rope_linear:
         rope = {"rope_type": "linear", "factor": spec.rope_linear, "rope_theta": spec.rope_theta}
+    if spec.rope_yarn:
+        rope = {
+            "rope_type": "yarn",
+            "factor": spec.rope_yarn,
+            "original_max_position_embeddings": spec.rope_orig_ctx,
+            "rope_theta": spec.rope_theta,
+        }
+    moe: dict[str, Any] = dict(
+        num_experts=spec.n_experts, num_experts_per_tok=spec.n_experts_used, moe_intermediate_size=spec.expert_ffn_dim
+    )
     if spec.arch == "llama":
         cfg: Any = tf.LlamaConfig(**common, rope_parameters=rope)
         cls: Any = tf.LlamaForCausalLM
@@ -76,6 +94,25 @@ def hf_model(spec: Spec) -> Any:
     elif spec.arch == "qwen3":
         cfg = tf.Qwen3Config(**common, rope_parameters=rope)
         cls = tf.Qwen3ForCausalLM
+    elif spec.arch == "qwen3moe":
+        cfg = tf.Qwen3MoeConfig(**common, **moe, norm_topk_prob=spec.norm_topk, rope_parameters=rope)
+        cls = tf.Qwen3MoeForCausalLM
+    elif spec.arch == "qwen2moe":
+        cfg = tf.Qwen2MoeConfig(
+            **common, **moe, shared_expert_intermediate_size=spec.shared_ffn_dim, rope_parameters=rope
+        )
+        cls = tf.Qwen2MoeForCausalLM
+    elif spec.arch == "olmoe":  # its "intermediate_size" is each expert's; q/k norms span all heads
+        olmoe = {k: v for k, v in common.items() if k not in ("intermediate_size", "head_dim")}
+        cfg = tf.OlmoeConfig(
+            **olmoe,
+            intermediate_size=spec.expert_ffn_dim,
+            num_experts=spec.n_experts,
+            num_experts_per_tok=spec.n_experts_used,
+            clip_qkv=spec.clip_qkv or None,
+            rope_parameters=rope,
+        )
+        cls = tf.OlmoeForCausalLM
     elif spec.arch == "gemma3":
         cfg = tf.Gemma3TextConfig(
             **common,
@@ -126,6 +163,12 @@ LAYER_NAMES = {
     "mlp.gate_proj": "ffn_gate",
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
+    "mlp.gate": "ffn_gate_inp",
+    "mlp.experts": "",  # gate_up_proj / down_proj: see EXPERT_NAMES
+    "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
+    "mlp.shared_expert.up_proj": "ffn_up_shexp",
+    "mlp.shared_expert.down_proj": "ffn_down_shexp",
+    "mlp.shared_expert_gate": "ffn_gate_inp_shexp",
     "pre_feedforward_layernorm": "ffn_norm",
     "post_feedforward_layernorm": "post_ffw_norm",
 }
@@ -145,6 +188,8 @@ def gguf_name(arch: str, hf: str) -> str | None:
     i, rest, kind = parts[2], ".".join(parts[3:-1]), parts[-1]
     if rest == "post_attention_layernorm":  # gemma: a post-norm; llama/qwen: the FFN's pre-norm
         short = "post_attention_norm" if arch == "gemma3" else "ffn_norm"
+    elif rest == "mlp.experts":  # transformers' (E, 2F, D) gate_up_proj is split into gate and up by the writer
+        return f"blk.{i}.ffn_{'gate_up' if kind == 'gate_up_proj' else 'down'}_exps.weight"
     else:
         short = LAYER_NAMES[rest]
     return f"blk.{i}.{short}.{kind}"
@@ -179,6 +224,18 @@ def write_gguf(spec: Spec, model: Any, path: pathlib.Path, qtype: Any = None) ->
         w.add_float32(f"{arch}.attn_logit_softcapping", spec.attn_softcap)
     if spec.final_softcap:
         w.add_float32(f"{arch}.final_logit_softcapping", spec.final_softcap)
+    if spec.rope_yarn:
+        w.add_string(f"{arch}.rope.scaling.type", "yarn")
+        w.add_float32(f"{arch}.rope.scaling.factor", spec.rope_yarn)
+        w.add_uint32(f"{arch}.rope.scaling.original_context_length", spec.rope_orig_ctx)
+    if arch in MOE_ARCHS:
+        w.add_uint32(f"{arch}.expert_count", spec.n_experts)
+        w.add_uint32(f"{arch}.expert_used_count", spec.n_experts_used)
+        w.add_uint32(f"{arch}.expert_feed_forward_length", spec.expert_ffn_dim)
+        if arch == "qwen2moe":
+            w.add_uint32(f"{arch}.expert_shared_feed_forward_length", spec.shared_ffn_dim)
+    if spec.clip_qkv:
+        w.add_float32(f"{arch}.attention.clamp_kqv", spec.clip_qkv)
     for key, value in spec.extra.items():
         if isinstance(value, bool):
             w.add_bool(key, value)
@@ -198,17 +255,32 @@ def write_gguf(spec: Spec, model: Any, path: pathlib.Path, qtype: Any = None) ->
             x = x + 1.0  # the converter stores gemma's (1 + w)
         if arch == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
             x = _permute_for_pairs(x, spec.n_heads if "attn_q" in name else spec.n_kv_heads)
-        if qtype is not None and x.ndim == 2:
-            packed = gguf.quants.quantize(x, qtype)
-            w.add_tensor(name, packed, raw_dtype=qtype)
-            _set_dequantized(p, gguf.quants.dequantize(packed, qtype), arch, name, spec)
+        if name.endswith("ffn_gate_up_exps.weight"):  # (E, 2F, D): gate rows, then up rows
+            f = x.shape[1] // 2
+            parts = [(name.replace("gate_up", "gate"), x[:, :f]), (name.replace("gate_up", "up"), x[:, f:])]
         else:
-            w.add_tensor(name, x.astype(np.float32))
+            parts = [(name, x)]
+        # llama.cpp's quantizer keeps routers F32 (ffn_gate_inp, ffn_gate_inp_shexp)
+        quantize = qtype is not None and x.ndim >= 2 and "ffn_gate_inp" not in name
+        back = []
+        for part, y in parts:
+            y = np.ascontiguousarray(y)
+            if quantize:
+                packed = gguf.quants.quantize(y, qtype)
+                w.add_tensor(part, packed, raw_dtype=qtype)
+                back.append(gguf.quants.dequantize(packed, qtype))
+            else:
+                w.add_tensor(part, y.astype(np.float32))
+        if quantize:
+            _set_dequantized(p, np.concatenate(back, axis=1) if len(back) > 1 else back[0], arch, name, spec)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+MOE_ARCHS = ("qwen3moe", "olmoe", "qwen2moe")
 
 
 def _set_dequantized(p: Any, x: np.ndarray, arch: str, name: str, spec: Spec) -> None:

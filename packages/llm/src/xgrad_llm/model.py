@@ -3,8 +3,9 @@
 The architectures differ only in data: `ARCHS` holds what the metadata does not say (the RoPE layout, the FFN
 activation, whether embeddings are scaled, which layers use a sliding window), `ModelConfig.from_metadata` reads the
 rest from the `{arch}.*` keys, and optional tensors (q/k norms, q/k/v biases, post-norms, an untied output head)
-are used where the file has them. Supported: llama (1-3, and Mistral files, which say `llama`), qwen2, qwen3 and
-gemma3.
+are used where the file has them. Supported: llama (1-3, and Mistral files, which say `llama`), qwen2, qwen3,
+gemma3, and the mixture-of-experts qwen3moe, olmoe and qwen2moe (a layer whose file has `ffn_gate_inp` routes each
+token to its top-k experts: `moe.py`).
 
 Conventions of GGUF that this follows:
 - A weight matrix is stored (out_features, in_features); the model keeps each as its transpose W.T (a lazy view),
@@ -31,6 +32,7 @@ import numpy as np
 from xgrad import Tensor, Variable
 from xgrad.errors import XgradError
 from xgrad_llm.gguf import GGUFFile
+from xgrad_llm.moe import moe_ffn
 from xgrad_llm.packed import PackedMatrix, can_pack
 from xgrad_llm.quants import GGMLType, dequantize
 
@@ -50,6 +52,7 @@ class ArchTraits:
     scale_embeddings: bool  # multiply the token embeddings by sqrt(dim) (gemma)
     swa_pattern: int = 0  # with a sliding window: every n-th layer is global, the others slide (0: all slide)
     local_rope_theta: float = 0.0  # RoPE base of the sliding-window layers when the file does not say (0: global's)
+    moe_norm_topk: bool = False  # MoE: renormalise the top-k router probabilities to sum 1 (unless the file says)
 
 
 ARCHS: dict[str, ArchTraits] = {
@@ -57,6 +60,10 @@ ARCHS: dict[str, ArchTraits] = {
     "qwen2": ArchTraits("neox", "silu", False),
     "qwen3": ArchTraits("neox", "silu", False),
     "gemma3": ArchTraits("neox", "gelu_tanh", True, swa_pattern=6, local_rope_theta=10000.0),
+    # transformers' norm_topk_prob: true in Qwen3-MoE's configs (llama.cpp hard-codes it), false for OLMoE/Qwen2-MoE
+    "qwen3moe": ArchTraits("neox", "silu", False, moe_norm_topk=True),
+    "olmoe": ArchTraits("neox", "silu", False),
+    "qwen2moe": ArchTraits("neox", "silu", False),
 }
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -92,6 +99,16 @@ class ModelConfig:
     sliding_layers: tuple[bool, ...]  # per layer: does it use the sliding window
     attn_softcap: float  # 0: none; else scores = cap * tanh(scores / cap)
     final_softcap: float  # 0: none; likewise for the logits
+    n_experts: int = 0  # MoE: experts per MoE layer (0: a dense model)
+    n_experts_used: int = 0  # MoE: experts each token is routed to (top-k)
+    expert_norm: bool = False  # MoE: the top-k router probabilities are renormalised to sum 1
+    clamp_kqv: float = 0.0  # 0: none; else q, k and v are clipped to [-clamp, clamp] (olmoe's clip_qkv)
+    rope_scaling: str = "none"  # "none", "linear" (positions / rope_scale) or "yarn"
+    rope_orig_context: int = 0  # yarn: the context the model was pretrained for
+    yarn_ext_factor: float = 1.0  # yarn: weight of the extrapolated frequencies in the ramp (0: plain interpolation)
+    yarn_attn_factor: float = 1.0  # yarn: extra factor on cos/sin, besides 1 + 0.1 ln(rope_scale)
+    yarn_beta_fast: float = 32.0  # yarn: rotations below which a dimension is only extrapolated
+    yarn_beta_slow: float = 1.0  # yarn: rotations above which a dimension is only interpolated
 
     @classmethod
     def from_metadata(cls, md: dict[str, Any], vocab_size: int) -> ModelConfig:
@@ -99,10 +116,7 @@ class ModelConfig:
         `ModelError` for an unsupported architecture or a missing key."""
         arch = md.get("general.architecture")
         if arch not in ARCHS:
-            raise ModelError(
-                f"architecture {arch!r} is not supported; xgrad_llm runs {', '.join(sorted(ARCHS))} "
-                "(MoE models are not supported yet)"
-            )
+            raise ModelError(f"architecture {arch!r} is not supported; xgrad_llm runs {', '.join(sorted(ARCHS))}")
         traits = ARCHS[arch]
 
         def get(key: str, default: Any = None) -> Any:
@@ -125,13 +139,21 @@ class ModelConfig:
             raise ModelError(f"{arch}.attention.head_count {n_heads} is not a multiple of head_count_kv {n_kv_heads}")
         window = int(get("attention.sliding_window", 0))
         sliding = tuple(_sliding_layers(md, arch, traits, n_layers, window))
-        scaling = str(get("rope.scaling.type", "none"))
+        scaling = str(get("rope.scaling.type", "none")) or "none"
         rope_scale = 1.0
-        if scaling == "linear":
+        if scaling in ("linear", "yarn"):
             rope_scale = float(get("rope.scaling.factor"))
-        elif scaling not in ("none", ""):
-            raise ModelError(f"{arch}.rope.scaling.type {scaling!r} is not supported yet (only linear)")
+            if not rope_scale > 0:
+                raise ModelError(f"{arch}.rope.scaling.factor must be > 0, got {rope_scale}")
+        elif scaling != "none":
+            raise ModelError(f"{arch}.rope.scaling.type {scaling!r} is not supported (supported: none, linear, yarn)")
+        if scaling == "yarn" and float(get("rope.scaling.yarn_log_multiplier", 0.0)):
+            raise ModelError(f"{arch}.rope.scaling.yarn_log_multiplier (DeepSeek's YaRN variant) is not supported yet")
         theta = float(get("rope.freq_base", 10000.0))
+        n_experts = int(get("expert_count", 0))
+        n_used = int(get("expert_used_count", 0))
+        if n_experts and not 0 < n_used <= n_experts:
+            raise ModelError(f"{arch}.expert_used_count is {n_used}; it must be in [1, expert_count = {n_experts}]")
         return cls(
             arch=arch,
             dim=dim,
@@ -140,7 +162,7 @@ class ModelConfig:
             n_kv_heads=n_kv_heads,
             head_dim=head_dim,
             value_dim=value_dim,
-            ffn_dim=int(get("feed_forward_length")),
+            ffn_dim=int(get("feed_forward_length", 0 if n_experts else None)),
             vocab_size=vocab_size,
             norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
             context_length=int(get("context_length", 2048)),
@@ -156,6 +178,16 @@ class ModelConfig:
             sliding_layers=sliding,
             attn_softcap=float(get("attn_logit_softcapping", 0.0)),
             final_softcap=float(get("final_logit_softcapping", 0.0)),
+            n_experts=n_experts,
+            n_experts_used=n_used,
+            expert_norm=bool(get("expert_weights_norm", traits.moe_norm_topk)),
+            clamp_kqv=float(get("attention.clamp_kqv", 0.0)),
+            rope_scaling=scaling,
+            rope_orig_context=int(get("rope.scaling.original_context_length", get("context_length", 2048))),
+            yarn_ext_factor=float(get("rope.scaling.yarn_ext_factor", 1.0)),
+            yarn_attn_factor=float(get("rope.scaling.yarn_attn_factor", 1.0)),
+            yarn_beta_fast=float(get("rope.scaling.yarn_beta_fast", 32.0)),
+            yarn_beta_slow=float(get("rope.scaling.yarn_beta_slow", 1.0)),
         )
 
 
@@ -179,6 +211,8 @@ def _fuse(w: dict[str, Tensor], parts: tuple[str, ...], name: str) -> None:
     """Replace the matrices `parts` of layer weights `w` (transposed, and their biases, when all have one) by their
     rows stacked into one matrix `name` (transposed)."""
     biases = [f"{p}.bias" for p in parts]
+    if not all(p in w for p in parts):  # e.g. an MoE layer: no dense gate/up
+        return
     if any(b in w for b in biases) and not all(b in w for b in biases):
         return
     w[name] = Tensor.cat(*(w.pop(p).T for p in parts)).contiguous().realize().T
@@ -186,14 +220,46 @@ def _fuse(w: dict[str, Tensor], parts: tuple[str, ...], name: str) -> None:
         w[f"{name}.bias"] = Tensor.cat(*(w.pop(b) for b in biases)).contiguous().realize()
 
 
-def rope_tables(cfg: ModelConfig, theta: float, scale: float, length: int, factors: np.ndarray | None) -> Tensor:
+def rope_tables(
+    cfg: ModelConfig, theta: float, scale: float, length: int, factors: np.ndarray | None, yarn: bool = False
+) -> Tensor:
     """cos and sin of every position < length and rotated pair: shape (2, length, rope_dim // 2), float32.
-    `factors` (llama 3's `rope_freqs.weight`) divide the frequencies."""
+    `factors` (llama 3's `rope_freqs.weight`) divide the frequencies. Linear scaling divides the positions by
+    `scale`; `yarn` instead mixes interpolated and original frequencies per dimension (`yarn_frequencies`)."""
     inv_freq = 1.0 / theta ** (np.arange(0, cfg.rope_dim, 2, dtype=np.float64) / cfg.rope_dim)
     if factors is not None:
         inv_freq = inv_freq / factors.astype(np.float64)
-    angles = np.outer(np.arange(length, dtype=np.float64) / scale, inv_freq)
-    return Tensor(np.stack([np.cos(angles), np.sin(angles)]).astype(np.float32)).realize()
+    positions = np.arange(length, dtype=np.float64)
+    mscale = 1.0
+    if yarn:
+        inv_freq, mscale = yarn_frequencies(cfg, inv_freq, theta, scale)
+    else:
+        positions = positions / scale
+    angles = np.outer(positions, inv_freq)
+    return Tensor((np.stack([np.cos(angles), np.sin(angles)]) * mscale).astype(np.float32)).realize()
+
+
+def yarn_frequencies(cfg: ModelConfig, inv_freq: np.ndarray, theta: float, scale: float) -> tuple[np.ndarray, float]:
+    """YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension"): (frequencies, factor on cos and sin).
+
+    Pair i turns r_i = orig_context * inv_freq[i] / 2pi times over the pretrained context. Pairs turning more than
+    beta_fast times keep their frequency (extrapolation), pairs turning fewer than beta_slow times are divided by
+    `scale` (interpolation), with a linear ramp between; the boundaries are rounded outwards to whole pairs. The
+    attention is sharpened by (1 + 0.1 ln scale) on both q and k (times the file's yarn_attn_factor)."""
+    dim = cfg.rope_dim
+
+    def pair_of(rotations: float) -> float:  # the (fractional) pair index that turns `rotations` times
+        return dim * math.log(cfg.rope_orig_context / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low = max(math.floor(pair_of(cfg.yarn_beta_fast)), 0)
+    high = min(math.ceil(pair_of(cfg.yarn_beta_slow)), dim - 1)
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / max(high - low, 0.001), 0.0, 1.0)
+    keep = (1.0 - ramp) * cfg.yarn_ext_factor  # weight of the original (extrapolated) frequency
+    freqs = inv_freq / scale * (1.0 - keep) + inv_freq * keep
+    mscale = cfg.yarn_attn_factor
+    if cfg.yarn_ext_factor != 0 and scale > 1:
+        mscale *= 1.0 + 0.1 * math.log(scale)
+    return freqs, mscale
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -261,7 +327,8 @@ class Transformer:
             if progress is not None:
                 progress("layers", i + 1, cfg.n_layers)
         factors = f.tensor("rope_freqs.weight", "CPU").numpy() if "rope_freqs.weight" in f.tensors else None
-        self.rope_global = rope_tables(cfg, cfg.rope_theta, cfg.rope_scale, cache_len, factors)
+        yarn = cfg.rope_scaling == "yarn"
+        self.rope_global = rope_tables(cfg, cfg.rope_theta, cfg.rope_scale, cache_len, factors, yarn)
         self.rope_local = rope_tables(cfg, cfg.rope_local_theta, 1.0, cache_len, None)
         self.cache_k = [
             Tensor.zeros(batch, cfg.n_kv_heads, cache_len, cfg.head_dim, device=device).contiguous().realize()
@@ -289,17 +356,51 @@ class Transformer:
         self.weight_nbytes += raw.nbytes()
         return dequantize(raw, info.type, info.shape).T
 
+    def _experts(self, name: str) -> Tensor:
+        """The experts' matrices of 3-d tensor `name`, (n_expert, N, K) in the file, as (K, n_expert, N): each expert's
+        W.T side by side, so that x @ w.reshape(K, -1) runs every expert in one matmul. Quantised bytes are packed
+        as one (n_expert * N, K) matrix (the file's rows, expert after expert)."""
+        info = self.file.tensors[name]
+        if len(info.shape) != 3:
+            raise ModelError(f"{self.file.paths[0]}: {name} has shape {info.shape}; expected (experts, rows, cols)")
+        e, n, k = info.shape
+        if e != self.cfg.n_experts:
+            raise ModelError(f"{self.file.paths[0]}: {name} holds {e} experts; the metadata says {self.cfg.n_experts}")
+        if not self.quantized or info.type == GGMLType.F32:
+            w = self.file.tensor(name, self.device).contiguous().realize()
+            self.weight_nbytes += w.nbytes()
+            return w.permute(2, 0, 1)
+        raw = self.file.raw(name).to(self.device).contiguous().realize()
+        if can_pack(info.type):
+            m = PackedMatrix(raw, info.type, (e * n, k))
+            self.weight_nbytes += m.nbytes
+            return m.t().reshape(k, e, n)
+        self.weight_nbytes += raw.nbytes()
+        return dequantize(raw, info.type, (e * n, k)).T.reshape(k, e, n)
+
     def _vector(self, name: str) -> Tensor:
         return self.file.tensor(name, self.device).contiguous().realize()
 
     def _layer(self, i: int) -> dict[str, Tensor]:
         w: dict[str, Tensor] = {}
-        required = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up")
-        for short in (*required, "ffn_down"):
+        moe = f"blk.{i}.ffn_gate_inp.weight" in self.file.tensors
+        if moe and not self.cfg.n_experts:
+            raise ModelError(f"{self.file.paths[0]}: layer {i} routes to experts but the metadata has no expert_count")
+        ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps") if moe else ("ffn_gate", "ffn_up")
+        required = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", *ffn)
+        for short in required if moe else (*required, "ffn_down"):
             name = f"blk.{i}.{short}.weight"
             if name not in self.file.tensors:
-                raise ModelError(f"{self.file.paths[0]}: tensor {name} is missing (MoE layers are not supported yet)")
-            w[short] = self._vector(name) if short.endswith("norm") else self._matrix(name)
+                raise ModelError(f"{self.file.paths[0]}: tensor {name} is missing; is the GGUF file complete?")
+            if short.endswith("norm"):
+                w[short] = self._vector(name)
+            else:
+                w[short] = self._experts(name) if short.endswith("_exps") else self._matrix(name)
+        for short in ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"):  # qwen2moe's shared expert
+            if (name := f"blk.{i}.{short}.weight") in self.file.tensors:
+                w[short] = self._matrix(name)
+        if (name := f"blk.{i}.ffn_gate_inp_shexp.weight") in self.file.tensors:  # its gate: (dim,) or (1, dim)
+            w["ffn_gate_inp_shexp"] = self._vector(name).reshape(self.cfg.dim, 1)
         optional = ("attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm")
         for short in optional:
             if (name := f"blk.{i}.{short}.weight") in self.file.tensors:
@@ -350,12 +451,14 @@ class Transformer:
             a = rms_norm(a, w["post_attention_norm"], eps)
         h = h + a
         x = rms_norm(h, w["ffn_norm"], eps)
-        if "ffn_gate_up" in w:
+        act = ACTIVATIONS[self.cfg.activation]
+        if "ffn_gate_inp" in w:
+            m = moe_ffn(x, w, act, self.cfg.n_experts_used, self.cfg.expert_norm)
+        elif "ffn_gate_up" in w:
             gate_up = x @ w["ffn_gate_up"]
-            gate, up = gate_up[..., : self.cfg.ffn_dim], gate_up[..., self.cfg.ffn_dim :]
+            m = (act(gate_up[..., : self.cfg.ffn_dim]) * gate_up[..., self.cfg.ffn_dim :]) @ w["ffn_down"]
         else:
-            gate, up = x @ w["ffn_gate"], x @ w["ffn_up"]
-        m = (ACTIVATIONS[self.cfg.activation](gate) * up) @ w["ffn_down"]
+            m = (act(x @ w["ffn_gate"]) * (x @ w["ffn_up"])) @ w["ffn_down"]
         if "post_ffw_norm" in w:
             m = rms_norm(m, w["post_ffw_norm"], eps)
         return h + m
@@ -364,24 +467,41 @@ class Transformer:
         y = x @ w[name]
         return y + w[f"{name}.bias"] if f"{name}.bias" in w else y
 
-    def _attention(self, i: int, w: dict[str, Tensor], x: Tensor, start_pos: Size) -> Tensor:
+    def _qkv(self, w: dict[str, Tensor], x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries (B, T, heads, hd), keys (B, T, kv_heads, hd) and values (B, T, kv_heads, vd) of x (B, T, dim),
+        clipped and normed as the model says, before RoPE. The q/k norm is per head (qwen3, gemma3: a weight of
+        head_dim) or over all heads at once (olmoe: a weight of heads * head_dim)."""
         cfg = self.cfg
         b, t, _ = x.shape
         hd, vd, kv = cfg.head_dim, cfg.value_dim, cfg.n_kv_heads
-        group = cfg.n_heads // kv
         if "attn_qkv" in w:
             qkv = self._project(w, "attn_qkv", x)
             nq, nk = cfg.n_heads * hd, kv * hd
             q, k, v = qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
         else:
             q, k, v = (self._project(w, name, x) for name in ("attn_q", "attn_k", "attn_v"))
+        per_head = {name: name in w and w[name].shape[-1] == hd for name in ("attn_q_norm", "attn_k_norm")}
+        if "attn_q_norm" in w and not per_head["attn_q_norm"]:  # over all heads at once
+            q = rms_norm(q, w["attn_q_norm"], cfg.norm_eps)
+        if "attn_k_norm" in w and not per_head["attn_k_norm"]:
+            k = rms_norm(k, w["attn_k_norm"], cfg.norm_eps)
+        if cfg.clamp_kqv > 0:  # after those norms, as transformers' OLMoE
+            q, k, v = (y.clip(-cfg.clamp_kqv, cfg.clamp_kqv) for y in (q, k, v))
         q = q.reshape(b, t, cfg.n_heads, hd)
         k = k.reshape(b, t, kv, hd)
         v = v.reshape(b, t, kv, vd)
-        if "attn_q_norm" in w:
+        if per_head["attn_q_norm"]:
             q = rms_norm(q, w["attn_q_norm"], cfg.norm_eps)
-        if "attn_k_norm" in w:
+        if per_head["attn_k_norm"]:
             k = rms_norm(k, w["attn_k_norm"], cfg.norm_eps)
+        return q, k, v
+
+    def _attention(self, i: int, w: dict[str, Tensor], x: Tensor, start_pos: Size) -> Tensor:
+        cfg = self.cfg
+        b, t, _ = x.shape
+        kv, vd = cfg.n_kv_heads, cfg.value_dim
+        group = cfg.n_heads // kv
+        q, k, v = self._qkv(w, x)
         sliding = cfg.sliding_layers[i]
         table = (self.rope_local if sliding else self.rope_global).shrink((None, (start_pos, start_pos + t), None))
         q = apply_rope(q, table[0], table[1], cfg.rope_style)
@@ -396,7 +516,7 @@ class Transformer:
         keys = ck.shrink((None, None, (0, end), None)).unsqueeze(2)  # (B, KV, 1, S, hd)
         values = cv.shrink((None, None, (0, end), None)).unsqueeze(2)
 
-        qg = q.reshape(b, t, kv, group, hd).permute(0, 2, 3, 1, 4)  # (B, KV, G, T, hd)
+        qg = q.reshape(b, t, kv, group, cfg.head_dim).permute(0, 2, 3, 1, 4)  # (B, KV, G, T, hd)
         scores = softcap((qg @ keys.transpose(-1, -2)) * cfg.attn_scale, cfg.attn_softcap)  # (B, KV, G, T, S)
         window = cfg.sliding_window if sliding else 0
         if t > 1 or window:
