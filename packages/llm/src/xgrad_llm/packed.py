@@ -21,12 +21,13 @@ device with xgrad ops too, once at load.
 
 from __future__ import annotations
 
-from xgrad import Tensor
+from xgrad import Tensor, Variable
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError, ShapeError
 from xgrad_llm.quants import AFFINE, BLOCK_SIZES, GGMLType, type_name
 
 LANES = 16  # rows whose quants one vector load reads: a 512-bit register of float32 (two 256-bit ones on AVX2)
+CHUNK_BYTES = 8 << 20  # GGUF bytes packed at a time
 
 
 def can_pack(type_id: int) -> bool:
@@ -35,7 +36,8 @@ def can_pack(type_id: int) -> bool:
 
 
 class PackedMatrix:
-    """A quantised (N, K) matrix from its GGUF bytes `raw` (a 1-d uint8 tensor, on the device to compute on).
+    """A quantised (N, K) matrix from its GGUF bytes `raw` (a 1-d uint8 tensor: a slice of the file on DISK, or on a
+    device), packed on `device` (default: raw's), `chunk` bytes of `raw` at a time.
 
     >>> import numpy as np
     >>> blocks = np.zeros((2, 34), np.uint8); blocks[:, 1] = 0x3C; blocks[:, 2:] = np.arange(32)  # Q8_0: d = 1.0
@@ -44,7 +46,9 @@ class PackedMatrix:
     [[496.0, 496.0]]
     """
 
-    def __init__(self, raw: Tensor, type_id: int, shape: tuple[int, int]) -> None:
+    def __init__(
+        self, raw: Tensor, type_id: int, shape: tuple[int, int], device: str | None = None, chunk: int = CHUNK_BYTES
+    ) -> None:
         make = AFFINE.get(GGMLType(type_id)) if type_id in GGMLType._value2member_map_ else None
         if make is None:
             packable = ", ".join(t.name for t in AFFINE)
@@ -53,26 +57,55 @@ class PackedMatrix:
         n, k = shape
         if k % block or raw.shape != (n * k // block * type_size,):
             raise ShapeError(f"{type_name(type_id)} bytes of shape {raw.shape} do not hold a {shape} matrix")
-        aff = make(raw.reshape(-1, type_size))
-        self.type, self.shape, self.lo, self.bits = GGMLType(type_id), shape, aff.lo, aff.bits
-        self.group = block // aff.scale.shape[1]  # elements per scale
-        self.width = 2 * LANES if aff.bits == 4 else LANES  # rows per panel
-        rows = -(-n // self.width) * self.width  # padded with zero rows to whole panels
-        panels = rows // self.width
+        device = device or raw.device
+        self.make, self.type_size = make, type_size
+        probe = make(raw[:type_size].to(device).reshape(1, type_size))  # the type's form (tiny, never computed)
+        self.type, self.shape, self.lo, self.bits = GGMLType(type_id), shape, probe.lo, probe.bits
+        self.group = block // probe.scale.shape[1]  # elements per scale
+        self.width = 2 * LANES if probe.bits == 4 else LANES  # rows per panel
+        panels = -(-n // self.width)  # the last one padded with zero rows
+        lanes = LANES if probe.bits == 4 else self.width
+        self.q = Tensor.empty(panels, k, lanes, dtype=dtypes.uint8 if probe.bits == 4 else dtypes.int8, device=device)
+        scale_dtype = dtypes.float16 if probe.scale_is_f16 else dtypes.float32
+        self.scale = Tensor.empty(panels, k // self.group, self.width, dtype=scale_dtype, device=device)
+        self.offset = None
+        if probe.offset is not None:
+            self.offset = Tensor.empty(panels, k // self.group, self.width, dtype=dtypes.float32, device=device)
+        # packed a run of rows at a time, each run's bytes copied from `raw` (a file's, on DISK) by themselves: a big
+        # matrix (an embedding) never has a second whole copy in memory
+        row_bytes = k // block * type_size
+        step = max(1, chunk // (row_bytes * self.width)) * self.width
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            part = raw[r0 * row_bytes : r1 * row_bytes].to(device).contiguous().realize()
+            self._pack(part, r0 // self.width, r1 - r0)
+
+    def _pack(self, part: Tensor, first: int, n: int) -> None:
+        """Pack rows whose bytes are `part` into panels from `first` on."""
+        aff = self.make(part.reshape(-1, self.type_size))
+        k, width = self.shape[1], self.width
+        panels = -(-n // width)
 
         def panel(x: Tensor, dtype: DType) -> Tensor:  # (n, c) -> (panels, c, width)
-            x = x.reshape(n, -1).pad(((0, rows - n), None)).reshape(panels, self.width, -1).permute(0, 2, 1)
+            x = x.reshape(n, -1).pad(((0, panels * width - n), None)).reshape(panels, width, -1).permute(0, 2, 1)
             return x.cast(dtype)
 
+        last = self.q.shape[0] - panels  # the first panel of the last run this long could start at
+        at = Variable("panel", 0, last).bind(first) if last > 0 else first  # one kernel for every run this long
+
+        def write(dest: Tensor, value: Tensor) -> Tensor:
+            return dest.shrink(((at, at + panels), *((None,) * (dest.ndim - 1)))).assign(value)
+
         q = aff.q.reshape(n, k)
-        if aff.bits == 4:  # nibbles: low = rows [0, LANES) of the panel, high = rows [LANES, 2 * LANES)
-            u = panel(q - aff.lo, dtypes.uint8).reshape(panels, k, 2, LANES)
-            self.q = (u[:, :, 0] | (u[:, :, 1] << 4)).contiguous().realize()
+        if self.bits == 4:  # nibbles: low = rows [0, LANES) of the panel, high = rows [LANES, 2 * LANES)
+            u = panel(q - self.lo, dtypes.uint8).reshape(panels, k, 2, LANES)
+            writes = [write(self.q, u[:, :, 0] | (u[:, :, 1] << 4))]
         else:
-            self.q = panel(q, dtypes.int8).contiguous().realize()
-        scale_dtype = dtypes.float16 if aff.scale_is_f16 else dtypes.float32
-        self.scale = panel(aff.scale, scale_dtype).contiguous().realize()
-        self.offset = None if aff.offset is None else panel(aff.offset, dtypes.float32).contiguous().realize()
+            writes = [write(self.q, panel(q, dtypes.int8))]
+        writes.append(write(self.scale, panel(aff.scale, self.scale.dtype)))
+        if self.offset is not None and aff.offset is not None:
+            writes.append(write(self.offset, panel(aff.offset, dtypes.float32)))
+        Tensor.realize(*writes)  # the assigns themselves: realizing the destinations would not run them
 
     @property
     def nbytes(self) -> int:
