@@ -147,3 +147,40 @@ def test_shard_and_replicate_keep_is_param() -> None:
         s = Tensor([1.0, 2.0, 3.0, 4.0]).is_param_(flag)
         assert s.shard(("CPU", "CPU:1"), axis=0).is_param is flag
         assert s.to(("CPU", "CPU:1")).is_param is flag
+
+
+def test_lamb_with_its_state_moved_to_another_device_steps_as_before() -> None:
+    # tinygrad's CPU-offload case: the moments and beta powers moved with to_(), the parameter stays
+    init = rng.standard_normal((3, 4)).astype(np.float32)
+    results = []
+    for offload in (False, True):
+        t = Tensor(init.copy())
+        opt = nn.optim.LAMB([t], lr=0.1, weight_decay=0.01)
+        if offload:
+            for s in [*opt.m, *opt.v, opt.b1_t, opt.b2_t]:
+                s.to_("CPU:1")
+        for _ in range(3):
+            opt.zero_grad()
+            (t * t).sum().backward()
+            with Tensor.train():
+                opt.step()
+        assert t.device == "CPU" and opt.m[0].device == ("CPU:1" if offload else "CPU")
+        results.append(t.numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("opt_cls", [nn.optim.Adam, nn.optim.AdamW, nn.optim.SGD])
+def test_a_weight_passed_twice_trains_as_once(opt_cls: type) -> None:
+    init = rng.standard_normal((1, 4)).astype(np.float32)
+    losses = []
+    for twice in (False, True):
+        w = Tensor(init.copy())
+        opt = opt_cls([w, w] if twice else [w], lr=0.1)
+        for _ in range(3):
+            loss = w.sum()
+            opt.zero_grad()
+            loss.backward()
+            with Tensor.train():
+                opt.step()
+        losses.append(loss.numpy())
+    np.testing.assert_allclose(losses[1], losses[0], atol=1e-6)

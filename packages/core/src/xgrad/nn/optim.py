@@ -415,18 +415,22 @@ class LAMB(Optimizer):
         self.b2_t.assign(self.b2_t * self.b2)
         # the bias corrections and the learning rate, once per (device, dtype) rather than once per parameter: each
         # is a few Tensor ops, and a step of a small model spends most of its time building such graphs
-        shared: dict[tuple[str, DType], tuple[Tensor, Tensor, Tensor]] = {}
+        shared: dict[tuple[str, str, DType], tuple[Tensor, Tensor, Tensor]] = {}
         new = []
         for i, (p, g) in enumerate(zip(params, grads)):
-            cdt = p.dtype
-            if (p.device, cdt) not in shared:
-                b1_t = self.b1_t.reshape(()).to(p.device).cast(cdt)
-                b2_t = self.b2_t.reshape(()).to(p.device).cast(cdt)
-                shared[(p.device, cdt)] = (1.0 - b1_t, 1.0 - b2_t, self._lr_on(p.device, cdt))
-            bias1, bias2, lr = shared[(p.device, cdt)]
+            cdt, sdev = p.dtype, self.m[i].device  # the moments may live elsewhere (moved with `to_`, as tinygrad's)
+            if g.device != sdev:
+                g = g.contiguous().to(sdev)
+            if (key := (sdev, p.device, cdt)) not in shared:
+                b1_t = self.b1_t.reshape(()).to(sdev).cast(cdt)
+                b2_t = self.b2_t.reshape(()).to(sdev).cast(cdt)
+                shared[key] = (1.0 - b1_t, 1.0 - b2_t, self._lr_on(p.device, cdt))
+            bias1, bias2, lr = shared[key]
             m = self.m[i].assign((self.b1 * self.m[i].cast(cdt) + (1.0 - self.b1) * g).cast(self.state_dtype))
             v = self.v[i].assign((self.b2 * self.v[i].cast(cdt) + (1.0 - self.b2) * g * g).cast(self.state_dtype))
             update = (m.cast(cdt) / bias1) / ((v.cast(cdt) / bias2).sqrt() + self.eps)
+            if update.device != p.device:
+                update = update.to(p.device)
             if self.wd:  # Adam has none: no `+ 0 * p` (torch's Adam leaves it out too)
                 update = update + self.wd * p
             if not self.adam:
