@@ -1,5 +1,6 @@
 """Generation: the KV-cache runner (chunked prefill and one-token decode, JIT'd at a symbolic position) against a
-full recompute and transformers' greedy choices; sampling settings; stop strings."""
+full recompute and transformers' greedy choices (dense and MoE); sampling settings and penalties (against a numpy
+oracle); stop strings."""
 
 from __future__ import annotations
 
@@ -35,18 +36,30 @@ def tiny(tmp_path_factory: Any) -> tuple[Any, pathlib.Path, LLM]:
     return hf, path, LLM.load(path, max_context=128, chunk=4)
 
 
-def test_greedy_generation_matches_transformers(tiny: tuple[Any, pathlib.Path, LLM]) -> None:
-    hf, _, llm = tiny
-    got = list(llm.generate(PROMPT, SamplingParams(max_tokens=12)))
-    ids, want = list(PROMPT), []
-    for _ in range(12):
+def hf_greedy(hf: Any, prompt: list[int], n: int) -> list[int]:
+    """transformers' argmax loop: up to n ids after `prompt`, ending before EOS (id 1)."""
+    ids, want = list(prompt), []
+    for _ in range(n):
         tok = int(np.argmax(tm.hf_logits(hf, ids)[-1]))
         if tok == 1:  # eos
             break
         want.append(tok)
         ids.append(tok)
-    assert got == want
+    return want
+
+
+def test_greedy_generation_matches_transformers(tiny: tuple[Any, pathlib.Path, LLM]) -> None:
+    hf, _, llm = tiny
+    got = list(llm.generate(PROMPT, SamplingParams(max_tokens=12)))
+    assert got == hf_greedy(hf, PROMPT, 12)
     assert list(llm.generate(PROMPT, SamplingParams(max_tokens=12))) == got  # deterministic, cache reused
+
+
+def test_moe_greedy_generation_matches_transformers(tmp_path: pathlib.Path) -> None:
+    """qwen3moe (8 experts, top 2): chunked prefill and JIT'd decode pick transformers' argmax at every step."""
+    hf, path = tm.make(tm.Spec("qwen3moe", tied=True, head_dim=32), tmp_path)
+    llm = LLM.load(path, max_context=64, chunk=4)
+    assert list(llm.generate(PROMPT, SamplingParams(max_tokens=10))) == hf_greedy(hf, PROMPT, 10)
 
 
 def test_chunked_prefill_and_prefix_reuse_equal_full_recompute(tiny: tuple[Any, pathlib.Path, LLM]) -> None:
@@ -121,6 +134,57 @@ def test_sampler_settings() -> None:
     assert len(set(draws)) == 1  # the same seed draws the same
 
 
+def oracle_penalties(
+    logits: np.ndarray, history: list[int], generated: list[int], rep: float, last_n: int, pres: float, freq: float
+) -> np.ndarray:
+    """llama.cpp's repetition penalty over the last `last_n` ids of `history`, then OpenAI's presence/frequency
+    penalties over `generated`, one token at a time."""
+    x = logits.astype(np.float64).copy()
+    for t in set(history[-last_n:] if last_n else []):
+        x[t] = x[t] / rep if x[t] > 0 else x[t] * rep
+    for t in set(generated):
+        x[t] -= pres + freq * generated.count(t)
+    return x
+
+
+@pytest.mark.parametrize(
+    ("rep", "pres", "freq"), [(1.0, 0.7, 0.0), (1.0, 0.0, 0.4), (1.0, -0.5, 1.5), (1.3, 0.6, 0.25)]
+)
+def test_presence_and_frequency_penalties_match_an_oracle(rep: float, pres: float, freq: float) -> None:
+    rng = np.random.default_rng(int(10 * (rep + pres + freq)))
+    logits = rng.standard_normal(40).astype(np.float32) * 3
+    prompt = [int(t) for t in rng.integers(0, 40, 12)]
+    generated = [int(t) for t in rng.integers(0, 40, 25)]  # with repeats
+    history = prompt + generated
+    p = SamplingParams(repetition_penalty=rep, penalty_last_n=16, presence_penalty=pres, frequency_penalty=freq)
+    want = oracle_penalties(logits, history, generated, rep, 16, pres, freq)
+    np.testing.assert_allclose(Sampler(p).penalize(logits, history, generated), want, rtol=0, atol=1e-12)
+    assert Sampler(p)(logits, history, generated) == int(np.argmax(want))  # greedy picks after the penalties
+    only_prompt = [t for t in prompt if t not in generated]  # the prompt itself is not penalised
+    np.testing.assert_array_equal(
+        Sampler(p).penalize(logits, history, [])[only_prompt],
+        oracle_penalties(logits, history, [], rep, 16, 0, 0)[only_prompt],
+    )
+    # without `generated`, the window is the whole history
+    np.testing.assert_allclose(
+        Sampler(p).penalize(logits, history),
+        oracle_penalties(logits, history, history, rep, 16, pres, freq),
+        atol=1e-12,
+    )
+
+
+def test_penalties_in_generation(tiny: tuple[Any, pathlib.Path, LLM]) -> None:
+    _, _, llm = tiny
+    p = SamplingParams(max_tokens=10, temperature=1.0, presence_penalty=0.8, frequency_penalty=0.5, seed=11)
+    a = list(llm.generate(PROMPT, p))
+    assert a == list(llm.generate(PROMPT, p)) and len(a) == 10  # the same seed, the same ids
+    plain = list(llm.generate(PROMPT, SamplingParams(max_tokens=12)))
+    assert len(set(plain)) < len(plain)  # greedy repeats itself on this model...
+    spread = list(llm.generate(PROMPT, SamplingParams(max_tokens=12, frequency_penalty=1000.0)))
+    assert len(set(spread)) == len(spread) == 12  # ...and never does once each repeat costs 1000
+    assert spread[0] == plain[0]  # nothing generated yet: nothing penalised (the prompt does not count)
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -129,6 +193,8 @@ def test_sampler_settings() -> None:
         dict(min_p=2.0),
         dict(top_k=-1),
         dict(repetition_penalty=0.0),
+        dict(presence_penalty=float("nan")),
+        dict(frequency_penalty=float("inf")),
         dict(stop=("</s>", "")),  # an empty stop string would end every reply at once
     ],
 )

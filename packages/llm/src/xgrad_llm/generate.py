@@ -6,8 +6,9 @@ a Python int: `prefill` runs a chunk of `chunk` embeddings (a short last chunk i
 written to the cache but never attended to, and later overwritten) and `decode` runs one token. A new prompt reuses
 the cache for its longest common prefix with what was fed before, so a chat turn only runs its new tokens.
 
-Sampling happens on the host from the logits (numpy): repetition penalty, top_k, temperature, top_p, min_p, in that
-order; temperature 0 is greedy. A seed makes the draws, and so the text, reproducible.
+Sampling happens on the host from the logits (numpy): repetition penalty, presence and frequency penalties, top_k,
+temperature, top_p, min_p, in that order; temperature 0 is greedy (after the penalties). A seed makes the draws, and
+so the text, reproducible.
 
 `LLM` ties a GGUF file, its model, tokenizer and chat template into the Python API other programs use:
 `LLM.load(path)`, `.generate(prompt_ids, params) -> Iterator[int]`, `.chat(messages, params) -> Iterator[str]`.
@@ -41,9 +42,15 @@ class GenerationError(XgradError, ValueError):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick each next token. temperature 0 is greedy (argmax); top_k 0, top_p 1, min_p 0 and
-    repetition_penalty 1 switch those off. `seed` None draws from fresh entropy. Generation ends at an
-    end-of-generation token, after `max_tokens`, or where the text reaches one of the `stop` strings (not included)."""
+    """How to pick each next token. temperature 0 is greedy (argmax); top_k 0, top_p 1, min_p 0,
+    repetition_penalty 1 and presence/frequency penalties 0 switch those off. `seed` None draws from fresh entropy.
+    Generation ends at an end-of-generation token, after `max_tokens`, or where the text reaches one of the `stop`
+    strings (not included).
+
+    Penalties: `repetition_penalty` (llama.cpp's, over the last `penalty_last_n` ids, prompt included) divides a
+    positive logit and multiplies a negative one; `presence_penalty` and `frequency_penalty` follow OpenAI: the
+    logit of each token already generated in this reply (the prompt does not count) is lowered by
+    presence_penalty + frequency_penalty * (times it was generated). Negative values favour repeats."""
 
     max_tokens: int = 256
     temperature: float = 0.0
@@ -52,6 +59,8 @@ class SamplingParams:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     penalty_last_n: int = 64  # how many of the latest tokens the repetition penalty looks at
+    presence_penalty: float = 0.0  # subtracted once from the logit of every token generated so far
+    frequency_penalty: float = 0.0  # subtracted per time a token was generated so far
     seed: int | None = None
     stop: tuple[str, ...] = field(default_factory=tuple)
 
@@ -64,6 +73,8 @@ class SamplingParams:
             (0 <= self.min_p <= 1, "min_p must be in [0, 1] (0 keeps every token)"),
             (self.repetition_penalty > 0, "repetition_penalty must be > 0 (1 is none)"),
             (self.penalty_last_n >= 0, "penalty_last_n must be >= 0"),
+            (math.isfinite(self.presence_penalty), "presence_penalty must be a finite number (0 is none)"),
+            (math.isfinite(self.frequency_penalty), "frequency_penalty must be a finite number (0 is none)"),
             (all(self.stop), "stop strings must be non-empty (an empty one would end every reply at once)"),
         ]
         for ok, message in checks:
@@ -78,13 +89,30 @@ class Sampler:
         self.params = params
         self.rng = np.random.default_rng(params.seed)
 
-    def __call__(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
+    def penalize(
+        self, logits: np.ndarray, history: Sequence[int] = (), generated: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """The logits (float64, a copy) after the repetition penalty (over the last `penalty_last_n` of `history`)
+        and the presence/frequency penalties (over `generated`, the ids generated so far in this reply; None: over
+        `history`)."""
         p = self.params
         x = np.asarray(logits, dtype=np.float64).reshape(-1).copy()
         if p.repetition_penalty != 1.0 and p.penalty_last_n and history:
             seen = np.unique(np.asarray(history[-p.penalty_last_n :], dtype=np.int64))
             seen = seen[(seen >= 0) & (seen < x.size)]
             x[seen] = np.where(x[seen] > 0, x[seen] / p.repetition_penalty, x[seen] * p.repetition_penalty)
+        window = history if generated is None else generated
+        if (p.presence_penalty or p.frequency_penalty) and len(window):
+            toks, counts = np.unique(np.asarray(window, dtype=np.int64), return_counts=True)
+            ok = (toks >= 0) & (toks < x.size)
+            x[toks[ok]] -= p.presence_penalty + p.frequency_penalty * counts[ok]
+        return x
+
+    def __call__(self, logits: np.ndarray, history: Sequence[int] = (), generated: Sequence[int] | None = None) -> int:
+        """The next token id: `history` is every id so far (prompt included), `generated` the ids of this reply
+        (the window of the presence/frequency penalties; None: all of `history`)."""
+        p = self.params
+        x = self.penalize(logits, history, generated)
         if p.temperature == 0:
             return int(np.argmax(x))
         if 0 < p.top_k < x.size:
@@ -256,7 +284,7 @@ class LLM:
         ids = list(prompt_ids)
         for _ in range(params.max_tokens):
             logits = self.runner.feed(ids)
-            tok = sampler(logits, ids)
+            tok = sampler(logits, ids, ids[len(prompt_ids) :])
             if self.is_eog(tok):
                 return
             yield tok
