@@ -66,8 +66,8 @@ def backward_gemm_custom(gradient: UOp, kernel: UOp) -> tuple[UOp | None, ...]:
     # the backward is itself two custom kernels
     _, a, b = kernel.src[1:]
     ta, tb, tg = Tensor(a), Tensor(b), Tensor(gradient)
-    grad_a = Tensor.empty(*ta.shape).custom_kernel(tg, tb.T, fxn=gemm_kernel)[0]
-    grad_b = Tensor.empty(*tb.shape).custom_kernel(ta.T, tg, fxn=gemm_kernel)[0]
+    grad_a = Tensor.empty(*ta.shape, device=ta.device).custom_kernel(tg, tb.T, fxn=gemm_kernel)[0]
+    grad_b = Tensor.empty(*tb.shape, device=tb.device).custom_kernel(ta.T, tg, fxn=gemm_kernel)[0]
     return (None, grad_a.uop, grad_b.uop)
 
 
@@ -85,11 +85,11 @@ def test_elementwise_kernel_writes_its_output() -> None:
     np.testing.assert_allclose(c.numpy(), a_np + b_np, rtol=1e-6)
 
 
-def test_multi_output_kernel() -> None:
+def test_multi_output_kernel(xgrad_device: str) -> None:
     a_np, b_np = data(8, 4), data(8, 4)
-    c, d, a, b = Tensor.custom_kernel(
-        Tensor.empty(8, 4), Tensor.empty(8, 4), Tensor(a_np), Tensor(b_np), fxn=addmul_kernel
-    )
+    empty = [Tensor.empty(8, 4, device=xgrad_device) for _ in range(2)]
+    a_in, b_in = Tensor(a_np, device=xgrad_device), Tensor(b_np, device=xgrad_device)
+    c, d, a, b = Tensor.custom_kernel(*empty, a_in, b_in, fxn=addmul_kernel)
     np.testing.assert_allclose(c.numpy(), a_np + b_np, rtol=1e-6)
     np.testing.assert_allclose(d.numpy(), a_np * b_np, rtol=1e-6)
     np.testing.assert_array_equal(a.numpy(), a_np)  # the inputs after the kernel: unchanged
@@ -115,10 +115,11 @@ def test_in_place_on_a_duplicate_argument_and_a_lazy_input() -> None:
 
 # ---- backward ----
 @pytest.mark.parametrize("grad_fxn", [backward_gemm, backward_gemm_custom])
-def test_gemm_backward_matches_torch(grad_fxn: object) -> None:
+def test_gemm_backward_matches_torch(grad_fxn: object, xgrad_device: str) -> None:
     a_np, b_np = data(4, 8), data(8, 4)
-    a, b = Tensor(a_np), Tensor(b_np)
-    out = Tensor.custom_kernel(Tensor.empty(4, 4), a, b, fxn=gemm_kernel, grad_fxn=grad_fxn)[0]
+    a, b = Tensor(a_np, device=xgrad_device), Tensor(b_np, device=xgrad_device)
+    c = Tensor.empty(4, 4, device=xgrad_device)
+    out = Tensor.custom_kernel(c, a, b, fxn=gemm_kernel, grad_fxn=grad_fxn)[0]
     (out * out).sum().backward()
     ta, tb = torch.tensor(a_np, dtype=torch.float64, requires_grad=True), torch.tensor(b_np, dtype=torch.float64)
     tb.requires_grad_()
