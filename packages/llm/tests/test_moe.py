@@ -35,7 +35,8 @@ def test_route_ties_pick_the_lower_index() -> None:
 
 
 def test_route_picks_the_top_k_of_a_case_a_fused_softmax_miscounted() -> None:
-    """Scores from a tiny OLMoE's decode step, where a fused softmax-and-compare kernel ranked experts wrongly."""
+    """Scores from a tiny OLMoE's decode step where a softmax fused into the ranking kernel (vector exp2 on one side,
+    scalar on the other) ranked two experts below themselves."""
     scores = np.array([[[0.1418977, 1.0972812, 1.4616872, 0.2961851, -1.5146896, -0.8382494, -2.3335593, 1.1482496]]])
     got = route(Tensor(scores.astype(np.float32)), 2, False).numpy()
     np.testing.assert_allclose(got, numpy_route(scores, 2, False), atol=1e-6)

@@ -28,8 +28,9 @@ def route(scores: Tensor, k: int, normalize: bool) -> Tensor:
     >>> [round(p, 3) for p in route(Tensor([0.0, 2.0, 1.0]), 2, True).tolist()]
     [0.0, 0.731, 0.269]
     """
-    # realized first: comparing a softmax fused into the comparing kernel against itself miscounts (a core
-    # codegen bug: xgrad 2026-12, e.g. scores [0.14, 1.10, 1.46, 0.30, -1.51, -0.84, -2.33, 1.15] rank expert 7 2nd)
+    # realized first, so both sides of each comparison read the same stored value: fused into the comparing kernel,
+    # the CPU backend recomputes the softmax on one side with its vectorised exp2 polynomial and on the other with
+    # scalar exp2f, which differ in the last bits, so an expert could rank above itself
     probs = scores.cast(dtypes.float32).softmax(-1).contiguous()
     e = probs.shape[-1]
     mine = probs.unsqueeze(-1)  # (..., E, 1): the expert being ranked
