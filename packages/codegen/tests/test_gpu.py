@@ -220,3 +220,72 @@ def test_group_reduction_inside_another_reduction_loop():
     got, uops = run_on(PythonRenderer("sm_90"), ast, [a], (1,), [Opt("GROUP", 1, 16)])
     np.testing.assert_allclose(got, [a.max(1).sum()], rtol=1e-6)
     assert sum(u.op is Ops.BARRIER for u in uops) == 1 + 1 + 4  # before the write, after it, 4 halving steps
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tensor_core_layouts_cover_each_matrix(arch):
+    """Each declared instruction's register layout puts every element of A (m x k), B (k x n) and D (m x n) in some
+    lane (copies allowed for A and B, as RDNA3 has), and D's exactly once."""
+    for tc in PythonRenderer(arch).tensor_cores:
+        m, n, k = tc.dims
+        for operand, shape in (("a", (m, k)), ("b", (k, n)), ("c", (m, n))):
+            places = [tc.place(operand, lane, e) for lane in range(tc.threads) for e in range(tc.elements(operand))]
+            assert set(places) == {(i, j) for i in range(shape[0]) for j in range(shape[1])}, (tc.name, operand)
+            if operand == "c":
+                assert len(places) == m * n
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def test_half_matmul_runs_on_the_tensor_cores(arch, dtype):
+    """A float16/bfloat16 matmul accumulating in float32 is one WMMA per warp and k-block of the arch's instruction,
+    emulated lane by lane; the result matches numpy's float32 matmul of the same values."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((32, 48)).astype(np.float32)
+    b = rng.standard_normal((48, 16)).astype(np.float32)
+    x, y = Tensor(a).cast(dtype).realize(), Tensor(b).cast(dtype).realize()
+    (ast,) = kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))
+    renderer = PythonRenderer(arch)
+    uops = full_rewrite(ast, renderer)
+    wmmas = [u for u in uops if u.op is Ops.WMMA]
+    assert len(wmmas) == 1 and wmmas[0].arg.dtype == dtype and wmmas[0].arg in renderer.tensor_cores
+    assert eval_launch(uops, {})[1][0] == wmmas[0].arg.threads  # one warp per workgroup
+    dev = f"PYTHON::{arch}"
+    got = Tensor(a, device=dev).cast(dtype).matmul(Tensor(b, device=dev).cast(dtype), dtype=dtypes.float32).numpy()
+    want = x.float().numpy() @ y.float().numpy()  # the operands as rounded to dtype, products exact in float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_tensor_cores_leave_other_kernels_alone():
+    renderer = PythonRenderer("sm_90")
+    x = Tensor(data(32, 48)).realize()  # float32: no declared instruction takes it
+    (ast,) = kernel_asts(lambda: x @ Tensor(data(48, 16, seed=1)).realize())
+    assert not any(u.op is Ops.WMMA for u in full_rewrite(ast, renderer))
+    h, w = Tensor(data(30, 48)).half().realize(), Tensor(data(48, 16, seed=1)).half().realize()  # 30: not 16k rows
+    (ast,) = kernel_asts(lambda: h.matmul(w, dtype=dtypes.float32))
+    assert not any(u.op is Ops.WMMA for u in full_rewrite(ast, renderer))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_null_device_compiles_a_matmul_with_tensor_cores(arch):
+    """DEV=NULL:PYTHON:<arch> lowers a float16 matmul onto the arch's instruction without running it."""
+    x, y = Tensor(data(64, 32)).half().realize(), Tensor(data(32, 32, seed=1)).half().realize()
+    (ast,) = kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))
+    src = Device[f"NULL:PYTHON:{arch}"].compile(ast).info.src
+    assert "WMMA" in src and PythonRenderer(arch).tensor_cores[0].name in src
+
+
+def test_group_on_a_tensor_core_sum_is_refused():
+    """A tensor core's sum is of vector fragments; GROUP (shared slots of scalars) refuses it, so BEAM skips it (it
+    wrote overlapping slots before, which the executor reported as a race)."""
+    from xgrad_codegen.gpu_opt import apply_opts
+
+    renderer = PythonRenderer("sm_90")
+    x, y = Tensor(data(32, 32)).half().realize(), Tensor(data(32, 16, seed=1)).half().realize()
+    (ast,) = kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))
+    tc_ast = apply_opts(before_optimize(ast), [Opt("TC", 0)], renderer)
+    red = next(i for i, r in enumerate(kernel_ranges(tc_ast)) if r.arg[1] is AxisType.REDUCE)
+    with pytest.raises(OptError, match="vectors"):
+        full_rewrite(ast, renderer, [Opt("TC", 0), Opt("GROUP", red, 2)])
+    with pytest.raises(OptError, match="tensor_cores"):
+        apply_opt(before_optimize(ast), Opt("TC", 0))  # which instruction needs the renderer

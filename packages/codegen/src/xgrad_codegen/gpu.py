@@ -60,6 +60,8 @@ def lower_group_reduce(ctx: GroupCtx, red: UOp) -> UOp | None:
     groups = [r for r in red.src[1:] if r.arg[1] is AxisType.GROUP]
     if not groups:
         return None
+    if red.dtype.count > 1:  # a tensor core's fragments: shared slots hold scalars
+        raise OptError(f"GROUP does not apply to a reduction of {red.dtype!r} vectors (a tensor core's sum)")
     rest = tuple(r for r in red.src[1:] if r.arg[1] is not AxisType.GROUP)
     part = UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest), red.arg) if rest else red.src[0]
     others = [r for r in ctx.threads if r not in groups]

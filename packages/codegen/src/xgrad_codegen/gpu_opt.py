@@ -26,6 +26,7 @@ from xgrad_codegen.opt import (
 )
 from xgrad_codegen.pack import index_step
 from xgrad_codegen.renderer import Renderer
+from xgrad_codegen.tc import apply_tensor_core, tensor_core_for
 
 # the actions this module adds, what their axis refers to and the amounts BEAM tries (see opt.OPT_ACTIONS)
 GPU_ACTIONS: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -54,6 +55,10 @@ def threads_of(ast: UOp) -> int:
 def apply_gpu_opt(ast: UOp, opt: Opt) -> UOp:
     """`ast` with LOCAL, GROUP or GROUPTOP applied; OptError when it does not apply. The renderer's thread limits are
     checked where the ranges are mapped onto launch dimensions (`xgrad_codegen.gpu.lower_gpu_dims`)."""
+    if opt.op == "TC":
+        raise OptError(
+            "TC picks one of the renderer's tensor_cores: apply it with gpu_opt.apply_opts(ast, opts, renderer)"
+        )
     rngs = kernel_ranges(ast)
     if not 0 <= opt.axis < len(rngs):
         raise OptError(f"{opt.op} axis {opt.axis} is out of range: the kernel has {len(rngs)} ranges")
@@ -157,14 +162,30 @@ def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
     return opts
 
 
+def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> UOp:
+    """`opts` applied in order; TC (whose axis indexes the renderer's `tensor_cores`) needs the renderer."""
+    for opt in opts:
+        if opt.op != "TC":
+            ast = apply_opt(ast, opt)
+            continue
+        if not 0 <= opt.axis < len(renderer.tensor_cores):
+            raise OptError(f"TC {opt.axis}: the renderer declares {len(renderer.tensor_cores)} tensor cores")
+        ast = apply_tensor_core(ast, renderer.tensor_cores[opt.axis])
+    return ast
+
+
 def optimize_for(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> UOp:
     """Apply `opts` (default: the heuristic for `renderer`). A CPU renderer gets `opt.optimize` exactly as before; a
-    GPU renderer gets the GPU heuristic, and each output loop left becomes a GLOBAL range (a workgroup dimension)."""
+    GPU renderer gets its tensor cores for a matmul whose dtypes one of them takes (`tc.py`, recorded as
+    Opt("TC", index)), else the GPU heuristic; each output loop left becomes a GLOBAL range (a workgroup
+    dimension)."""
     if not renderer.has_local:
         return optimize(ast, opts, renderer.max_vector_width, renderer.supports_scratch)
-    chosen = gpu_heuristic_opts(ast, renderer) if opts is None else opts
-    for opt in chosen:
-        ast = apply_opt(ast, opt)
+    if opts is None and not NOOPT and (found := tensor_core_for(ast, renderer.tensor_cores)) is not None:
+        chosen, ast = [Opt("TC", found[0])], found[1]  # a matmul on the tensor cores: nothing else to choose
+    else:
+        chosen = gpu_heuristic_opts(ast, renderer) if opts is None else opts
+        ast = apply_opts(ast, chosen, renderer)
     for r in kernel_ranges(ast):
         if r.arg[1] is AxisType.LOOP:
             ast = substitute(ast, {r: UOp.range(r.src[0], r.arg[0], AxisType.GLOBAL)})

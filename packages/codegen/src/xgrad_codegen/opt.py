@@ -79,7 +79,7 @@ def range_size(r: UOp) -> int | None:
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
     """`ast` with one action applied; raises OptError (with the reason) when the action does not apply."""
-    if opt.op in ("LOCAL", "GROUP", "GROUPTOP"):
+    if opt.op in ("LOCAL", "GROUP", "GROUPTOP", "TC"):
         from xgrad_codegen.gpu_opt import apply_gpu_opt  # gpu_opt builds on this module: imported at first use
 
         return apply_gpu_opt(ast, opt)

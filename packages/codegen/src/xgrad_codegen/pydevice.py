@@ -16,7 +16,7 @@ from xgrad.uop.ops import AxisType, GroupOp, Ops, UOp
 from xgrad_codegen.device import CompiledDevice
 from xgrad_codegen.pyexec import ProgramError, run_program
 from xgrad_codegen.pygpu import is_gpu_program, run_gpu_program
-from xgrad_codegen.renderer import Renderer
+from xgrad_codegen.renderer import Renderer, TensorCore
 
 
 class PythonAllocator:
@@ -54,6 +54,46 @@ class PythonAllocator:
 
 def _as_bytes(mv: memoryview) -> memoryview:
     return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+
+
+ROW, COL = 0, 1
+
+
+def _bits(*pairs: tuple[int, int]) -> tuple[tuple[int, int], ...]:
+    return tuple(pairs)
+
+
+# NVIDIA sm_80+ mma.sync.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"): with g = lane >> 2 and t = lane % 4,
+# A's a0..a7 sit at row g (+8 for a2,a3,a6,a7), column 2t + (i & 1) (+8 for a4..a7); B's b0..b3 at row 2t + (i & 1)
+# (+8 for b2,b3), column g; C/D's c0..c3 at row g (+8 for c2,c3), column 2t + (i & 1).
+_NV_A = (_bits((COL, 2), (COL, 4), (ROW, 1), (ROW, 2), (ROW, 4)), _bits((COL, 1), (ROW, 8), (COL, 8)))
+_NV_B = (_bits((ROW, 2), (ROW, 4), (COL, 1), (COL, 2), (COL, 4)), _bits((ROW, 1), (ROW, 8)))
+_NV_C = (_bits((COL, 2), (COL, 4), (ROW, 1), (ROW, 2), (ROW, 4)), _bits((COL, 1), (ROW, 8)))
+# AMD RDNA3 v_wmma_f32_16x16x16_f16 (wave32): lane l holds row l % 16 of A (all 16 k) and column l % 16 of B, lanes
+# 16-31 a copy of lanes 0-15; D's 8 floats of lane l are rows 2i + l // 16 of column l % 16.
+_RDNA3_A = (_bits((ROW, 1), (ROW, 2), (ROW, 4), (ROW, 8), (ROW, 0)), _bits((COL, 1), (COL, 2), (COL, 4), (COL, 8)))
+_RDNA3_B = (_bits((COL, 1), (COL, 2), (COL, 4), (COL, 8), (COL, 0)), _bits((ROW, 1), (ROW, 2), (ROW, 4), (ROW, 8)))
+_RDNA3_C = (_bits((COL, 1), (COL, 2), (COL, 4), (COL, 8), (ROW, 1)), _bits((ROW, 2), (ROW, 4), (ROW, 8)))
+# AMD CDNA3 v_mfma_f32_16x16x16_f16 (wave64): lane l holds A[l % 16][4 (l // 16) + i], B[4 (l // 16) + i][l % 16]
+# and D[4 (l // 16) + i][l % 16], i = 0..3.
+_CDNA3_A = (_bits((ROW, 1), (ROW, 2), (ROW, 4), (ROW, 8), (COL, 4), (COL, 8)), _bits((COL, 1), (COL, 2)))
+_CDNA3_B = (_bits((COL, 1), (COL, 2), (COL, 4), (COL, 8), (ROW, 4), (ROW, 8)), _bits((ROW, 1), (ROW, 2)))
+_CDNA3_C = _CDNA3_B
+
+
+def _tcs(name: str, dims: tuple[int, int, int], threads: int, layouts: tuple[Any, Any, Any]) -> tuple[TensorCore, ...]:
+    """The f16 and bf16 (float32 accumulator) forms of one matrix instruction."""
+    return tuple(
+        TensorCore(f"{name}_{d.name}", dims, d, dtypes.float32, threads, *layouts)
+        for d in (dtypes.float16, dtypes.bfloat16)
+    )
+
+
+TENSOR_CORES: dict[str, tuple[TensorCore, ...]] = {
+    "sm_90": _tcs("mma_m16n8k16", (16, 8, 16), 32, (_NV_A, _NV_B, _NV_C)),
+    "gfx1100": _tcs("wmma_16x16x16", (16, 16, 16), 32, (_RDNA3_A, _RDNA3_B, _RDNA3_C)),
+    "gfx942": _tcs("mfma_16x16x16", (16, 16, 16), 64, (_CDNA3_A, _CDNA3_B, _CDNA3_C)),
+}
 
 
 @dataclass(frozen=True)
@@ -94,6 +134,7 @@ class PythonRenderer(Renderer):
         self.has_local = self.has_shared = True
         self.global_max, self.local_max = gpu.global_max, gpu.local_max
         self.max_threads, self.shared_max = gpu.max_threads, gpu.shared_max
+        self.tensor_cores = TENSOR_CORES[arch]
 
     def render(self, name: str, uops: list[UOp]) -> str:
         ids = {u: i for i, u in enumerate(uops)}

@@ -562,6 +562,13 @@ def _exec_barrier(m: Machine, u: UOp) -> None:
     m.waiting = True
 
 
+def _exec_wmma(m: Machine, u: UOp) -> None:
+    """A warp-wide matrix instruction: the thread waits here; `pygpu` computes it for the whole warp at once."""
+    if m.shared is None:
+        raise ProgramError("WMMA outside a workgroup: run GPU programs with xgrad_codegen.pygpu")
+    m.waiting = True
+
+
 def _exec_noop(m: Machine, u: UOp) -> None:
     m.values[u] = m.src(u, 0) if u.src else None
 
@@ -589,6 +596,7 @@ _EXEC: dict[Ops, Callable[[Machine, UOp], None]] = {
     Ops.SPECIAL: _exec_special,
     Ops.DEFINE_LOCAL: _exec_define_local,
     Ops.BARRIER: _exec_barrier,
+    Ops.WMMA: _exec_wmma,
     **{op: _exec_alu for op in _ALU},
 }
 

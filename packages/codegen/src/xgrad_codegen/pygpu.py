@@ -5,16 +5,21 @@ DEFINE_LOCAL buffers and BARRIERs (see `xgrad_codegen.gpu`), plus buffers and va
 effects. Every workgroup gets fresh shared memory that only its own threads see. Its threads run in lockstep phases:
 each runs to its next BARRIER (or the end) in turn, and all must stop at the same BARRIER, or all end, before any goes
 on: a divergent barrier is a ProgramError, and so is a data race on shared memory within a phase (`pyexec.Shared`).
+A WMMA (tensor-core instruction) is such a stop too: there each warp's D = A @ B + C is computed from its lanes'
+register fragments, lane by lane in the TensorCore's layout (`run_wmma`).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
+from xgrad.dtype import truncate
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.symbolic import sym_infer
 from xgrad_codegen.pyexec import Machine, ProgramError, Shared, check_program
+from xgrad_codegen.renderer import TensorCore
 
 Size = int | UOp
 
@@ -66,14 +71,44 @@ def run_gpu_program(uops: Sequence[UOp], bufs: Sequence[memoryview], vals: dict[
             if not all(stopped) or len(where) > 1:
                 raise ProgramError(
                     f"workgroup {gid[::-1]}: its threads reached different barriers (uops {sorted(where)}) or some "
-                    "ended while others wait: a BARRIER must be reached by every thread of a workgroup"
+                    "ended while others wait: a BARRIER (or WMMA) must be reached by every thread of a workgroup"
                 )
-            shared.new_phase()
+            u = uops[threads[0].pc - 1]
+            if u.op is Ops.WMMA:
+                run_wmma(u, threads)
+            else:
+                shared.new_phase()
+
+
+def run_wmma(u: UOp, threads: list[Machine]) -> None:
+    """WMMA `u` for every warp of a workgroup (threads in order of their linear id, `tc.threads` per warp): gather
+    each operand's matrix from the lanes' fragments by the TensorCore's register layout, D = A @ B + C (products and
+    sums exact, rounded once to the accumulator dtype), and hand each lane its fragment of D."""
+    tc: TensorCore = u.arg
+    m, n, k = tc.dims
+    if len(threads) % tc.threads:
+        raise ProgramError(f"{tc.name} needs warps of {tc.threads} threads; the workgroup has {len(threads)}")
+    for w in range(0, len(threads), tc.threads):
+        warp = threads[w : w + tc.threads]
+        mats: dict[str, dict[tuple[int, int], float]] = {"a": {}, "b": {}, "c": {}}
+        for lane, t in enumerate(warp):
+            for operand, src in zip("abc", u.src):
+                frag = t.values[src]
+                for e, v in enumerate(frag if isinstance(frag, tuple) else (frag,)):
+                    mats[operand][tc.place(operand, lane, e)] = float(v)
+        rnd = truncate(tc.acc)
+        d = {
+            (i, j): rnd(math.fsum([mats["a"][(i, x)] * mats["b"][(x, j)] for x in range(k)] + [mats["c"][(i, j)]]))
+            for i in range(m)
+            for j in range(n)
+        }
+        for lane, t in enumerate(warp):
+            t.values[u] = tuple(d[tc.place("c", lane, e)] for e in range(tc.elements("c")))
 
 
 def is_gpu_program(uops: Sequence[UOp]) -> bool:
     """A program with SPECIAL ids (or shared memory) runs under `run_gpu_program`."""
-    return any(u.op in (Ops.SPECIAL, Ops.DEFINE_LOCAL, Ops.BARRIER) for u in uops)
+    return any(u.op in (Ops.SPECIAL, Ops.DEFINE_LOCAL, Ops.BARRIER, Ops.WMMA) for u in uops)
 
 
-__all__ = ["launch_sizes", "eval_launch", "run_gpu_program", "is_gpu_program"]
+__all__ = ["launch_sizes", "eval_launch", "run_gpu_program", "run_wmma", "is_gpu_program"]

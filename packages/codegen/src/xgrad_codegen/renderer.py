@@ -27,14 +27,35 @@ EMULATED = frozenset({dtypes.bfloat16, *dtypes.fp8s})  # what decompositions_for
 
 @dataclass(frozen=True)
 class TensorCore:
-    """One matrix instruction a GPU offers: D (m x n, `acc` dtype) += A (m x k, `dtype`) @ B (k x n, `dtype`), computed
-    by `threads` threads of a group together (a warp or wave). Declared by a renderer in `tensor_cores`."""
+    """One matrix instruction a GPU offers: D (m x n, `acc` dtype) = A (m x k, `dtype`) @ B (k x n, `dtype`) + C,
+    computed by `threads` threads together (a warp or wave), each holding some elements of A, B and C/D in registers.
+    Declared by a renderer in `tensor_cores`.
+
+    Register layouts (`a`, `b`, `c`): where element `e` held by lane `l` sits in its matrix, as bit maps: bit i of `l`
+    adds `lane[i] = (axis, weight)` and bit j of `e` adds `elem[j]`, axis 0 the row and 1 the column (A: m x k, B:
+    k x n, C/D: m x n); weight 0 means the bit does not move the element (lanes holding copies of one operand)."""
 
     name: str
     dims: tuple[int, int, int]  # (m, n, k)
     dtype: DType
     acc: DType
     threads: int
+    a: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]  # (lane bits, element bits) of A
+    b: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]
+    c: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]
+
+    def elements(self, operand: str) -> int:
+        """Elements of `operand` ("a", "b" or "c") each lane holds."""
+        return 1 << len(getattr(self, operand)[1])
+
+    def place(self, operand: str, lane: int, e: int) -> tuple[int, int]:
+        """(row, column) of element `e` of lane `lane` in `operand`'s matrix."""
+        lane_bits, elem_bits = getattr(self, operand)
+        pos = [0, 0]
+        for bits, value in ((lane_bits, lane), (elem_bits, e)):
+            for i, (axis, weight) in enumerate(bits):
+                pos[axis] += weight * ((value >> i) & 1)
+        return pos[0], pos[1]
 
 
 class Renderer:

@@ -58,7 +58,7 @@ from xgrad.helpers import (
 )
 from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
 from xgrad_codegen import opt as opt_module
-from xgrad_codegen.gpu_opt import gpu_candidates, optimize_for
+from xgrad_codegen.gpu_opt import apply_opts, gpu_candidates, optimize_for
 from xgrad_codegen.opt import Opt, OptError, apply_opt, kernel_ranges, range_size
 from xgrad_codegen.pipeline import before_optimize, full_rewrite
 from xgrad_codegen.program_cache import codegen_sources_hash, module_hash
@@ -462,10 +462,8 @@ def _time_all(
     return timed
 
 
-def _apply_all(ast: UOp, opts: list[Opt]) -> UOp:
-    for o in opts:
-        ast = apply_opt(ast, o)
-    return ast
+def _apply_all(ast: UOp, opts: list[Opt], renderer: Renderer) -> UOp:
+    return apply_opts(ast, opts, renderer)  # TC (the heuristic's tensor cores) needs the renderer
 
 
 def _search(
@@ -495,7 +493,7 @@ def _search_with(
 ) -> tuple[list[Opt], dict[str, Any]] | None:
     before = (stats.render_s, stats.compile_wait_s, stats.run_s)
     heur = heuristic(base, device.renderer)
-    heur_c = Candidate(heur, _apply_all(base, heur))
+    heur_c = Candidate(heur, _apply_all(base, heur, device.renderer))
     seeds = [heur_c]  # timed first: its time cuts off a slow start from no actions after one launch
     if heur:
         seeds.append(Candidate([], base))

@@ -67,6 +67,7 @@ class Ops(enum.Enum):
     SPECIAL = enum.auto()  # arg: (name, size); a hardware thread index (GPU renderers); src: () or (size expression,)
     DEFINE_LOCAL = enum.auto()  # arg: (slot, elements); dtype: element dtype; workgroup shared memory, used like PARAM
     BARRIER = enum.auto()  # src: the shared-memory STOREs (and values) before it; every thread of a workgroup waits
+    WMMA = enum.auto()  # src: (A, B, C) register fragments; arg: the renderer's TensorCore; D = A @ B + C by a warp
     NOOP = enum.auto()
     # unary ALU
     EXP2 = enum.auto()

@@ -95,6 +95,7 @@ spec_linear = PatternMatcher(
         (UPat(Ops.DEFINE_ACC, name="x"), lambda x: len(x.src) == 1),
         (UPat(Ops.ASSIGN_ACC, src=(UPat(Ops.DEFINE_ACC), UPat()), name="x"), lambda x: x.dtype == x.src[0].dtype),
         (UPat((Ops.VECTORIZE, Ops.GEP, Ops.CAST, Ops.BITCAST)), _ok),
+        (UPat(Ops.WMMA, name="x"), lambda x: len(x.src) == 3 and x.dtype == x.src[2].dtype),
         (UPat(GroupOp.ALU, name="x"), _alu_ok),
     ]
 )
