@@ -123,3 +123,30 @@ def test_a_gradient_of_as_many_elements_in_another_shape_is_taken() -> None:
     assert dx.tolist() == [6.0, 12.0, 18.0]
     with pytest.raises(ValueError):
         (x * x).gradient(x, gradient=Tensor([1.0, 2.0]))
+
+
+def test_backward_again_accumulates_even_when_grad_is_read_in_between() -> None:
+    # tinygrad's test_accumulate_gradients: .grad read after each backward, then added to by the next one
+    x_np, w_np = rng.standard_normal((1, 3)).astype(np.float32), rng.standard_normal((3, 3)).astype(np.float32)
+    m_np = rng.standard_normal((1, 3)).astype(np.float32)
+    x, w, m = Tensor(x_np), Tensor(w_np), Tensor(m_np)
+    out = x.dot(w).relu().log_softmax().mul(m).add(m).sum()
+    seen = []
+    for _ in range(3):
+        out.backward()
+        assert x.grad is not None and w.grad is not None
+        seen.append((x.grad.numpy(), w.grad.numpy()))
+    tx, tw = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
+    torch.nn.functional.log_softmax((tx @ tw).relu(), dim=1).mul(torch.tensor(m_np)).add(
+        torch.tensor(m_np)
+    ).sum().backward()
+    assert tx.grad is not None and tw.grad is not None
+    for k, (gx, gw) in enumerate(seen, start=1):
+        np.testing.assert_allclose(gx, k * tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(gw, k * tw.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_reading_a_pending_assign_twice_runs_it_once() -> None:
+    t = Tensor([1.0]).realize()
+    t.assign(t + 1)
+    assert t.tolist() == [2.0] and t.tolist() == [2.0]

@@ -343,6 +343,8 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         if _is_disk(self.device) and not _is_plain_buffer(self.uop):  # DISK runs no kernels: read the view's bytes
             realize_base(self)
             return memoryview(bytearray(view_memory(self.uop).as_bytes()))
+        if self.uop.op is Ops.ASSIGN:  # a pending assign runs once: realized, self stands for the buffer it wrote
+            self.realize()
         # realize a contiguous copy, not self: self keeps its graph (gradients can still flow through it)
         t = self if _is_plain_buffer(self.uop) else self.contiguous()
         t.realize()
