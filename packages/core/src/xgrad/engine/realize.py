@@ -7,6 +7,7 @@ buffer, and every later graph that reaches the same node reads that buffer inste
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from xgrad.buffer import Buffer, new_buffer_uop
@@ -33,12 +34,15 @@ class LiveSet:
     elementwise). Adding and forgetting a member costs ~0.6 us (with a `functools.partial` callback per member:
     ~1.1 us); every Tensor joins one or two sets."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_forget: Callable[[int], None] | None = None) -> None:
+        """`on_forget(id)`: called when a member dies (with the id it had), e.g. to drop what is kept for it."""
         refs: dict[int, KeyedRef[Any]] = {}
 
         def forget(ref: KeyedRef[Any]) -> None:  # closes over the dict, not the set: no reference cycle
             if refs.get(ref.key) is ref:
                 del refs[ref.key]
+                if on_forget is not None:
+                    on_forget(ref.key)
 
         self._refs = refs
         self._forget = forget
@@ -59,15 +63,57 @@ class LiveSet:
         return [x for ref in list(self._refs.values()) if (x := ref()) is not None]
 
 
+_recent: list[tuple[UOp, GraphScan]] = []  # the SINKs the latest realize scanned (at most two), with their scans
+
+# the input buffers of the kept graphs (`_recent`) and the live tensors holding them: id(tensor) -> the inputs it holds
+# (its node is a view of one, or its lazy graph reads it), and input -> how many of those tensors hold it. The kept
+# graphs go as soon as one input has no holder left: kept, they would hold a buffer no tensor refers to (a loader's
+# 178 MB copy, dropped after packing, stayed allocated until the next realize)
+_holders_of: dict[int, tuple[UOp, ...]] = {}
+_holder_count: dict[UOp, int] = {}
+_watch_due = False  # the kept graphs changed, or a tensor holding their inputs was pointed elsewhere: count again
+
+# the walks of live lazy tensors' nodes by id(tensor), as (node, walk): each realize keeps those of the tensors that
+# stay lazy with the same node, so a realize does not walk every other lazy graph again (300 lazy parameters realized
+# one by one: 0.5 s with the walks kept, 9.7 s without); a tensor's entry goes when it dies (a walk cached on the node
+# itself would hold the graph until the cyclic GC, see `UOp.walk`)
+_lazy_walks: dict[int, tuple[UOp, dict[UOp, None]]] = {}
+
+
+def _release_kept(recent: list[tuple[UOp, GraphScan]] = _recent) -> None:
+    """Let the kept graphs go (their walks hold them in a cycle: dropped first, see `UOp.walk`). The tables are bound
+    as defaults: tensors die while the interpreter clears this module's globals."""
+    for sink, _ in recent:
+        sink.drop_walk()
+    recent.clear()
+    _holders_of.clear()
+    _holder_count.clear()
+
+
+def _tensor_dropped(
+    key: int, holders_of: dict[int, tuple[UOp, ...]] = _holders_of, count: dict[UOp, int] = _holder_count
+) -> None:
+    """A tensor died: when it was the last holder of an input of the kept graphs, let them go."""
+    held = holders_of.pop(key, None)
+    if held is None:
+        return
+    for b in held:
+        left = count[b] = count[b] - 1
+        if left == 0:
+            _release_kept()
+            return
+
+
+def _lazy_dropped(key: int, walks: dict[int, tuple[UOp, dict[UOp, None]]] = _lazy_walks) -> None:
+    walks.pop(key, None)
+
+
 # every live Tensor (backward looks for the ones in a graph)
-all_tensors = LiveSet()
+all_tensors = LiveSet(_tensor_dropped)
 # the live Tensors whose node may be more than a realized buffer: after a realize, each one whose graph contains a
 # computed node reads its buffer instead. Tensor adds itself whenever its node is set to one that is not a
 # `plain_buffer`; a realize drops those, so it never walks the (many) realized parameters and data
-lazy_tensors = LiveSet()
-
-
-_recent: list[tuple[UOp, GraphScan]] = []  # the SINKs the latest realize scanned (at most two), with their scans
+lazy_tensors = LiveSet(_lazy_dropped)
 
 
 def _scan(sink: UOp) -> GraphScan:
@@ -85,21 +131,52 @@ def _keep_recent(scanned: list[tuple[UOp, GraphScan]]) -> None:
     instead of building and sizing them anew, and gets the same (hash-consed) SINKs, whose scans it reuses instead of
     walking the graph again: a cached 64x64 matmul realize costs ~295K instructions, ~640K without the kept graph;
     the kept scan saves ~35 of ~315 us per call after a big kernel has left the walk's memory cold, and both scans of
-    a small MLP's optimizer step ~1 of ~5 ms. The ones before drop their walks (see `UOp.walk`), so the buffers only
-    a dropped graph reads are freed one realize later at the latest, without the cyclic GC (a loop over 16 MB inputs
-    grew the process by over 400 MB before)."""
+    a small MLP's optimizer step ~1 of ~5 ms. The ones before drop their walks (see `UOp.walk`), without the cyclic
+    GC (a loop over 16 MB inputs grew the process by over 400 MB before). Only a graph that could be built again is
+    worth keeping: the kept ones go when a buffer they read has no live tensor holding it (`_watch_kept_inputs`)."""
     keep = {id(sink) for sink, _ in scanned}
+    if keep == {id(sink) for sink, _ in _recent}:
+        _recent[:] = scanned
+        return
     for sink, _ in _recent:
         if id(sink) not in keep:
             sink.drop_walk()
     _recent[:] = scanned
+    global _watch_due
+    _holders_of.clear()
+    _holder_count.clear()
+    _watch_due = True
 
 
-# the walks of live lazy tensors' nodes by id(tensor), as (node, walk): each realize keeps those of the tensors that
-# stay lazy with the same node, so a realize does not walk every other lazy graph again (300 lazy parameters realized
-# one by one: 0.5 s with the walks kept, 9.7 s without), and a dropped tensor's graph is let go one realize later (a
-# walk cached on the node itself would hold it until the cyclic GC, see `UOp.walk`)
-_lazy_walks: dict[int, tuple[UOp, dict[UOp, None]]] = {}
+def _watch_kept_inputs() -> None:
+    """Find the live tensors that hold each input buffer of the kept graphs (see `_holders_of`); when one input has
+    none (the tensors just realized were the only ones reading it, as in `Tensor(array).contiguous().realize()`), let
+    the graphs go now. Runs when the kept graphs change, not on a loop's cached realize of the same graph: one pass
+    over the live tensors."""
+    global _watch_due
+    _watch_due = False
+    _holders_of.clear()
+    _holder_count.clear()
+    count = {b: 0 for _, scan in _recent for b in scan.inputs}
+    if not count:
+        return
+    holders: dict[int, tuple[UOp, ...]] = {}
+    for t in all_tensors.members():
+        base = t.uop.base
+        if base.op is Ops.BUFFER:
+            held: tuple[UOp, ...] = (base,) if base in count else ()
+        else:  # a lazy graph: its walk is kept for the realizes to come (see `lazy_walk`)
+            walk = lazy_walk(t)
+            held = tuple(b for b in count if b in walk)
+        if held:
+            holders[id(t)] = held
+            for b in held:
+                count[b] += 1
+    if 0 in count.values():
+        _release_kept()
+        return
+    _holders_of.update(holders)
+    _holder_count.update(count)
 
 
 def lazy_walk(t: Tensor) -> dict[UOp, None]:
@@ -226,6 +303,7 @@ def schedule_tensors(tensors: list[Tensor], readers_first: bool = True) -> tuple
         becomes = {r: rebind(becomes[u], var_vals) for r, u in zip(roots, unbound) if u in becomes}
     chosen = {id(t) for t in pending}
     kept: dict[int, tuple[UOp, dict[UOp, None]]] = {}
+    global _watch_due
     for t in lazy_tensors.members():
         u = t.uop
         if (new := becomes.get(u)) is not None:
@@ -237,12 +315,16 @@ def schedule_tensors(tensors: list[Tensor], readers_first: bool = True) -> tuple
         elif u.base.op is not Ops.BUFFER and not lazy_walk(t).keys().isdisjoint(becomes):
             t.uop = substitute(u, becomes)
             u.drop_walk()  # substitute walked it
+        if t.uop is not u and id(t) in _holders_of:  # it may no longer read what it held
+            _watch_due = True
         if t.uop.plain_buffer:
             lazy_tensors.discard(t)
         elif (walked := _lazy_walks.get(id(t))) is not None and walked[0] is t.uop:
             kept[id(t)] = walked
     _lazy_walks.clear()
     _lazy_walks.update(kept)
+    if _watch_due:
+        _watch_kept_inputs()
     return planned, var_vals
 
 
