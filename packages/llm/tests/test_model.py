@@ -161,6 +161,21 @@ def test_bad_moe_and_rope_metadata_is_named(change: dict[str, Any], message: str
         ModelConfig.from_metadata({**md, **change}, len(tm.VOCAB))
 
 
+@pytest.mark.parametrize(
+    ("count", "message"), [(4, "holds 8 experts; the metadata says 4"), (None, "routes to experts but the metadata")]
+)
+def test_expert_tensors_must_match_the_metadata(count: int | None, message: str, tmp_path: pathlib.Path) -> None:
+    _, path = tm.make(tm.Spec("qwen3moe", n_layers=1), tmp_path)
+    f = open_gguf(path)
+    if count is None:
+        del f.metadata["qwen3moe.expert_count"]
+        del f.metadata["qwen3moe.expert_used_count"]
+    else:
+        f.metadata["qwen3moe.expert_count"] = count
+    with pytest.raises(ModelError, match=message):
+        Transformer(f, cache_len=8)
+
+
 def test_unsupported_architecture_says_which(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ModelError, match="'mamba' is not supported.*gemma3"):
         Transformer(open_gguf(bare_model_file(tmp_path / "m.gguf", "mamba")), cache_len=8)
