@@ -370,11 +370,11 @@ class Transformer:
             w = self.file.tensor(name, self.device).contiguous().realize()
             self.weight_nbytes += w.nbytes()
             return w.permute(2, 0, 1)
-        raw = self.file.raw(name).to(self.device).contiguous().realize()
-        if can_pack(info.type):
-            m = PackedMatrix(raw, info.type, (e * n, k))
+        if can_pack(info.type):  # packed from the file's bytes a few MB at a time: no whole copy of them in memory
+            m = PackedMatrix(self.file.raw(name), info.type, (e * n, k), device=self.device)
             self.weight_nbytes += m.nbytes
             return m.t().reshape(k, e, n)
+        raw = self.file.raw(name).to(self.device).contiguous().realize()
         self.weight_nbytes += raw.nbytes()
         return dequantize(raw, info.type, (e * n, k)).T.reshape(k, e, n)
 
