@@ -16,7 +16,6 @@ from xgrad.tensor import Tensor
 ALLOWLIST: dict[str, str] = {
     "grad": "a __slots__ attribute (member descriptor) cannot carry a docstring; Tensor's class docstring shows it",
     "is_param": "a __slots__ attribute (member descriptor): no docstring; Tensor's class docstring shows it",
-    "requires_grad": "a __slots__ attribute (member descriptor): no docstring; Tensor's class docstring shows it",
     "uop": "a __slots__ attribute (member descriptor): no docstring; Tensor's class docstring shows it",
 }
 

@@ -184,3 +184,33 @@ def test_a_weight_passed_twice_trains_as_once(opt_cls: type) -> None:
                 opt.step()
         losses.append(loss.numpy())
     np.testing.assert_allclose(losses[1], losses[0], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Tensor.zeros(2, requires_grad=False),
+        lambda: Tensor.rand(2, requires_grad=False),
+        lambda: Tensor([1.0]).ones_like(requires_grad=False),
+        lambda: Tensor.arange(3.0, requires_grad=False),
+    ],
+)
+def test_requires_grad_false_on_creation_methods_makes_a_buffer(make: object) -> None:
+    t = make()  # type: ignore[operator]
+    assert t.requires_grad is False and t.is_param is False
+    with pytest.raises(OptimizerError, match="no trainable"):
+        nn.optim.SGD([t])
+
+
+def test_setting_the_requires_grad_attribute_is_requires_grad_() -> None:
+    # old tinygrad code assigns the attribute
+    w, frozen = Tensor([1.0, 2.0]), Tensor([3.0, 4.0])
+    frozen.requires_grad = False
+    opt = nn.optim.SGD([w, frozen], lr=0.5)
+    assert opt.params == [w] and opt.buffers == [frozen]
+    (w * frozen).sum().backward()
+    assert frozen.grad is None and w.grad is not None
+    s = Tensor(2.0)
+    s.requires_grad = True  # a 0-d constant gets a buffer of its own, so it can have a gradient
+    (s * Tensor([1.0, 2.0])).sum().backward()
+    assert s.grad is not None and s.grad.item() == 3.0

@@ -130,7 +130,7 @@ class Tensor(MultiMixin, metaclass=_TensorType):
     (None, False)
     """
 
-    __slots__ = ("uop", "grad", "is_param", "requires_grad", "__weakref__")
+    __slots__ = ("uop", "grad", "is_param", "_requires_grad", "__weakref__")
 
     def __init__(
         self,
@@ -186,7 +186,7 @@ class Tensor(MultiMixin, metaclass=_TensorType):
                 self.uop = self.uop.cast(dt)
         self.grad: Tensor | None = None
         self.is_param: bool = requires_grad is not False
-        self.requires_grad: bool | None = requires_grad
+        self._requires_grad: bool | None = requires_grad
         if requires_grad and self.uop.op is Ops.CONST:
             self._own_buffer()
         all_tensors.add(self)
@@ -212,7 +212,7 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         _set(t, "uop", uop)
         _set(t, "grad", None)
         _set(t, "is_param", True)
-        _set(t, "requires_grad", None)
+        _set(t, "_requires_grad", None)
         return t
 
     def _own_buffer(self) -> None:
@@ -519,7 +519,7 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         >>> w.grad.tolist(), frozen.grad, frozen.is_param
         ([3.0], None, False)
         """
-        self.requires_grad = requires_grad
+        self._requires_grad = requires_grad
         if requires_grad is not None:
             self.is_param = requires_grad
         if requires_grad and self.uop.op is Ops.CONST:
@@ -535,7 +535,25 @@ class Tensor(MultiMixin, metaclass=_TensorType):
         >>> Tensor([1.0]).is_param_(False).trainable
         False
         """
-        return self.is_param and self.requires_grad is not False
+        return self.is_param and self._requires_grad is not False
+
+    @property
+    def requires_grad(self) -> bool | None:
+        """torch's flag, kept as an alias (see the class docstring): None unless set. Setting it is `requires_grad_`,
+        so old tinygrad code's `t.requires_grad = False` also makes `t` a buffer (`is_param` False).
+
+        >>> t = Tensor([1.0])
+        >>> t.requires_grad, t.is_param
+        (None, True)
+        >>> t.requires_grad = False
+        >>> t.requires_grad, t.is_param
+        (False, False)
+        """
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool | None) -> None:
+        self.requires_grad_(value)
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """The gradients of this tensor with respect to `targets`, as new lazy tensors (nothing is mutated).
@@ -605,7 +623,7 @@ class Tensor(MultiMixin, metaclass=_TensorType):
             and dtypes.is_float(t.dtype)
             and t.dtype not in dtypes.weaks
             and t.uop.device is not None
-            and t.requires_grad is not False
+            and t._requires_grad is not False
             and t.uop.op is not Ops.CONST
         ]
         for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
