@@ -37,6 +37,10 @@ SPECS = {
     # MoE: 8 experts, top 2; qwen3moe renormalises the top-k probabilities, olmoe does not (and norms q/k over all
     # heads, and clips q/k/v here), qwen2moe adds a sigmoid-gated shared expert
     "qwen3moe": tm.Spec("qwen3moe", tied=True, head_dim=32),
+    # transformers' norm_topk_prob=False, said in the file by llama.cpp's expert_weights_norm key
+    "qwen3moe-unnormed": tm.Spec(
+        "qwen3moe", tied=True, head_dim=32, norm_topk=False, extra={"qwen3moe.expert_weights_norm": False}
+    ),
     "olmoe": tm.Spec("olmoe", clip_qkv=1.0),
     "qwen2moe": tm.Spec("qwen2moe", n_layers=1, n_experts=4, n_experts_used=3),
 }
@@ -48,7 +52,9 @@ def model(request: Any, tmp_path_factory: Any) -> tuple[Any, pathlib.Path]:
 
 
 # the cache test skips the variants whose decode step has nothing new (test time: each compiles its own kernels)
-CACHE_SPECS = [name for name in SPECS if name not in ("llama-yarn", "qwen3-yarn", "olmoe", "qwen2moe")]
+CACHE_SPECS = [
+    name for name in SPECS if name not in ("llama-yarn", "qwen3-yarn", "olmoe", "qwen2moe", "qwen3moe-unnormed")
+]
 
 
 @pytest.fixture(scope="module", params=CACHE_SPECS)
