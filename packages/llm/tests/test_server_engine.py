@@ -308,3 +308,57 @@ def test_batched_decode_rows_equal_one_sequence_each(tmp_path: pathlib.Path) -> 
     out = batch.decode([ids[0][-1], ids[1][-1], 0], [len(ids[0]) - 1, len(ids[1]) - 1, idle])
     np.testing.assert_allclose(out[0], oracle(ids[0]), atol=1e-4)
     np.testing.assert_allclose(runners[2].feed(ids[2]), oracle(ids[2]), atol=1e-4)  # its cached prefix is intact
+
+
+def olmoe_state(spec: Any, seed: int = 2) -> dict[str, Any]:
+    """Random OLMoE weights under Hugging Face names: q/k norms over all heads at once (weights of heads x head_dim),
+    a router and 3-d expert tensors, for tiny_models' writer."""
+    rng = np.random.default_rng(seed)
+    d, hd, e, f = spec.dim, spec.head_dim, spec.n_experts, spec.expert_ffn_dim
+    arr = lambda *shape: sh._Array((rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32))  # noqa: E731
+    norm = lambda n: sh._Array((1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))  # noqa: E731
+    w = {"model.embed_tokens.weight": arr(spec.vocab_size, d), "model.norm.weight": norm(d)}
+    w["lm_head.weight"] = arr(spec.vocab_size, d)
+    for i in range(spec.n_layers):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"], w[p + "post_attention_layernorm.weight"] = norm(d), norm(d)
+        w[p + "self_attn.q_norm.weight"] = norm(spec.n_heads * hd)
+        w[p + "self_attn.k_norm.weight"] = norm(spec.n_kv_heads * hd)
+        w[p + "self_attn.q_proj.weight"] = arr(spec.n_heads * hd, d)
+        w[p + "self_attn.k_proj.weight"] = arr(spec.n_kv_heads * hd, d)
+        w[p + "self_attn.v_proj.weight"] = arr(spec.n_kv_heads * hd, d)
+        w[p + "self_attn.o_proj.weight"] = arr(d, spec.n_heads * hd)
+        w[p + "mlp.gate.weight"] = arr(e, d)
+        w[p + "mlp.experts.gate_up_proj"] = arr(e, 2 * f, d)
+        w[p + "mlp.experts.down_proj"] = arr(e, d, f)
+    return w
+
+
+def test_batched_decode_of_olmoe_equals_one_sequence_each(tmp_path: pathlib.Path) -> None:
+    """The batched forward projects q/k/v as the model does: OLMoE's q/k norms span all heads and q, k, v are
+    clipped (its old copy of the projection normed per head and raised ShapeError); two rows at different positions
+    give the logits of decoding each alone, the MoE FFN routing each row on its own."""
+    from xgrad_llm.server.batch import BatchDecoder
+
+    spec = sh.tm.Spec("olmoe", n_layers=2, dim=32, n_heads=4, n_kv_heads=2, head_dim=8, clip_qkv=0.5)
+    state = olmoe_state(spec)
+    path = sh.tm.write_gguf(spec, type("M", (), {"state_dict": lambda self: state})(), tmp_path / "olmoe.gguf")
+    alone = LLM.load(path, max_context=32, chunk=4)
+    assert alone.model.cfg.clamp_kqv == 0.5
+
+    def oracle(ids: list[int]) -> np.ndarray:
+        alone.runner.cached = []
+        return alone.runner.feed(ids)
+
+    llm = LLM.load(path, max_context=32, chunk=4)
+    batch = BatchDecoder(llm, 2)
+    runners = [batch.runner(b) for b in range(2)]
+    ids = [[2, 270, 261, 262, 263], [2, 9]]
+    for b in range(2):
+        np.testing.assert_allclose(runners[b].feed(ids[b]), oracle(ids[b]), atol=1e-4)
+        ids[b].append(int(np.argmax(oracle(ids[b]))))
+    for _ in range(3):
+        out = batch.decode([x[-1] for x in ids], [len(x) - 1 for x in ids])
+        for b in range(2):
+            np.testing.assert_allclose(out[b], oracle(ids[b]), atol=1e-4)
+            ids[b].append(int(np.argmax(out[b])))

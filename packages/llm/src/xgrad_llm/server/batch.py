@@ -24,7 +24,7 @@ import numpy as np
 
 from xgrad import Tensor, TinyJit, Variable
 from xgrad_llm.generate import LLM, Runner
-from xgrad_llm.model import Transformer, apply_rope, rms_norm, softcap
+from xgrad_llm.model import Transformer, apply_rope, softcap
 
 
 class BatchDecoder:
@@ -71,19 +71,7 @@ class BatchDecoder:
         n = x.shape[0]
         hd, vd, kv = cfg.head_dim, cfg.value_dim, cfg.n_kv_heads
         group = cfg.n_heads // kv
-        if "attn_qkv" in w:
-            qkv = m._project(w, "attn_qkv", x)
-            nq, nk = cfg.n_heads * hd, kv * hd
-            q, k, v = qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
-        else:
-            q, k, v = (m._project(w, name, x) for name in ("attn_q", "attn_k", "attn_v"))
-        q = q.reshape(n, 1, cfg.n_heads, hd)
-        k = k.reshape(n, 1, kv, hd)
-        v = v.reshape(n, 1, kv, vd)
-        if "attn_q_norm" in w:
-            q = rms_norm(q, w["attn_q_norm"], cfg.norm_eps)
-        if "attn_k_norm" in w:
-            k = rms_norm(k, w["attn_k_norm"], cfg.norm_eps)
+        q, k, v = m._qkv(w, x)  # (N, 1, heads, hd), (N, 1, kv, hd), (N, 1, kv, vd): the model's own projections
         sliding = cfg.sliding_layers[i]
         table = m.rope_local if sliding else m.rope_global
         rows = Tensor.cat(*(table.shrink((None, (p, p + 1), None)) for p in positions), dim=1)  # (2, N, rot/2)
