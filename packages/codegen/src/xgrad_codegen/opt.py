@@ -369,6 +369,8 @@ def _tile_axis(ast: UOp, contiguous: UOp | None) -> UOp | None:
     split = contiguous.arg[0] if contiguous is not None else -1
     others = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP and r.arg[0] != split]
     fits = [r for r in reversed(others) if (n := range_size(r)) is not None and n > 4]  # padded when needed
+    # else a short one, upcast whole (a batch of 2-4 rows times a matrix: each weight vector loaded once for all)
+    fits = fits or [r for r in reversed(others) if (n := range_size(r)) is not None and n > 1]
     along = [_axes_read(ld) for ld in packable_loads(ast) if split in _axes_read(ld)]
     return next((r for r in fits if not any(r.arg[0] in axes for axes in along)), fits[0] if fits else None)
 
@@ -442,6 +444,7 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
             depth = 6
         else:
             depth = 4
+        depth = min(depth, tile_size)  # a short tile axis is upcast whole
         if tile_size % depth:  # the padded rows' loads are clamped (see pad_range): no test in the inner loop
             add(Opt("PADTO", kernel_ranges(ast).index(tile), depth))
             tile = next(r for r in kernel_ranges(ast) if r.arg[0] == tile.arg[0])
