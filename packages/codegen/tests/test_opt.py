@@ -79,6 +79,16 @@ def test_matmul_heuristic_tiles_short_row_ranges_4x16() -> None:
     assert [o.amount for o in opts[:2]] == [16, 4]
 
 
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_a_few_rows_times_a_matrix_tile_all_rows(m: int) -> None:
+    """2-4 rows (batched decode of a few streams): the rows are upcast whole as the register tile, so each loaded
+    vector of the matrix serves every row (without a tile each row streamed the whole matrix again)."""
+    opts = heuristic_opts(matmul_ast(m, 64, 256), 16, scratch=True)
+    assert [(o.op, o.amount) for o in opts[:2]] == [("UPCAST", 32), ("UPCAST", m)]
+    a, b = data(m, 64), data(64, 256, seed=1)
+    np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_reduction_without_a_vector_axis_upcasts_an_outer_linear_loop() -> None:
     """No vector axis (6 output columns): the rows, which every access steps through by a constant stride, are
     upcast by 16 so the lanes share the rest of the index math (a conv's input gradient: the demo's training step
