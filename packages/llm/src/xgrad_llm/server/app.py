@@ -185,6 +185,8 @@ def _job(relay: _Relay, prompt: list[int], s: wire.Sampling, max_context: int) -
         top_p=s.top_p,
         min_p=s.min_p,
         repetition_penalty=s.repeat_penalty,
+        presence_penalty=s.presence_penalty,
+        frequency_penalty=s.frequency_penalty,
         seed=s.seed,
         stop=s.stop,
     )
@@ -192,8 +194,6 @@ def _job(relay: _Relay, prompt: list[int], s: wire.Sampling, max_context: int) -
         prompt=prompt,
         params=params,
         emit=relay.emit,
-        presence_penalty=s.presence_penalty,
-        frequency_penalty=s.frequency_penalty,
         logprobs=s.logprobs,
         top_logprobs=s.top_logprobs,
     )

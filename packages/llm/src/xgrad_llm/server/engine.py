@@ -13,9 +13,9 @@ round, their decodes run as one batched forward (continuous batching: a request 
 A job whose client left (`cancel()`) or whose deadline passed is dropped before its next step, and its slot is
 free at once. Events reach the HTTP side through the job's `emit` callback (thread-safe hand-off to the event loop).
 
-Sampling follows `xgrad_llm.generate.Sampler`, with OpenAI's presence/frequency penalties on the logits first, and a
-`Constraint` (JSON, tool calls) that rejects tokens it does not allow: a rejected draw is masked out and drawn again,
-so the output follows the distribution restricted to the allowed tokens.
+Sampling is `xgrad_llm.generate.Sampler`'s, penalties included (presence/frequency over the tokens of this reply),
+with a `Constraint` (JSON, tool calls) that rejects tokens it does not allow: a rejected draw is masked out and drawn
+again, so the output follows the distribution restricted to the allowed tokens.
 """
 
 from __future__ import annotations
@@ -72,8 +72,6 @@ class Job:
     prompt: list[int]
     params: SamplingParams
     emit: Callable[[Event], None]
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
     logprobs: bool = False
     top_logprobs: int = 0
     constraint: Constraint | None = None
@@ -127,7 +125,6 @@ class _Generation:
         self.engine, self.slot, self.job = engine, slot, job
         self.ids = list(job.prompt)
         self.generated: list[int] = []
-        self.counts: dict[int, int] = collections.defaultdict(int)
         self.sampler = Sampler(job.params)
         self.decoder = engine.llm.stream_decoder()
         self.pending = ""  # decoded text not sent yet (it may begin a stop string)
@@ -178,7 +175,6 @@ class _Generation:
             return self._finish("stop")
         self.generated.append(tok)
         stats.generated_tokens += 1
-        self.counts[tok] += 1
         self.ids.append(tok)
         if job.constraint is not None:
             job.constraint.advance(tok)
@@ -203,23 +199,21 @@ class _Generation:
         return None
 
     def _sample(self, logits: np.ndarray, budget: int) -> int | None:
-        job = self.job
-        x = np.asarray(logits, dtype=np.float64).copy()
-        if self.counts and (job.presence_penalty or job.frequency_penalty):
-            toks = np.fromiter(self.counts.keys(), dtype=np.int64)
-            n = np.fromiter(self.counts.values(), dtype=np.float64)
-            x[toks] -= job.presence_penalty + job.frequency_penalty * n
-        c = job.constraint
+        """The next token: the sampler's draw (its penalties see the prompt and this reply's tokens), within what the
+        constraint allows."""
+        c = self.job.constraint
         if c is None:
-            return self.sampler(x, self.ids)
+            return self.sampler(logits, self.ids, self.generated)
         if (tok := c.forced(budget)) is not None:
             return tok
+        x = np.asarray(logits, dtype=np.float64).copy()
         for _ in range(32):  # draw; mask out a token the constraint refuses and draw again
-            tok = self.sampler(x, self.ids)
+            tok = self.sampler(x, self.ids, self.generated)
             if c.allows(tok):
                 return tok
-            x[tok] = -np.inf
-        for tok in np.argsort(-x, kind="stable"):  # many refusals: the likeliest allowed token
+            x[tok] = -np.inf  # stays -inf under every penalty
+        x = self.sampler.penalize(x, self.ids, self.generated)
+        for tok in np.argsort(-x, kind="stable"):  # many refusals: the likeliest allowed token after the penalties
             if np.isfinite(x[tok]) and c.allows(int(tok)):
                 return int(tok)
         return None
