@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("transformers")
@@ -133,3 +134,32 @@ def test_parser_defaults() -> None:
     a = cli.build_parser().parse_args([])
     assert isinstance(a, argparse.Namespace)
     assert (a.model, a.prompt, a.raw, a.max_tokens, a.seed) == (None, None, False, 256, None)
+
+
+def test_penalty_flags_reach_the_sampler(model_path: pathlib.Path, capsys: Any) -> None:
+    """--presence-penalty and --frequency-penalty lower the logits of the reply's tokens by presence + frequency x
+    count (a greedy loop over the model's logits with that subtraction is the oracle); NaN is refused in one line."""
+    llm = LLM.load(model_path, max_context=64)
+    prompt = llm.encode(PROMPT)
+
+    def greedy(presence: float, frequency: float) -> str:
+        ids, counts, out = list(prompt), np.zeros(llm.model.cfg.vocab_size), []
+        for _ in range(8):
+            llm.runner.cached = []
+            x = llm.runner.feed(ids).astype(np.float64) - (presence + frequency * counts) * (counts > 0)
+            tok = int(np.argmax(x))
+            if llm.is_eog(tok):
+                break
+            out.append(tok)
+            ids.append(tok)
+            counts[tok] += 1
+        return llm.decode(out)
+
+    want, plain = greedy(0.5, 3.0), greedy(0.0, 0.0)
+    assert want != plain  # the penalties change this reply
+    common = ["--model", str(model_path), "--raw", "--max-tokens", "8", "--temperature", "0", "--max-context", "64"]
+    assert cli.main([*common, "--presence-penalty", "0.5", "--frequency-penalty", "3", "--prompt", PROMPT]) == 0
+    assert capsys.readouterr().out == want
+    assert cli.main([*common, "--frequency-penalty", "nan", "--prompt", PROMPT]) == 1
+    err = capsys.readouterr().err
+    assert "frequency_penalty must be a finite number" in err and "Traceback" not in err

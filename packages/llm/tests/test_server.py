@@ -5,6 +5,7 @@ strings and seeds are checked against text computed without the server."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import sys
@@ -121,23 +122,41 @@ def test_stop_string_ends_the_reply_and_is_not_echoed(server: Server, stream: bo
     assert got == want and stop not in got
 
 
-def test_penalties_follow_openai_definition(server: Server) -> None:
-    kw: dict[str, Any] = dict(model="tiny", max_tokens=8, temperature=0, presence_penalty=1.5, frequency_penalty=0.7)
-    r = server.client.chat.completions.create(messages=MESSAGES, **kw)
-    ids = server.llm.chat_ids(MESSAGES)
+def penalized_greedy(s: Server, presence: float, frequency: float, n: int = 8) -> str:
+    """The oracle of OpenAI's penalties: numpy logits, minus presence + frequency x count on the reply's tokens."""
+    ids = s.llm.chat_ids(MESSAGES)
     counts: dict[int, int] = {}
     out: list[int] = []
-    for _ in range(8):
-        x = server.ref.logits(ids)
-        for t, n in counts.items():
-            x[t] -= 1.5 + 0.7 * n
+    for _ in range(n):
+        x = s.ref.logits(ids)
+        for t, c in counts.items():
+            x[t] -= presence + frequency * c
         tok = int(np.argmax(x))
         if tok == 1:
             break
         out.append(tok)
         ids.append(tok)
         counts[tok] = counts.get(tok, 0) + 1
-    assert r.choices[0].message.content == server.llm.decode(out)
+    return s.llm.decode(out)
+
+
+def test_penalties_follow_openai_definition(server: Server) -> None:
+    kw: dict[str, Any] = dict(model="tiny", max_tokens=8, temperature=0, presence_penalty=1.5, frequency_penalty=0.7)
+    r = server.client.chat.completions.create(messages=MESSAGES, **kw)
+    assert r.choices[0].message.content == penalized_greedy(server, 1.5, 0.7)
+
+
+def test_server_penalties_are_the_default_of_requests_without_them(server: Server, monkeypatch: Any) -> None:
+    """ServerConfig's penalties (`serve --presence-penalty/--frequency-penalty`) apply where a request sets none;
+    a request's own value, 0 included, wins."""
+    state = server.app.state.xgrad
+    monkeypatch.setattr(state, "config", dataclasses.replace(state.config, presence_penalty=1.5, frequency_penalty=0.7))
+    kw: dict[str, Any] = dict(model="tiny", messages=MESSAGES, max_tokens=8, temperature=0)
+    want, plain = penalized_greedy(server, 1.5, 0.7), penalized_greedy(server, 0.0, 0.0)
+    assert want != plain
+    assert server.client.chat.completions.create(**kw).choices[0].message.content == want
+    off = server.client.chat.completions.create(**kw, presence_penalty=0, frequency_penalty=0)
+    assert off.choices[0].message.content == plain
 
 
 def test_logprobs_are_the_models_log_softmax(server: Server) -> None:

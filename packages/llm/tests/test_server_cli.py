@@ -109,3 +109,25 @@ def test_serve_command_binds_loopback_and_prints_the_chat_url(tmp_path: pathlib.
         proc.wait(timeout=30)
     bad = subprocess.run([*cmd[:3], "serve", "--parallel", "0"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "--parallel" in bad.stderr
+
+
+def test_serve_passes_penalty_flags_as_request_defaults(tmp_path: pathlib.Path, monkeypatch: Any, capsys: Any) -> None:
+    """`serve --presence-penalty P --frequency-penalty F` gives the app those defaults (what they do to a reply:
+    test_server.py); a value outside OpenAI's [-2, 2] is refused in one line before anything loads."""
+    import uvicorn
+
+    from xgrad_llm.server.run import main as serve
+
+    _, path = sh.write_model(tmp_path)
+    apps: list[Any] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: apps.append(app))
+    assert serve(["--model", str(path), "--presence-penalty", "0.5", "--frequency-penalty", "-1.25"]) == 0
+    config = apps[0].state.xgrad.config
+    assert (config.presence_penalty, config.frequency_penalty) == (0.5, -1.25)
+    assert serve(["--model", str(path)]) == 0
+    assert (apps[1].state.xgrad.config.presence_penalty, apps[1].state.xgrad.config.frequency_penalty) == (0.0, 0.0)
+    capsys.readouterr()
+    assert serve(["--model", str(path), "--frequency-penalty", "3"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--frequency-penalty must be in [-2, 2], got 3.0" in err
+    assert len(apps) == 2

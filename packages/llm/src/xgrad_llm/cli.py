@@ -46,6 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (1: off; default 0.95)")
     p.add_argument("--min-p", type=float, default=0.05, help="drop tokens below min_p x the best's (default 0.05)")
     p.add_argument("--repeat-penalty", type=float, default=1.0, help="repetition penalty (1: off; default 1)")
+    p.add_argument(
+        "--presence-penalty",
+        type=float,
+        default=0.0,
+        help="lower the logit of every token already in the reply by this (OpenAI's; 0: off, default 0)",
+    )
+    p.add_argument(
+        "--frequency-penalty",
+        type=float,
+        default=0.0,
+        help="lower a token's logit by this per time it is already in the reply (OpenAI's; 0: off, default 0)",
+    )
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler: the same seed gives the same text")
     p.add_argument(
         "--max-context", type=int, default=None, metavar="N", help="KV cache length (default: min(model's, 4096))"
@@ -120,6 +132,8 @@ def sampling(args: argparse.Namespace) -> SamplingParams:
         top_p=args.top_p,
         min_p=args.min_p,
         repetition_penalty=args.repeat_penalty,
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
         seed=args.seed,
     )
 

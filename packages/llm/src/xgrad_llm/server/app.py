@@ -56,6 +56,8 @@ class ServerConfig:
     cors: list[str] = field(default_factory=list)
     max_body: int = 8 << 20  # bytes
     batch: bool = False  # run concurrent decodes of several slots as one batched forward (not faster yet: README)
+    presence_penalty: float = 0.0  # for requests that do not set it (--presence-penalty)
+    frequency_penalty: float = 0.0  # for requests that do not set it (--frequency-penalty)
 
 
 class _State:
@@ -169,7 +171,7 @@ class _Relay:
         self.queue.put_nowait(None)
 
 
-def _job(relay: _Relay, prompt: list[int], s: wire.Sampling, max_context: int) -> Job:
+def _job(relay: _Relay, prompt: list[int], s: wire.Sampling, max_context: int, config: ServerConfig) -> Job:
     if len(prompt) >= max_context:
         raise APIError(
             f"the prompt is {len(prompt)} tokens; this server's context is {max_context} tokens, which must also "
@@ -185,8 +187,8 @@ def _job(relay: _Relay, prompt: list[int], s: wire.Sampling, max_context: int) -
         top_p=s.top_p,
         min_p=s.min_p,
         repetition_penalty=s.repeat_penalty,
-        presence_penalty=s.presence_penalty,
-        frequency_penalty=s.frequency_penalty,
+        presence_penalty=config.presence_penalty if s.presence_penalty is None else s.presence_penalty,
+        frequency_penalty=config.frequency_penalty if s.frequency_penalty is None else s.frequency_penalty,
         seed=s.seed,
         stop=s.stop,
     )
@@ -246,7 +248,7 @@ async def chat_completions(request: Request) -> Response:
     except Exception as e:  # the template refused the conversation
         raise APIError(f"the chat template could not render these messages: {e}", param="messages") from e
     relay = _Relay()
-    job = _job(relay, prompt, req.sampling, max_context)
+    job = _job(relay, prompt, req.sampling, max_context, state.config)
     job.constraint = await anyio.to_thread.run_sync(chat_constraint, llm, req)  # the first builds a token table
     parser = ChatStream(tools=bool(req.tools) and req.tool_choice != "none", thinking=thinking)
     rid, created, model = wire.new_id("chatcmpl"), wire.now(), state.config.model_name
@@ -354,7 +356,7 @@ async def completions(request: Request) -> Response:
     prompt = req.prompt if isinstance(req.prompt, list) else await anyio.to_thread.run_sync(llm.encode, req.prompt)
     prompt_text = req.prompt if isinstance(req.prompt, str) else llm.decode(req.prompt)
     relay = _Relay()
-    job = _job(relay, prompt, req.sampling, max_context)
+    job = _job(relay, prompt, req.sampling, max_context, state.config)
     s = req.sampling
     rid, created, model = wire.new_id("cmpl"), wire.now(), state.config.model_name
     engine.submit(job)

@@ -134,8 +134,8 @@ class Sampling:
     top_p: float
     top_k: int
     min_p: float
-    presence_penalty: float
-    frequency_penalty: float
+    presence_penalty: float | None  # None: not in the request (the server's default applies)
+    frequency_penalty: float | None
     repeat_penalty: float
     seed: int | None
     stop: tuple[str, ...]
@@ -187,8 +187,8 @@ def _sampling(f: _Fields, max_context: int, legacy_logprobs: bool) -> Sampling:
         top_p=f.number("top_p", 1.0, 0.0, 1.0, lo_open=True),
         top_k=f.integer("top_k", 0, 0, 1 << 31) or 0,
         min_p=f.number("min_p", 0.0, 0.0, 1.0),
-        presence_penalty=f.number("presence_penalty", 0.0, -2.0, 2.0),
-        frequency_penalty=f.number("frequency_penalty", 0.0, -2.0, 2.0),
+        presence_penalty=None if d.get("presence_penalty") is None else f.number("presence_penalty", 0, -2.0, 2.0),
+        frequency_penalty=None if d.get("frequency_penalty") is None else f.number("frequency_penalty", 0, -2.0, 2.0),
         repeat_penalty=f.number("repeat_penalty", 1.0, 0.0, 10.0, lo_open=True),
         seed=None if seed is None else seed % (1 << 64),
         stop=stops,

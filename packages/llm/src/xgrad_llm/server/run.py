@@ -21,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,  # --model belongs to the model flags, not to --model-name
         description="Serve a GGUF model over an OpenAI-compatible HTTP API, with a web chat.",
         epilog="The model flags of xgrad-llm also apply: --model PATH (default: Gemma 3 270M Q4_K_M), "
-        "--max-context N (per slot), --device, and the weight-format flags (see xgrad-llm -h).",
+        "--max-context N (per slot), --device, the weight-format flags, and --presence-penalty / --frequency-penalty "
+        "(the defaults of requests that do not set them; see xgrad-llm -h).",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -47,6 +48,9 @@ def main(argv: list[str]) -> int:
             raise CLIError("--parallel must be >= 1, --max-queue >= 0 and --port in 1..65535")
         if model_args.max_context is not None and model_args.max_context < 2:
             raise CLIError("--max-context must be at least 2")
+        for flag in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(model_args, flag) <= 2.0:  # the range a request may ask for (OpenAI's)
+                raise CLIError(f"--{flag.replace('_', '-')} must be in [-2, 2], got {getattr(model_args, flag)}")
         if model_args.model is not None and not os.path.isfile(model_args.model):
             raise CLIError(f"no such model file: {model_args.model!r}; pass --model PATH to a .gguf file")
         try:
@@ -66,6 +70,8 @@ def main(argv: list[str]) -> int:
             cors=list(args.cors),
             max_body=args.max_body,
             batch=args.batch,
+            presence_penalty=model_args.presence_penalty,
+            frequency_penalty=model_args.frequency_penalty,
         )
         app = create_app(config, loader=lambda: load(model_args))
         host = f"[{args.host}]" if ":" in args.host else args.host
