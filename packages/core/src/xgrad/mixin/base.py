@@ -1,6 +1,6 @@
 """The core of every Tensor: its graph node and the facts read from it. The mixins build on it in layers, each
 using the methods of the layers below: base <- symbolic_shapes <- movement <- elementwise <- bitwise <- unary <-
-reduce <- creation <- random <- gather <- indexing <- linalg <- conv <- sort <- nn <- multi <- Tensor."""
+reduce <- creation <- random <- gather <- indexing <- linalg <- conv <- sort <- nn <- multi <- autograd <- Tensor."""
 
 from __future__ import annotations
 
