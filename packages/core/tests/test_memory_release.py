@@ -5,6 +5,7 @@ loop that builds it again, the walks of lazy tensors) must not hold it. Checked 
 from __future__ import annotations
 
 import gc
+import pathlib
 import weakref
 from collections.abc import Callable, Iterator
 
@@ -176,3 +177,22 @@ def test_memory_stays_flat_over_50_jit_steps(device: str) -> None:
     assert used[0] == before
     assert used[1:] == [used[1]] * 49
     assert not any(alive[2:])
+
+
+def test_a_dropped_copy_of_a_disk_slice_is_freed(device: str, tmp_path: pathlib.Path) -> None:
+    """xgrad_llm's loader: a slice of a file copied to the device, computed from and dropped. The file's mapping stays
+    (the DISK tensor is alive); the copy on the device goes at the `del`."""
+    data = np.random.default_rng(3).integers(0, 256, 34 * 96, dtype=np.uint8)
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data.tobytes())
+    disk = Tensor(path)
+    before = _settled(device)
+    outs = []
+    for k in range(3):
+        copy = disk[k * 34 * 32 : (k + 1) * 34 * 32].to(device).contiguous().realize()
+        outs.append((copy.reshape(-1, 34)[:, 2:].cast("float32") * 2).contiguous().realize())
+        del copy
+        assert _used(device) == before + sum(o.nbytes() for o in outs)
+    for k, out in enumerate(outs):
+        want = data[k * 34 * 32 : (k + 1) * 34 * 32].reshape(-1, 34)[:, 2:].astype(np.float32) * 2
+        np.testing.assert_array_equal(out.numpy(), want)

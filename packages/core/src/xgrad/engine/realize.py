@@ -80,18 +80,25 @@ _watch_due = False  # the kept graphs changed, or a tensor holding their inputs 
 _lazy_walks: dict[int, tuple[UOp, dict[UOp, None]]] = {}
 
 
-def _release_kept(recent: list[tuple[UOp, GraphScan]] = _recent) -> None:
+def _release_kept(
+    recent: list[tuple[UOp, GraphScan]] = _recent,
+    holders_of: dict[int, tuple[UOp, ...]] = _holders_of,
+    count: dict[UOp, int] = _holder_count,
+) -> None:
     """Let the kept graphs go (their walks hold them in a cycle: dropped first, see `UOp.walk`). The tables are bound
     as defaults: tensors die while the interpreter clears this module's globals."""
     for sink, _ in recent:
         sink.drop_walk()
     recent.clear()
-    _holders_of.clear()
-    _holder_count.clear()
+    holders_of.clear()
+    count.clear()
 
 
 def _tensor_dropped(
-    key: int, holders_of: dict[int, tuple[UOp, ...]] = _holders_of, count: dict[UOp, int] = _holder_count
+    key: int,
+    holders_of: dict[int, tuple[UOp, ...]] = _holders_of,
+    count: dict[UOp, int] = _holder_count,
+    release: Callable[[], None] = _release_kept,
 ) -> None:
     """A tensor died: when it was the last holder of an input of the kept graphs, let them go."""
     held = holders_of.pop(key, None)
@@ -100,7 +107,7 @@ def _tensor_dropped(
     for b in held:
         left = count[b] = count[b] - 1
         if left == 0:
-            _release_kept()
+            release()
             return
 
 
