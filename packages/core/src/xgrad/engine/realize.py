@@ -302,12 +302,18 @@ def schedule_tensors(tensors: list[Tensor], readers_first: bool = True) -> tuple
         items, becomes = cached_schedule(unbound, None if scan.symbolic else scan)
         outputs = [becomes[r] for r in unbound if r in becomes]
     planned = plan_memory(items, outputs)
+    # every ASSIGN in the graph runs, roots or not (`(t * 2).realize()` runs t's pending assign): the tensors holding
+    # or reading one that is not a root must read its target after this, or their next realize runs it again
+    inner = [u for u in whole.walk() if u.op is Ops.ASSIGN and u not in whole.src] if scan.assigns else []
     _keep_recent(scanned)
     if whole_unbound is not whole:
         whole_unbound.drop_walk()
     del whole, whole_unbound, scanned
     if var_vals:  # the realized views show the bound values again
         becomes = {r: rebind(becomes[u], var_vals) for r, u in zip(roots, unbound) if u in becomes}
+    ran = set(inner)
+    for a in inner:
+        becomes[a] = a.src[0]
     chosen = {id(t) for t in pending}
     kept: dict[int, tuple[UOp, dict[UOp, None]]] = {}
     global _watch_due
@@ -316,7 +322,7 @@ def schedule_tensors(tensors: list[Tensor], readers_first: bool = True) -> tuple
         if (new := becomes.get(u)) is not None:
             # another tensor with an identical (hash-consed) graph stays lazy: sharing the buffer would let a later
             # assign to one tensor change the other
-            if id(t) in chosen:
+            if id(t) in chosen or u in ran:  # an assign that ran is the buffer it wrote, for every holder
                 t.uop = new
         # a view of a buffer holds no computed node: no walk needed
         elif u.base.op is not Ops.BUFFER and not lazy_walk(t).keys().isdisjoint(becomes):
