@@ -44,9 +44,21 @@ def test_big_endian_arrays_give_their_values(np_dtype: str) -> None:
 
 
 def test_an_allocation_the_device_cannot_make_is_out_of_memory_and_changes_nothing() -> None:
+    # Tensor.empty needs no kernel (so no index math): its 4 TiB buffer is allocated when first read
     used = GlobalCounters.mem_used
+    t = Tensor.empty(2**40)
     with pytest.raises(OutOfMemoryError, match=r"could not allocate 4,398,046,511,104 bytes") as info:
-        Tensor.zeros(2**40).realize()
+        t.numpy()
     assert isinstance(info.value, (DeviceError, MemoryError, XgradError))
     assert GlobalCounters.mem_used == used
+    assert t.shape == (2**40,) and not t.uop.base.buffer.is_allocated  # nothing half-made is kept
     np.testing.assert_array_equal(Tensor.ones(4).numpy(), np.ones(4, np.float32))  # the device still works
+
+
+def test_a_kernel_over_more_elements_than_int32_indexes_is_a_shape_error_before_any_allocation() -> None:
+    # the same size computed by a kernel is refused at compile time, before its output is allocated
+    used = GlobalCounters.mem_used
+    with pytest.raises(ShapeError, match=r"1,099,511,627,776.*2,147,483,647 \(2\*\*31 - 1\)"):
+        Tensor.zeros(2**40).realize()
+    assert GlobalCounters.mem_used == used
+    np.testing.assert_array_equal(Tensor.ones(4).numpy(), np.ones(4, np.float32))
