@@ -6,6 +6,7 @@ buffer, and every later graph that reaches the same node reads that buffer inste
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -34,14 +35,15 @@ class LiveSet:
     elementwise). Adding and forgetting a member costs ~0.6 us (with a `functools.partial` callback per member:
     ~1.1 us); every Tensor joins one or two sets."""
 
-    def __init__(self, on_forget: Callable[[int], None] | None = None) -> None:
-        """`on_forget(id)`: called when a member dies (with the id it had), e.g. to drop what is kept for it."""
+    def __init__(self, on_forget: Callable[[int], None] | None = None, watched: dict[int, Any] | None = None) -> None:
+        """`on_forget(id)`: called when a member whose id is a key of `watched` dies, e.g. to drop what is kept for it
+        (the check is inline: most members die unwatched, and a call per death would cost ~0.1 us)."""
         refs: dict[int, KeyedRef[Any]] = {}
 
         def forget(ref: KeyedRef[Any]) -> None:  # closes over the dict, not the set: no reference cycle
             if refs.get(ref.key) is ref:
                 del refs[ref.key]
-                if on_forget is not None:
+                if watched is not None and ref.key in watched and on_forget is not None:
                     on_forget(ref.key)
 
         self._refs = refs
@@ -65,13 +67,17 @@ class LiveSet:
 
 _recent: list[tuple[UOp, GraphScan]] = []  # the SINKs the latest realize scanned (at most two), with their scans
 
-# the input buffers of the kept graphs (`_recent`) and the live tensors holding them: id(tensor) -> the inputs it holds
-# (its node is a view of one, or its lazy graph reads it), and input -> how many of those tensors hold it. The kept
-# graphs go as soon as one input has no holder left: kept, they would hold a buffer no tensor refers to (a loader's
-# 178 MB copy, dropped after packing, stayed allocated until the next realize)
+# the input buffers of the kept graphs and the live tensors holding them: id(tensor) -> the inputs it holds (its node
+# is a view of one, or its lazy graph reads it), and input -> how many of those tensors hold it. When one input has no
+# holder left, the kept nodes that read it go (`_prune_kept`): kept, they would hold a buffer no tensor refers to (a
+# loader's 178 MB copy, dropped after packing, stayed allocated until the next realize)
 _holders_of: dict[int, tuple[UOp, ...]] = {}
 _holder_count: dict[UOp, int] = {}
 _watch_due = False  # the kept graphs changed, or a tensor holding their inputs was pointed elsewhere: count again
+# what is left of the kept graphs after a prune: their nodes that read no dropped buffer, sources first. A training
+# loop drops each step's batch, and the step after still finds the nodes that do not depend on it (weight views,
+# optimizer constants) in the UOp cache: ~35 of ~130 a step for a small MLP with Adam
+_survivors: list[UOp] = []
 
 # the walks of live lazy tensors' nodes by id(tensor), as (node, walk): each realize keeps those of the tensors that
 # stay lazy with the same node, so a realize does not walk every other lazy graph again (300 lazy parameters realized
@@ -80,35 +86,55 @@ _watch_due = False  # the kept graphs changed, or a tensor holding their inputs 
 _lazy_walks: dict[int, tuple[UOp, dict[UOp, None]]] = {}
 
 
-def _release_kept(
+def _prune_kept(
+    dropped: list[UOp],
     recent: list[tuple[UOp, GraphScan]] = _recent,
-    holders_of: dict[int, tuple[UOp, ...]] = _holders_of,
+    survivors: list[UOp] = _survivors,
     count: dict[UOp, int] = _holder_count,
 ) -> None:
-    """Let the kept graphs go (their walks hold them in a cycle: dropped first, see `UOp.walk`). The tables are bound
-    as defaults: tensors die while the interpreter clears this module's globals."""
+    """Keep only the nodes of the kept graphs that read none of the `dropped` buffers: the SINKs go (their walks hold
+    them in a cycle: dropped first, see `UOp.walk`), the nodes that do not depend on `dropped` stay in `_survivors`.
+    The tables are bound as defaults: tensors die while the interpreter clears this module's globals."""
+    dead = set(dropped)
+    order = dict.fromkeys(itertools.chain.from_iterable(sink.walk() for sink, _ in recent) if recent else survivors)
+    keep = []
+    for n in order:  # sources before users
+        if n in dead:
+            continue
+        for s in n.src:
+            if s in dead:
+                dead.add(n)
+                break
+        else:
+            keep.append(n)
     for sink, _ in recent:
         sink.drop_walk()
     recent.clear()
-    holders_of.clear()
-    count.clear()
+    survivors[:] = keep
+    for b in dropped:
+        count.pop(b, None)
 
 
 def _tensor_dropped(
     key: int,
     holders_of: dict[int, tuple[UOp, ...]] = _holders_of,
     count: dict[UOp, int] = _holder_count,
-    release: Callable[[], None] = _release_kept,
+    prune: Callable[[list[UOp]], None] = _prune_kept,
 ) -> None:
-    """A tensor died: when it was the last holder of an input of the kept graphs, let them go."""
+    """A tensor died: the inputs of the kept graphs it was the last holder of go, with the kept nodes that read them."""
     held = holders_of.pop(key, None)
     if held is None:
         return
+    dropped = []
     for b in held:
-        left = count[b] = count[b] - 1
-        if left == 0:
-            release()
-            return
+        left = count.get(b)
+        if left is None:  # pruned already
+            continue
+        count[b] = left - 1
+        if left == 1:
+            dropped.append(b)
+    if dropped:
+        prune(dropped)
 
 
 def _lazy_dropped(key: int, walks: dict[int, tuple[UOp, dict[UOp, None]]] = _lazy_walks) -> None:
@@ -116,11 +142,11 @@ def _lazy_dropped(key: int, walks: dict[int, tuple[UOp, dict[UOp, None]]] = _laz
 
 
 # every live Tensor (backward looks for the ones in a graph)
-all_tensors = LiveSet(_tensor_dropped)
+all_tensors = LiveSet(_tensor_dropped, _holders_of)
 # the live Tensors whose node may be more than a realized buffer: after a realize, each one whose graph contains a
 # computed node reads its buffer instead. Tensor adds itself whenever its node is set to one that is not a
 # `plain_buffer`; a realize drops those, so it never walks the (many) realized parameters and data
-lazy_tensors = LiveSet(_lazy_dropped)
+lazy_tensors = LiveSet(_lazy_dropped, _lazy_walks)
 
 
 def _scan(sink: UOp) -> GraphScan:
@@ -139,8 +165,8 @@ def _keep_recent(scanned: list[tuple[UOp, GraphScan]]) -> None:
     walking the graph again: a cached 64x64 matmul realize costs ~295K instructions, ~640K without the kept graph;
     the kept scan saves ~35 of ~315 us per call after a big kernel has left the walk's memory cold, and both scans of
     a small MLP's optimizer step ~1 of ~5 ms. The ones before drop their walks (see `UOp.walk`), without the cyclic
-    GC (a loop over 16 MB inputs grew the process by over 400 MB before). Only a graph that could be built again is
-    worth keeping: the kept ones go when a buffer they read has no live tensor holding it (`_watch_kept_inputs`)."""
+    GC (a loop over 16 MB inputs grew the process by over 400 MB before). Only nodes that could be built again are
+    worth keeping: those that read a buffer no live tensor holds go (`_watch_kept_inputs`, `_prune_kept`)."""
     keep = {id(sink) for sink, _ in scanned}
     if keep == {id(sink) for sink, _ in _recent}:
         _recent[:] = scanned
@@ -149,6 +175,7 @@ def _keep_recent(scanned: list[tuple[UOp, GraphScan]]) -> None:
         if id(sink) not in keep:
             sink.drop_walk()
     _recent[:] = scanned
+    _survivors.clear()
     global _watch_due
     _holders_of.clear()
     _holder_count.clear()
@@ -156,15 +183,18 @@ def _keep_recent(scanned: list[tuple[UOp, GraphScan]]) -> None:
 
 
 def _watch_kept_inputs() -> None:
-    """Find the live tensors that hold each input buffer of the kept graphs (see `_holders_of`); when one input has
-    none (the tensors just realized were the only ones reading it, as in `Tensor(array).contiguous().realize()`), let
-    the graphs go now. Runs when the kept graphs change, not on a loop's cached realize of the same graph: one pass
-    over the live tensors."""
+    """Find the live tensors that hold each input buffer of the kept graphs (see `_holders_of`); the inputs that have
+    none (the tensors just realized were the only ones reading them, as in `Tensor(array).contiguous().realize()`) go
+    now, with the kept nodes that read them. Runs when the kept graphs change, not on a loop's cached realize of the
+    same graph: one pass over the live tensors."""
     global _watch_due
     _watch_due = False
     _holders_of.clear()
     _holder_count.clear()
-    count = {b: 0 for _, scan in _recent for b in scan.inputs}
+    if _recent:
+        count = {b: 0 for _, scan in _recent for b in scan.inputs}
+    else:
+        count = {n: 0 for n in _survivors if n.op is Ops.BUFFER}
     if not count:
         return
     holders: dict[int, tuple[UOp, ...]] = {}
@@ -179,11 +209,10 @@ def _watch_kept_inputs() -> None:
             holders[id(t)] = held
             for b in held:
                 count[b] += 1
-    if 0 in count.values():
-        _release_kept()
-        return
     _holders_of.update(holders)
     _holder_count.update(count)
+    if dropped := [b for b, n in count.items() if n == 0]:
+        _prune_kept(dropped)
 
 
 def lazy_walk(t: Tensor) -> dict[UOp, None]:
