@@ -503,18 +503,38 @@ def test_scratch_param_is_a_local_aligned_array(tmp_path: pathlib.Path) -> None:
     np.testing.assert_array_equal(bufs[0], np.arange(8, dtype=np.float32)[::-1] * 2)
 
 
+EXP2_SPECIAL = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-30, -126.5, -149.0, -149.5, -150.0, -160.0, 127.99, 128.0, 200.0]
+
+
 @needs_cc
-@pytest.mark.parametrize("width", [4, 8])
-def test_vector_exp2_is_within_one_ulp_and_keeps_special_values(width: int, tmp_path: pathlib.Path) -> None:
-    special = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-30, -126.5, -149.0, -149.5, -150.0, -160.0, 127.99, 128.0, 200.0]
-    x = np.concatenate([np.linspace(-155, 130, 4000), special]).astype(np.float32)
+@pytest.mark.parametrize("width", [1, 4, 8, 16])
+def test_float32_exp2_is_within_one_ulp_and_keeps_special_values(width: int, tmp_path: pathlib.Path) -> None:
+    x = np.concatenate([np.linspace(-155, 130, 4000), EXP2_SPECIAL]).astype(np.float32)
     x = np.concatenate([x, np.zeros(-len(x) % width, np.float32)])
     out = np.zeros_like(x)
     src = run(
         elementwise(Ops.EXP2, dtypes.float32, [dtypes.float32], len(x), width), [out, x], tmp_path, len(x) // width
     )
-    assert f"exp2_float{width}(" in src and "__builtin_exp2f" not in src
+    assert f"exp2_float{width if width > 1 else ''}(" in src and "__builtin_exp2f" not in src
     with np.errstate(over="ignore"):
         ref = np.exp2(x.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
     np.testing.assert_allclose(out, ref, rtol=1.5e-7, atol=1e-44)
+
+
+@needs_cc
+def test_float32_exp2_gives_the_same_bits_on_scalar_and_vector_lanes(tmp_path: pathlib.Path) -> None:
+    """The scalar helper and every vector width compute one function: a value recomputed on another lane (or in
+    another kernel) compares equal to itself."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-155, 130, 4000), rng.uniform(-1, 1, 4000), EXP2_SPECIAL]).astype(np.float32)
+    x = np.concatenate([x, np.zeros(-len(x) % 16, np.float32)])
+    results = []
+    for width in (1, 3, 4, 8, 16):
+        out = np.zeros_like(x)
+        n = len(x) - len(x) % width  # 3 lanes leave a tail: the rest stays 0 in every result
+        prog = elementwise(Ops.EXP2, dtypes.float32, [dtypes.float32], n, width)
+        run(prog, [out, x], tmp_path, n // width, name=f"exp2_w{width}")
+        results.append(out[: len(x) - len(x) % 3])
+    for width, out in zip((3, 4, 8, 16), results[1:]):
+        assert np.array_equal(out.view(np.uint32), results[0].view(np.uint32)), f"{width} lanes"

@@ -60,8 +60,9 @@ def c_trunc(x: str, dtype: DType) -> str:
 
 
 # ops GNU C has no vector form of (math builtins, ?:, comparisons giving bool) or only a slow scalar loop of
-# (integer division); on vector dtypes they are split into lanes before printing. EXP2 on float32 vectors is the
-# exception: it has a vector helper (`exp2_vector_helper`), so softmax and friends do not call libm once per lane.
+# (integer division); on vector dtypes they are split into lanes before printing, so each lane computes what a scalar
+# does. EXP2 on float32 is the exception: one helper (`exp2_helper`) in a scalar and a vector form that give the same
+# bits, so softmax and friends do not call libm once per lane.
 C_SCALAR_ONLY_OPS = frozenset(
     {
         Ops.LOG2,
@@ -205,19 +206,33 @@ def rule_c_store(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
     ctx.emit(f"{name}({ctx.exprs[idx.src[0]]}+{ctx.exprs[idx.src[1]]}, {ctx.exprs[value]}, {ctx.exprs[idx.src[2]]});")
 
 
-def exp2_vector_helper(vf: str, vi: str) -> str:
-    """2**x on a float32 vector type `vf` (int vector type `vi` of the same lanes): x clamped to [-151, 128], split
-    into n = round(x) and f in [-0.5, 0.5]; 2**f by its Taylor polynomial of degree 7 (truncation error below 1e-8),
-    times 2**n built in the exponent bits as two halves (so results down to the denormals and up to inf come out
-    right). NaN stays NaN. Within a few ulp of libm's exp2f."""
+def exp2_clamp(vf: str, vi: str, lanes: int) -> list[str]:
+    """The lines of `exp2_helper` that clamp x to [-151, 128] into `v` (NaN stays NaN): a scalar takes two selects
+    (vmaxss/vminss), a vector the comparisons' lane masks (GNU C has no `?:` on vectors). The same values either way."""
+    if lanes == 1:
+        return [f"  union {{ {vf} f; {vi} i; }} v = {{x < -151.0f ? -151.0f : x > 128.0f ? 128.0f : x}};"]
+    return [
+        f"  const {vf} zero = {{0}};",
+        f"  const {vi} under = x < (zero - 151.0f), over = x > (zero + 128.0f);",
+        f"  union {{ {vf} f; {vi} i; }} v = {{x}}, lo = {{zero - 151.0f}}, hi = {{zero + 128.0f}};",
+        "  v.i = (v.i & ~(under | over)) | (lo.i & under) | (hi.i & over);",
+    ]
+
+
+def exp2_helper(vf: str, vi: str, lanes: int) -> str:
+    """`exp2_<vf>(x)`: 2**x on float32 `vf`, a scalar (`lanes` 1, `vi` int) or a vector type (`vi` the int vector of as
+    many lanes). Scalar and vector forms are the same sequence of IEEE operations, so every lane of every kernel gets
+    the same bits for the same input (a softmax compared with itself must not rank an element above itself). x is
+    clamped to [-151, 128] and split into n = round(x) and f in [-0.5, 0.5]: n read from the bits of x + 1.5 * 2**23
+    (no float-to-int conversion, whose NaN case C leaves undefined); 2**f by its Taylor polynomial of degree 7
+    (truncation error below 1e-8), times 2**n built in the exponent bits as two halves (so results down to the
+    denormals and up to inf come out right). NaN stays NaN. Within 0.86 ulp of 2**x with FMA (1.14 without)."""
     return "\n".join(
         [
             f"static inline {vf} exp2_{vf}({vf} x) {{",
-            f"  const {vf} zero = {{0}};",
-            f"  const {vi} under = x < (zero - 151.0f), over = x > (zero + 128.0f);",
-            f"  union {{ {vf} f; {vi} i; }} v = {{x}}, lo = {{zero - 151.0f}}, hi = {{zero + 128.0f}};",
-            "  v.i = (v.i & ~(under | over)) | (lo.i & under) | (hi.i & over);",
-            f"  const {vf} n = (v.f + 12582912.0f) - 12582912.0f;",
+            *exp2_clamp(vf, vi, lanes),
+            f"  union {{ {vf} f; {vi} i; }} r = {{v.f + 12582912.0f}};",
+            f"  const {vf} n = r.f - 12582912.0f;",
             f"  const {vf} f = v.f - n;",
             f"  {vf} p = f * 1.5252734e-5f + 1.5403530e-4f;",
             "  p = p * f + 1.3333558e-3f;",
@@ -226,8 +241,7 @@ def exp2_vector_helper(vf: str, vi: str) -> str:
             "  p = p * f + 2.4022651e-1f;",
             "  p = p * f + 6.9314718e-1f;",
             "  p = p * f + 1.0f;",
-            f"  const {vi} k = __builtin_convertvector(n, {vi});",
-            f"  const {vi} k1 = k >> 1, k2 = k - k1;",
+            f"  const {vi} k = r.i - 0x4B400000, k1 = k >> 1, k2 = k - k1;  /* 0x4B400000: the bits of 1.5 * 2**23 */",
             f"  union {{ {vi} i; {vf} f; }} s1 = {{(k1 + 127) << 23}}, s2 = {{(k2 + 127) << 23}};",
             "  return p * s1.f * s2.f;",
             "}",
@@ -236,10 +250,12 @@ def exp2_vector_helper(vf: str, vi: str) -> str:
 
 
 def rule_c_exp2(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str | None:
-    if u.dtype.count == 1 or u.dtype.scalar() != dtypes.float32:
+    """float32 EXP2, scalar or vector, calls `exp2_helper`'s function of its type; float64 and half (whose vectors
+    legalize split into lanes) call libm per lane."""
+    if u.dtype.scalar() != dtypes.float32:
         return rule_alu(r, ctx, u)
     vf, vi = r.render_dtype(ctx, u.dtype), r.render_dtype(ctx, dtypes.int32.vec(u.dtype.count))
-    ctx.helpers.setdefault(f"exp2_{vf}", exp2_vector_helper(vf, vi))
+    ctx.helpers.setdefault(f"exp2_{vf}", exp2_helper(vf, vi, u.dtype.count))
     return f"exp2_{vf}({ctx.exprs[u.src[0]]})"
 
 
@@ -389,4 +405,4 @@ class CRenderer(CStyleRenderer):
         return "\n".join([*prefix, head, *("  " + d for d in decls), *body, "}"]) + "\n"
 
 
-__all__ = ["CRenderer", "pm_legalize_c", "C_SCALAR_ONLY_OPS", "exp2_vector_helper"]
+__all__ = ["CRenderer", "pm_legalize_c", "C_SCALAR_ONLY_OPS", "exp2_helper"]
