@@ -153,8 +153,8 @@ class CreationMixin(ReduceMixin):
             and not dt.min <= min(start, last := start + (n - 1) * step) <= max(start, last) <= dt.max
         ):
             raise ArangeRangeError(
-                f"arange from {start} to {last} (step {step}) does not fit {dt.name} ({dt.min}..{dt.max}); "
-                "use a wider dtype"
+                f"arange of {n:,} values from {start:,} to {last:,} (step {step:,}) does not fit {dt.name} "
+                f"({dt.min:,}..{dt.max:,}); use a wider dtype (dtype=dtypes.int64)"
             )
         iota = cls._tensor_cls()(UOp(Ops.IOTA, dt, (UOp(Ops.DEVICE, arg=canonical_device(device)),), n))
         return with_requires_grad(iota * step + start if (step != 1 or start != 0) else iota, requires_grad)

@@ -273,6 +273,11 @@ class ReduceMixin(UnaryMixin):
         n = self.shape[ax]
         if n == 0:
             raise ShapeError(f"argmax over axis {axis} of size 0 (shape {self.shape}): there is no index to return")
+        if isinstance(n, int) and n > dtypes.int32.max:  # as tinygrad, the index is int32 (torch: int64)
+            raise ShapeError(
+                f"argmax over an axis of {n:,} elements (shape {self.shape}): the int32 index it returns holds at "
+                f"most {dtypes.int32.max:,} (2**31 - 1); take the argmax of parts of at most that many elements"
+            )
         count_down = self._tensor_cls().arange(n, 0, -1, device=self.device, dtype=dtypes.int32)
         count_down = count_down.reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
         hit = self == self.max(ax, keepdim=True)
