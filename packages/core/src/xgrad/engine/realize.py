@@ -429,6 +429,8 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = No
         if item.is_copy:
             dst, src = item.bufs
             dst.copyin(src.as_bytes())
+            if (read_done := getattr(src.allocator, "read_done", None)) is not None:  # optional: DISK drops pages
+                read_done(src.handle)
             GlobalCounters.global_mem += dst.nbytes
             continue
         run_kernel(item, vals)

@@ -6,6 +6,7 @@ on a real device after `.to("CPU")`.
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 from typing import Any
@@ -62,6 +63,19 @@ class DiskAllocator:
 
     def as_memoryview(self, handle: Any) -> memoryview:
         return memoryview(handle)
+
+    def read_done(self, handle: Any) -> None:
+        """After a copy out of `handle`: its whole pages leave this process's resident memory (MADV_DONTNEED; the
+        file's pages stay in the OS page cache, so reading them again costs a page fault, not a disk read). Loading
+        a model copies each weight once: without this, the file stays resident beside the copy (twice the RSS)."""
+        if self._map is None or not isinstance(handle, memoryview) or handle.readonly or not handle.nbytes:
+            return
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        start = ctypes.addressof(ctypes.c_char.from_buffer(handle)) - base
+        page = mmap.PAGESIZE
+        lo, hi = -(-start // page) * page, (start + handle.nbytes) // page * page  # whole pages inside the read
+        if hi > lo and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
 
 class DiskDevice:
