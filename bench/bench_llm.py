@@ -1,7 +1,7 @@
 """xgrad-llm against llama.cpp on one GGUF file: prefill and decode tok/s and peak RSS, side by side.
 
 Run: .venv/bin/python bench/bench_llm.py [--model PATH] [--prompt 128] [--gen 128] [--threads 2] [--rounds 2]
-     [--peer-python .bench-venv/bin/python]
+     [--peer-python .bench-venv/bin/python] [--peer-extra-bufts auto|on|off]
 The peer is llama.cpp through `llama-cpp-python`, which builds llama.cpp from source (about 20 minutes on 2 cores),
 so it lives in a bench environment, never in CI or xgrad's dependencies:
     python3.11 -m venv .bench-venv
@@ -37,13 +37,13 @@ XGRAD_CHILD = textwrap.dedent(
     path, n_prompt, n_gen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     llm = LLM.load(path, max_context=n_prompt + n_gen + 64)
     r = llm.benchmark(n_prompt=n_prompt, n_gen=n_gen)
+    r["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the bandwidth buffer
     buf = Tensor.ones(64 << 20, dtype=dtypes.float32).contiguous().realize()
     best = float("inf")
     for _ in range(5):
         t = time.perf_counter(); buf.sum().realize(); best = min(best, time.perf_counter() - t)
     r["read_gb_s"] = buf.nbytes() / best / 1e9
     r["weight_bytes"] = llm.model.weight_nbytes
-    r["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(r))
     """
 )
@@ -52,8 +52,16 @@ LLAMA_CHILD = textwrap.dedent(
     """
     import json, resource, sys, time
     import numpy as np
+    import llama_cpp.llama as api
     from llama_cpp import Llama
     path, n_prompt, n_gen, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    if sys.argv[5] == "off":  # llama.cpp's extra buffer types (AMX matmul, repacked weights) off
+        default_params = api.llama_cpp.llama_model_default_params
+        def no_extra_buffers():
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+        api.llama_cpp.llama_model_default_params = no_extra_buffers
     llm = Llama(model_path=path, n_ctx=n_prompt + n_gen + 64, n_threads=threads, n_threads_batch=threads,
                 n_batch=512, verbose=False)
     vocab = llm.n_vocab()
@@ -74,13 +82,14 @@ LLAMA_CHILD = textwrap.dedent(
 )
 
 
-def run_child(cmd: list[str], env: dict[str, str]) -> dict[str, Any] | None:
+def run_child(cmd: list[str], env: dict[str, str], quiet: bool = False) -> dict[str, Any] | None:
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             result: dict[str, Any] = json.loads(line[7:])
             return result
-    print(f"  failed ({out.returncode}): {out.stderr.strip()[-600:]}", file=sys.stderr)
+    if not quiet:
+        print(f"  failed ({out.returncode}): {out.stderr.strip()[-600:]}", file=sys.stderr)
     return None
 
 
@@ -98,6 +107,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--peer-python", default=str(ROOT / ".bench-venv" / "bin" / "python"))
+    p.add_argument(
+        "--peer-extra-bufts",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="llama.cpp's extra buffer types (AMX, repacked weights); auto: on, off if that run crashes",
+    )
     args = p.parse_args()
     model = args.model or default_model()
     env = {**os.environ, "NUM_CPU_THREADS": str(args.threads), "OMP_NUM_THREADS": str(args.threads)}
@@ -115,7 +130,15 @@ def main() -> None:
             cmd = [args.peer_python, "-c", LLAMA_CHILD, model, str(args.prompt), str(args.gen), str(args.threads)]
             runs.append(("llama.cpp", cmd))
         for name, cmd in runs:
-            r = run_child(cmd, env)
+            if name == "llama.cpp":
+                bufts = "on" if args.peer_extra_bufts == "auto" else args.peer_extra_bufts
+                r = run_child([*cmd, bufts], env, quiet=args.peer_extra_bufts == "auto")
+                if r is None and args.peer_extra_bufts == "auto":
+                    print("llama.cpp crashed with its extra buffer types (AMX on this CPU?): rerun with them off")
+                    args.peer_extra_bufts = "off"
+                    r = run_child([*cmd, "off"], env)
+            else:
+                r = run_child(cmd, env)
             if r is None:
                 continue
             print(
