@@ -79,3 +79,14 @@ def test_a_chain_of_assigns_read_between_realizes_matches_torch() -> None:
             np.testing.assert_array_equal(t.numpy(), ref.numpy())
     np.testing.assert_array_equal(t.numpy(), ref.numpy())
     np.testing.assert_allclose(seen, seen_ref, rtol=1e-6)
+
+
+def test_an_assign_into_a_sharded_tensor_run_by_another_realize_runs_once() -> None:
+    a = np.arange(4, dtype=np.float32)
+    t = Tensor(a).shard(("CPU", "CPU:1"), axis=0).contiguous().realize()
+    t.assign(t + 1)
+    reader = t * 3  # built before the assign runs: reads its value
+    np.testing.assert_array_equal((t * 2).numpy(), 2 * (a + 1))
+    np.testing.assert_array_equal(t.numpy(), a + 1)
+    np.testing.assert_array_equal(reader.numpy(), 3 * (a + 1))
+    np.testing.assert_array_equal(t.numpy(), a + 1)
