@@ -42,6 +42,8 @@ class BatchDecoder:
         self.model = model
         self.toks = [Variable(f"tok{b}", 0, src.cfg.vocab_size - 1) for b in range(n)]
         self.pos = [Variable(f"pos{b}", 0, self.cache_len - 1) for b in range(n)]
+        self.end = Variable("end", 1, self.cache_len)  # positions the round attends to: the latest row's, plus one
+        self._span: Any = self.cache_len  # the bound `end` while a round is traced
         self._round = TinyJit(self._round_impl)
 
     def runner(self, b: int) -> Runner:
@@ -52,7 +54,7 @@ class BatchDecoder:
         return Runner(m, self.max_context, self.chunk)
 
     def _round_impl(self, *bound: Any) -> Tensor:
-        toks, pos = bound[: self.n], bound[self.n :]
+        toks, pos, self._span = bound[: self.n], bound[self.n : 2 * self.n], bound[2 * self.n]
         x = Tensor.cat(*(self.model.embed_token(t) for t in toks)).reshape(self.n, 1, -1)
         return self.model.forward(x, tuple(pos)).realize()
 
@@ -61,6 +63,7 @@ class BatchDecoder:
         bound = [v.bind(int(t)) for v, t in zip(self.toks, toks)] + [
             v.bind(int(p)) for v, p in zip(self.pos, positions)
         ]
+        bound.append(self.end.bind(max(int(p) for p in positions) + 1))
         out: np.ndarray = self._round(*bound).numpy().reshape(self.n, -1)  # the JIT reuses its buffer: copy out
         return out
 
@@ -84,14 +87,17 @@ class BatchDecoder:
             writes.append(ck.shrink(((b, b + 1), None, (p, p + 1), None)).assign(k[b : b + 1].transpose(1, 2)))
             writes.append(cv.shrink(((b, b + 1), None, (p, p + 1), None)).assign(v[b : b + 1].transpose(1, 2)))
         Tensor.realize(*writes)
+        end = self._span  # keys past the latest row's position are masked for every row: not read at all
+        keys = ck.shrink((None, None, (0, end), None)).unsqueeze(2)  # (N, KV, 1, end, hd)
+        values = cv.shrink((None, None, (0, end), None)).unsqueeze(2)
         qg = q.reshape(n, 1, kv, group, hd).permute(0, 2, 3, 1, 4)  # (N, KV, G, 1, hd)
-        scores = qg @ ck.unsqueeze(2).transpose(-1, -2)  # (N, KV, G, 1, L)
+        scores = qg @ keys.transpose(-1, -2)  # (N, KV, G, 1, end)
         scores = softcap(scores * cfg.attn_scale, cfg.attn_softcap)
         at = Tensor.cat(*(Tensor.arange(p, p + 1, device=m.device) for p in positions)).reshape(n, 1, 1, 1, 1)
-        cols = Tensor.arange(self.cache_len, device=m.device).reshape(1, 1, 1, 1, -1)
+        cols = Tensor.arange(end, device=m.device).reshape(1, 1, 1, 1, -1)
         keep = cols <= at
         if sliding and cfg.sliding_window:
             keep = keep & (cols > at - cfg.sliding_window)
-        out = keep.where(scores, -math.inf).softmax(-1) @ cv.unsqueeze(2)  # (N, KV, G, 1, vd)
+        out = keep.where(scores, -math.inf).softmax(-1) @ values  # (N, KV, G, 1, vd)
         out = out.permute(0, 3, 1, 2, 4).reshape(n, 1, cfg.n_heads * vd)
         return m._project(w, "attn_output", out)
