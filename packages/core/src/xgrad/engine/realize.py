@@ -167,10 +167,13 @@ def _keep_recent(scanned: list[tuple[UOp, GraphScan]]) -> None:
     a small MLP's optimizer step ~1 of ~5 ms. The ones before drop their walks (see `UOp.walk`), without the cyclic
     GC (a loop over 16 MB inputs grew the process by over 400 MB before). Only nodes that could be built again are
     worth keeping: those that read a buffer no live tensor holds go (`_watch_kept_inputs`, `_prune_kept`)."""
-    keep = {id(sink) for sink, _ in scanned}
-    if keep == {id(sink) for sink, _ in _recent}:
-        _recent[:] = scanned
+    same = len(scanned) == len(_recent)
+    for (sink, _), (kept, _) in zip(scanned, _recent):  # a loop, not all(...): this runs on every cached realize
+        same = same and sink is kept
+    if same:
+        _recent[:] = scanned  # the same graphs (a loop's cached realize): their holders are counted already
         return
+    keep = {id(sink) for sink, _ in scanned}
     for sink, _ in _recent:
         if id(sink) not in keep:
             sink.drop_walk()
