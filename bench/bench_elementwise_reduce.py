@@ -11,6 +11,14 @@ from bench_cpu import best
 from xgrad.tensor import Tensor
 
 
+def np_softmax(x: np.ndarray, row: int) -> np.ndarray:
+    """numpy's softmax over rows of `row` elements of `x` (its first len(x) // row * row elements)."""
+    m = x[: len(x) // row * row].reshape(-1, row)
+    e = np.exp(m - m.max(-1, keepdims=True))
+    out: np.ndarray = e / e.sum(-1, keepdims=True)
+    return out
+
+
 def main() -> None:
     n = 1 << 22
     rng = np.random.default_rng(0)
@@ -29,6 +37,19 @@ def main() -> None:
             lambda: a.reshape(2048, 2048).sum(1).realize(),
             lambda: a_np.reshape(2048, 2048).sum(1),
             n * 4,
+        ),
+        # exp2 on vector lanes (rows of 2048) and on scalar lanes (rows of 7: too short for a vector)
+        (
+            "softmax 2048x2048",
+            lambda: a.reshape(2048, 2048).softmax(-1).realize(),
+            lambda: np_softmax(a_np, 2048),
+            n * 8,
+        ),
+        (
+            "softmax rows of 7",
+            lambda: a[: n // 7 * 7].reshape(-1, 7).softmax(-1).realize(),
+            lambda: np_softmax(a_np, 7),
+            n * 8,
         ),
     ]
     print(f"{'workload':42s} {'xgrad ms':>10s} {'numpy ms':>10s} {'xgrad/numpy':>12s} {'xgrad GB/s':>11s}")
