@@ -122,6 +122,28 @@ def test_the_latest_graph_is_still_kept_while_its_inputs_live(device: str) -> No
     assert root() is None  # the input went: so did the graph
 
 
+def test_nodes_that_do_not_read_a_dropped_buffer_stay_kept(device: str) -> None:
+    """A dropped input takes only the kept nodes that read it: the rest of the graph (here the weight's transpose,
+    which a training step builds again with the next batch) stays in the UOp cache until its own inputs go."""
+    _settled(device)
+    w = Tensor(np.arange(16, dtype=np.float32).reshape(4, 4), device=device).realize()
+    x = Tensor(np.arange(4, dtype=np.float32), device=device).realize()
+    gc.disable()
+    try:
+        out = (x @ (w.T * 2)).realize()
+        part = weakref.ref((w.T * 2).uop)  # the kept node, found again (hash-consed)
+        root = weakref.ref((x @ (w.T * 2)).uop)
+        assert part() is not None and root() is not None
+        del x
+        assert root() is None and part() is not None
+        del w
+        assert part() is None
+    finally:
+        gc.enable()
+    want = np.arange(4, dtype=np.float32) @ (np.arange(16, dtype=np.float32).reshape(4, 4).T * 2)
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
 def _model(device: str) -> tuple[Tensor, Tensor, Callable[[Tensor], Tensor]]:
     rng = np.random.default_rng(1)
     w1 = Tensor(rng.standard_normal((16, 32), dtype=np.float32), device=device).realize()
