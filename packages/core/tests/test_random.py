@@ -427,7 +427,7 @@ def test_dropout_is_identity_outside_training(xgrad_device: str) -> None:
 def test_dropout_matches_torch_with_the_same_mask(xgrad_device: str, shape: tuple[int, ...], p: float) -> None:
     Tensor.manual_seed(51)
     a = np.random.default_rng(0).uniform(0.5, 2.0, size=shape).astype(np.float32)
-    x = Tensor(a, device=xgrad_device)
+    x = Tensor(a, device=xgrad_device, requires_grad=True)  # a 0-d input needs a buffer of its own for gradients
     with Context(TRAINING=1):
         out = x.dropout(p)
     upstream = np.random.default_rng(1).uniform(-1, 1, size=shape).astype(np.float32)
