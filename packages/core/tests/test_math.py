@@ -95,7 +95,7 @@ def test_unary_matches_torch_forward_and_backward(
 
 def test_unary_of_0d_inputs_matches_torch(xgrad_device: str) -> None:
     data = [make(()) for _, _, _, make in UNARY]
-    xs = [Tensor(d, device=xgrad_device) for d in data]
+    xs = [Tensor(d, device=xgrad_device, requires_grad=True) for d in data]  # 0-d: a buffer each, for gradients
     outs = [fn(x) for (_, fn, _, _), x in zip(UNARY, xs)]
     assert all(out.shape == () for out in outs)
     upstream = [float(g) for g in rand((len(UNARY),))]
