@@ -108,7 +108,7 @@ def start_xgrad(model: str, port: int, parallel: int, threads: int, ctx: int, ba
         str(parallel),
         "--max-context",
         str(ctx),
-        *(["--batch"] if batch else []),
+        "--batch" if batch else "--no-batch",
     ]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -153,7 +153,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=64, help="max_tokens per stream (default 64)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads of each server")
     p.add_argument("--ctx", type=int, default=512, help="context per slot (default 512)")
-    p.add_argument("--batch", action="store_true", help="run xgrad with --batch (continuous batching)")
+    p.add_argument("--batch", action="store_true", help="run xgrad with --batch (continuous batching; else --no-batch)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds to wait for a server to load")
     args = p.parse_args()
     tmp = tempfile.TemporaryDirectory()

@@ -111,7 +111,7 @@ def test_serve_command_binds_loopback_and_prints_the_chat_url(tmp_path: pathlib.
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "--parallel" in bad.stderr
 
 
-def test_serve_passes_penalty_flags_as_request_defaults(tmp_path: pathlib.Path, monkeypatch: Any, capsys: Any) -> None:
+def test_serve_passes_penalty_and_batch_flags(tmp_path: pathlib.Path, monkeypatch: Any, capsys: Any) -> None:
     """`serve --presence-penalty P --frequency-penalty F` gives the app those defaults (what they do to a reply:
     test_server.py); a value outside OpenAI's [-2, 2] is refused in one line before anything loads."""
     import uvicorn
@@ -126,8 +126,10 @@ def test_serve_passes_penalty_flags_as_request_defaults(tmp_path: pathlib.Path, 
     assert (config.presence_penalty, config.frequency_penalty) == (0.5, -1.25)
     assert serve(["--model", str(path)]) == 0
     assert (apps[1].state.xgrad.config.presence_penalty, apps[1].state.xgrad.config.frequency_penalty) == (0.0, 0.0)
+    assert config.batch and apps[1].state.xgrad.config.batch  # continuous batching is the default
+    assert serve(["--model", str(path), "--no-batch"]) == 0 and not apps[2].state.xgrad.config.batch
     capsys.readouterr()
     assert serve(["--model", str(path), "--frequency-penalty", "3"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--frequency-penalty must be in [-2, 2], got 3.0" in err
-    assert len(apps) == 2
+    assert len(apps) == 3

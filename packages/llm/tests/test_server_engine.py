@@ -362,3 +362,12 @@ def test_batched_decode_of_olmoe_equals_one_sequence_each(tmp_path: pathlib.Path
         for b in range(2):
             np.testing.assert_allclose(out[b], oracle(ids[b]), atol=1e-4)
             ids[b].append(int(np.argmax(out[b])))
+
+
+def test_a_round_is_batched_when_more_than_half_the_slots_decode() -> None:
+    """A batched round computes every slot's row: measured, it pays with 4 of 4 slots decoding, not with 2 of 4."""
+    from xgrad_llm.server.engine import batches
+
+    assert [batches(k, 4) for k in range(5)] == [False, False, False, True, True]
+    assert [batches(k, 2) for k in range(3)] == [False, False, True]
+    assert not batches(1, 1)

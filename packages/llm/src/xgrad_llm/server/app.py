@@ -55,7 +55,7 @@ class ServerConfig:
     api_key: str | None = None
     cors: list[str] = field(default_factory=list)
     max_body: int = 8 << 20  # bytes
-    batch: bool = False  # run concurrent decodes of several slots as one batched forward (not faster yet: README)
+    batch: bool = True  # run concurrent decodes of most slots as one batched forward (README: when it pays)
     presence_penalty: float = 0.0  # for requests that do not set it (--presence-penalty)
     frequency_penalty: float = 0.0  # for requests that do not set it (--frequency-penalty)
 

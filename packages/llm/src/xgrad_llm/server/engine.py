@@ -8,8 +8,9 @@ slots wait in a bounded queue; a full queue refuses the job (`QueueFullError`, H
 
 One worker thread does all model work, off the event loop: each round it admits waiting jobs into free slots and
 runs one step of every busy slot (a decode, or up to `prefill_step` tokens of a prompt: a long prompt is fed over
-several rounds), so the slots' streams interleave token by token. With `batch`, when two or more slots decode in a
-round, their decodes run as one batched forward (continuous batching: a request joins or leaves between rounds).
+several rounds), so the slots' streams interleave token by token. With `batch` (the default), when more than half the
+slots (two at least) decode in a round, their decodes run as one batched forward (continuous batching: a request
+joins or leaves between rounds; `batches` says why half).
 A job whose client left (`cancel()`) or whose deadline passed is dropped before its next step, and its slot is
 free at once. Events reach the HTTP side through the job's `emit` callback (thread-safe hand-off to the event loop).
 
@@ -99,6 +100,13 @@ class Stats:
     cached_tokens: int = 0
     batched_rounds: int = 0  # decode rounds run as one batched forward
     requests: dict[str, int] = field(default_factory=lambda: collections.defaultdict(int))
+
+
+def batches(decoding: int, slots: int) -> bool:
+    """Whether `decoding` concurrent decodes among `slots` slots run as one batched round. A round computes a row for
+    every slot, busy or not, so it pays when most slots decode: measured on Gemma 3 270M Q4_K_M with 4 slots, a round
+    costs about what 2 lone decodes cost (CPU time), so 4 busy slots decode 2x faster batched and 2 gain nothing."""
+    return decoding >= 2 and 2 * decoding > slots
 
 
 def slot_runner(llm: LLM) -> Runner:
@@ -250,7 +258,7 @@ class Engine:
     QueueFullError); the job's `emit` receives its Events, the last one with `finish` set."""
 
     def __init__(
-        self, llm: LLM, parallel: int = 1, max_queue: int = 64, timeout: float | None = 600.0, batch: bool = False
+        self, llm: LLM, parallel: int = 1, max_queue: int = 64, timeout: float | None = 600.0, batch: bool = True
     ) -> None:
         if parallel < 1:
             raise APIError(f"--parallel must be >= 1, got {parallel}")
@@ -351,7 +359,7 @@ class Engine:
                 busy = [s for s in self.slots if s.job is not None]
             busy = [s for s in busy if self._alive(s)]
             rows = {s.index: inp for s in busy if s.gen is not None and (inp := s.gen.decode_input()) is not None}
-            if self.batch is not None and len(rows) >= 2:  # continuous batching: one forward for these decodes
+            if self.batch is not None and batches(len(rows), len(self.slots)):  # continuous batching: one forward
                 self._decode_round(rows)
                 busy = [s for s in busy if s.index not in rows]
             for slot in busy:

@@ -33,7 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cors", action="append", default=[], metavar="ORIGIN", help="allow browser calls from ORIGIN")
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES", help="largest request body (8 MiB)")
     p.add_argument(
-        "--batch", action="store_true", help="run concurrent decodes of the slots as one batched forward (see README)"
+        "--batch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run concurrent decodes of the slots as one batched forward when more than half decode (default; "
+        "--no-batch: one forward per slot)",
     )
     p.add_argument("--model-name", default=None, help="the model id in responses (default: the file's name)")
     return p
