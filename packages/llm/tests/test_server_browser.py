@@ -46,7 +46,7 @@ def test_chat_page_streams_stops_and_keeps_the_conversation(tmp_path: pathlib.Pa
             page.press("#input", "Enter")
             reply = page.locator(".msg.assistant .body").last
             page.wait_for_function(
-                "() => document.querySelector('.msg.assistant .body')?.textContent.length > 3", timeout=60_000
+                "() => document.querySelector('.msg.assistant .body')?.textContent.length > 3", timeout=180_000
             )
             assert page.is_visible("#stop") and engine.busy_slots() == 1  # streaming, not done
             streamed = reply.text_content() or ""
@@ -73,7 +73,7 @@ def test_chat_page_streams_stops_and_keeps_the_conversation(tmp_path: pathlib.Pa
             page.wait_for_function(
                 "() => { const s = document.querySelectorAll('.msg.assistant .stats');"
                 " return s.length === 2 && s[1].textContent.includes('tokens/s'); }",
-                timeout=60_000,
+                timeout=180_000,
             )
             assert page.locator(".msg").count() == 4 and page.is_visible("#send")
             assert "[stopped]" not in (page.locator(".msg.assistant .stats").last.text_content() or "")
