@@ -517,7 +517,10 @@ class Transformer:
         values = cv.shrink((None, None, (0, end), None)).unsqueeze(2)
 
         qg = q.reshape(b, t, kv, group, cfg.head_dim).permute(0, 2, 3, 1, 4)  # (B, KV, G, T, hd)
-        scores = softcap((qg @ keys.transpose(-1, -2)) * cfg.attn_scale, cfg.attn_softcap)  # (B, KV, G, T, S)
+        # products and sums over broadcast views rather than `@`: a matmul reshapes the symbolic cache length S into
+        # its own layout, and the kernel then divides indices by start_pos + 1 for every element it loads
+        qk = (qg.unsqueeze(-2) * keys.unsqueeze(-3)).sum(-1)  # (B, KV, G, T, S)
+        scores = softcap(qk * cfg.attn_scale, cfg.attn_softcap)
         window = cfg.sliding_window if sliding else 0
         if t > 1 or window:
             rows = Tensor.arange(start_pos, end, device=self.device).reshape(t, 1)
@@ -526,7 +529,7 @@ class Transformer:
             if window:
                 keep = keep & (cols > rows - window)
             scores = keep.where(scores, -math.inf)
-        out = scores.softmax(-1) @ values  # (B, KV, G, T, vd)
+        out = (scores.softmax(-1).unsqueeze(-1) * values.unsqueeze(-3)).sum(-2)  # (B, KV, G, T, vd)
         out = out.permute(0, 3, 1, 2, 4).reshape(b, t, cfg.n_heads * vd)
         return self._project(w, "attn_output", out)
 
