@@ -606,3 +606,16 @@ def test_random_expressions_do_not_grow_much() -> None:
         if node_count(after) > node_count(before) + 2:
             grown.append(f"{before.render()} -> {after.render()}")
     assert len(grown) <= 10, "\n".join(grown)
+
+
+def test_bounds_of_division_by_a_symbolic_size() -> None:
+    """x % n and x // n with a variable positive n (a symbolic sequence length) have bounds, so index math over a
+    symbolic view simplifies: ((x % n) * 64 + r) // 64 is x % n when 0 <= r < 64 (an attention kernel over the KV
+    cache divided by start_pos + 1 for every load without it). Checked against every value."""
+    x, n, r = UOp.variable("x", 0, 50), UOp.variable("n", 1, 20), UOp.variable("r", 0, 63)
+    assert (x % n).vmin_vmax == (0, 19) and (x // n).vmin_vmax == (0, 50)
+    assert (UOp.variable("y", 3, 9) % n).vmin_vmax == (0, 9) and (UOp.variable("y", 40, 50) // n).vmin_vmax == (2, 50)
+    e = ((x % n) * 64 + r) // 64
+    assert simplify(e) is simplify(x % n)
+    for xv, nv, rv in itertools.product(range(0, 51, 7), range(1, 21, 3), (0, 31, 63)):
+        assert sym_infer(e, {"x": xv, "n": nv, "r": rv}) == xv % nv

@@ -45,6 +45,10 @@ def bounds(u: UOp) -> tuple[int | float, int | float]:
             if a0 >= 0:
                 return (0, min(a1, b0 - 1)) if a1 < b0 else (0, b0 - 1)
             return (-(b0 - 1), b0 - 1) if a1 > 0 else (-(b0 - 1), 0)
+        if u.op in (Ops.MOD, Ops.IDIV) and a0 >= 0 and b0 >= 1:  # a variable positive divisor (a symbolic size)
+            if u.op is Ops.MOD:
+                return (0, min(a1, b1 - 1))
+            return (a0 // b1 if math.isfinite(b1) else 0, a1 // b0 if math.isfinite(a1) else a1)
         if u.op is Ops.CMPLT:
             return (int(a1 < b0), int(a0 < b1))
         if u.op is Ops.CMPNE:
