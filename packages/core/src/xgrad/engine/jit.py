@@ -212,6 +212,67 @@ def _batched(steps: list[_Step]) -> list[_Step | Callable[[list[Any], dict[str, 
     return runs
 
 
+def _held_buffers(ret: Any) -> set[int]:
+    """Ids of the buffers a live tensor (or the returned value) reads: state the replays must keep to themselves."""
+    from xgrad.engine.realize import all_tensors
+
+    held: set[int] = set()
+    for t in [*all_tensors.members(), *_returned_tensors(ret, False)]:
+        for n in t.uop.toposort:
+            if n.op is Ops.BUFFER and (b := n.__dict__.get("buffer")) is not None:
+                held.add(id(b))
+    return held
+
+
+def _share_intermediates(steps: list[_Step], held: set[int]) -> bool:
+    """Buffers that only carry values from one captured kernel to later ones (written first, then read; no input, no
+    output, held by no live tensor) share memory when their lifetimes do not overlap: a replay keeps every captured
+    buffer allocated, so without this a step's memory is the sum of all its intermediates (a language model's
+    prefill: each layer's). Same device, dtype and size only. Returns whether any buffer was replaced."""
+    if len({st.item.device for st in steps}) != 1 or any(st.handles is None for st in steps):
+        return False  # one device, kernels only (multi-device steps with copies keep their buffers: not yet planned)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    found: dict[int, Buffer] = {}
+    for i, st in enumerate(steps):
+        for b in st.item.bufs:
+            first.setdefault(id(b), i)
+            last[id(b)] = i
+            found[id(b)] = b
+    viewed = {id(b.base) for b in found.values() if b.base is not None}
+    pool: dict[tuple[Any, ...], list[list[Any]]] = {}  # (device, dtype, size) -> [buffer, last use]
+    remap: dict[int, Buffer] = {}
+    for k in sorted(found, key=lambda k: first[k]):
+        b, st = found[k], steps[first[k]]
+        out = st.item.bufs[0]
+        if (
+            k in held
+            or b.base is not None
+            or k in viewed
+            or st.handles is None
+            or out is not b
+            or st.slots[0] is not None
+            or any(x is b for x in st.item.bufs[1:])  # read where first written: it carries state
+            or not isinstance(b.device, str)
+        ):
+            continue
+        free = pool.setdefault((b.device, b.dtype, b.size), [])
+        slot = next((s for s in free if s[1] < first[k]), None)
+        if slot is None:
+            free.append([b, last[k]])
+        else:
+            remap[k], slot[1] = slot[0], last[k]
+    if not remap:
+        return False
+    for st in steps:
+        if any(id(b) in remap for b in st.item.bufs):
+            bufs = tuple(remap.get(id(b), b) for b in st.item.bufs)
+            st.item = ScheduleItem(st.item.ast, bufs, st.item.device)
+            if st.handles is not None:
+                st.handles = [b.handle if s is None else None for b, s in zip(bufs, st.slots)]
+    return True
+
+
 def _copy_of(b: Buffer) -> Buffer:
     """A new buffer holding `b`'s values."""
     return Buffer(b.device, b.size, b.dtype).ensure_allocated().copyin(b.as_bytes())
@@ -396,6 +457,11 @@ class TinyJit(Generic[R]):
                     steps.append(step)
         if self.prune:
             steps = _prune(steps)
+        if _share_intermediates(steps, _held_buffers(ret) | set(input_bufs)):
+            recorded.clear()  # the capture's own copies of the shared buffers go now: hand their memory back
+            for dev in {st.item.device for st in steps if isinstance(st.item.device, str)}:
+                if (trim := getattr(Device[dev].allocator, "free_cache", None)) is not None:
+                    trim()
         self.steps, self.result, self.calls, self.var_vals = steps, ret, 2, passed
         self.runs = _batched(steps)
         self.names = _arg_names(args, kwargs)
