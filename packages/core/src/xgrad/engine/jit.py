@@ -17,6 +17,7 @@ from xgrad.buffer import Buffer
 from xgrad.device import Device
 from xgrad.engine.capture import capturing, record, start_capture, stop_capture
 from xgrad.engine.multi import input_buffers
+from xgrad.engine.realize import all_tensors
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.errors import JitError, ShapeError
 from xgrad.helpers import BEAM, DEBUG, JIT, JITBEAM, Context
@@ -214,8 +215,6 @@ def _batched(steps: list[_Step]) -> list[_Step | Callable[[list[Any], dict[str, 
 
 def _held_buffers(ret: Any) -> set[int]:
     """Ids of the buffers a live tensor (or the returned value) reads: state the replays must keep to themselves."""
-    from xgrad.engine.realize import all_tensors
-
     held: set[int] = set()
     for t in [*all_tensors.members(), *_returned_tensors(ret, False)]:
         for n in t.uop.toposort:
