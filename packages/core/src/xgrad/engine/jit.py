@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from xgrad.buffer import Buffer
 from xgrad.device import Device
 from xgrad.engine.capture import capturing, record, start_capture, stop_capture
+from xgrad.engine.memory import share_buffers
 from xgrad.engine.multi import input_buffers
 from xgrad.engine.realize import all_tensors
 from xgrad.engine.schedule import ScheduleItem
@@ -224,52 +225,19 @@ def _held_buffers(ret: Any) -> set[int]:
 
 
 def _share_intermediates(steps: list[_Step], held: set[int]) -> bool:
-    """Buffers that only carry values from one captured kernel to later ones (written first, then read; no input, no
-    output, held by no live tensor) share memory when their lifetimes do not overlap: a replay keeps every captured
-    buffer allocated, so without this a step's memory is the sum of all its intermediates (a language model's
-    prefill: each layer's). Same device, dtype and size only. Returns whether any buffer was replaced."""
+    """A replay keeps every captured buffer allocated, so without sharing a step's memory is the sum of all its
+    intermediates (a language model's prefill: each layer's). Buffers that only carry values from one captured
+    kernel to later ones (no input or output, held by no live tensor) share memory by lifetime (`share_buffers`).
+    Single-device steps of kernels only, for now. Returns whether any buffer was replaced."""
     if len({st.item.device for st in steps}) != 1 or any(st.handles is None for st in steps):
-        return False  # one device, kernels only (multi-device steps with copies keep their buffers: not yet planned)
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    found: dict[int, Buffer] = {}
-    for i, st in enumerate(steps):
-        for b in st.item.bufs:
-            first.setdefault(id(b), i)
-            last[id(b)] = i
-            found[id(b)] = b
-    viewed = {id(b.base) for b in found.values() if b.base is not None}
-    pool: dict[tuple[Any, ...], list[list[Any]]] = {}  # (device, dtype, size) -> [buffer, last use]
-    remap: dict[int, Buffer] = {}
-    for k in sorted(found, key=lambda k: first[k]):
-        b, st = found[k], steps[first[k]]
-        out = st.item.bufs[0]
-        if (
-            k in held
-            or b.base is not None
-            or k in viewed
-            or st.handles is None
-            or out is not b
-            or st.slots[0] is not None
-            or any(x is b for x in st.item.bufs[1:])  # read where first written: it carries state
-            or not isinstance(b.device, str)
-        ):
-            continue
-        free = pool.setdefault((b.device, b.dtype, b.size), [])
-        slot = next((s for s in free if s[1] < first[k]), None)
-        if slot is None:
-            free.append([b, last[k]])
-        else:
-            remap[k], slot[1] = slot[0], last[k]
-    if not remap:
         return False
-    for st in steps:
-        if any(id(b) in remap for b in st.item.bufs):
-            bufs = tuple(remap.get(id(b), b) for b in st.item.bufs)
-            st.item = ScheduleItem(st.item.ast, bufs, st.item.device)
-            if st.handles is not None:
-                st.handles = [b.handle if s is None else None for b, s in zip(bufs, st.slots)]
-    return True
+    planned = share_buffers([st.item for st in steps], lambda b: id(b) not in held)
+    changed = False
+    for st, item in zip(steps, planned):
+        if item is not st.item:
+            st.item, changed = item, True
+            st.handles = [b.handle if s is None else None for b, s in zip(item.bufs, st.slots)]
+    return changed
 
 
 def _copy_of(b: Buffer) -> Buffer:

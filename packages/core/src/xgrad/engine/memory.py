@@ -7,6 +7,7 @@ some intermediate Buffers replaced by earlier, now dead ones of the same device 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from xgrad.buffer import Buffer
 from xgrad.engine.schedule import ScheduleItem, buffer_of
@@ -14,29 +15,46 @@ from xgrad.helpers import NO_MEMORY_PLANNER
 from xgrad.uop.ops import UOp
 
 
-def plan_memory(items: list[ScheduleItem], outputs: list[UOp]) -> list[ScheduleItem]:
-    if NO_MEMORY_PLANNER or len(items) < 3:
-        return items
-    keep = {id(buffer_of(o)) for o in outputs}
-    produced = {id(it.bufs[0]) for it in items}
+def share_buffers(items: list[ScheduleItem], may_share: Callable[[Buffer], bool]) -> list[ScheduleItem]:
+    """`items` with the intermediates that `may_share` accepts given the memory of earlier ones of the same device
+    and byte size that no later item uses. A buffer qualifies only where it first appears as an item's output and
+    is not read by that item (it carries no value in), and when no item uses a view of it. Unchanged items are
+    returned as they were."""
+    first: dict[int, int] = {}
     last_use: dict[int, int] = {}
     for i, it in enumerate(items):
         for b in it.bufs:
+            first.setdefault(id(b), i)
             last_use[id(b)] = i
-    # intermediates: made inside this schedule, not outputs, not yet allocated
+    viewed = {id(b.base) for it in items for b in it.bufs if b.base is not None}
     free: dict[tuple[str, int], list[Buffer]] = defaultdict(list)
     swap: dict[int, Buffer] = {}
+    sharing: set[int] = set()  # the qualifying buffers met so far
     planned = []
     for i, it in enumerate(items):
         out = it.bufs[0]
-        if id(out) in produced and id(out) not in keep and not out.is_allocated and out.base is None:
-            pool = free[(out.device, out.nbytes)]
-            if pool:
+        if (
+            first[id(out)] == i
+            and out.base is None
+            and id(out) not in viewed
+            and all(b is not out for b in it.bufs[1:])
+            and may_share(out)
+        ):
+            sharing.add(id(out))
+            if pool := free[(out.device, out.nbytes)]:
                 swap[id(out)] = pool.pop()
         bufs = tuple(swap.get(id(b), b) for b in it.bufs)
-        planned.append(ScheduleItem(it.ast, bufs, it.device))
-        for b in it.bufs:
-            if last_use[id(b)] == i and id(b) in produced and id(b) not in keep and b.base is None:
+        planned.append(it if bufs == it.bufs else ScheduleItem(it.ast, bufs, it.device))
+        for b in {id(x): x for x in it.bufs}.values():  # each once: a buffer read twice is freed once
+            if last_use[id(b)] == i and id(b) in sharing:
                 real = swap.get(id(b), b)
                 free[(real.device, real.nbytes)].append(real)
     return planned
+
+
+def plan_memory(items: list[ScheduleItem], outputs: list[UOp]) -> list[ScheduleItem]:
+    """A schedule's intermediates (made inside it, not allocated yet, not outputs) share memory."""
+    if NO_MEMORY_PLANNER or len(items) < 3:
+        return items
+    keep = {id(buffer_of(o)) for o in outputs}
+    return share_buffers(items, lambda b: id(b) not in keep and not b.is_allocated)
