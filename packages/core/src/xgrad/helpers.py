@@ -317,6 +317,13 @@ XGRAD_PLUGIN_OVERRIDE = knob(
     "comma list of plugins whose devices and renderers win name clashes with xgrad's bundled ones (e.g. CPU)",
     Effect.NONE,
 )
+MOCKGPU = knob(
+    "MOCKGPU",
+    0,
+    "1 runs the NV and AMD backends on in-process mocks of their driver libraries; their emulators (a PTX interpreter,"
+    " an RDNA3 emulator) execute the kernels, so the whole runtime path runs without a GPU",
+    Effect.COMPILE,  # the mock loads PTX where a GPU would load a cubin: the binaries differ
+)
 RING = knob(
     "RING", 1, "multi-device allreduce: 0 never ring, 1 ring above RING_ALLREDUCE_THRESHOLD, 2 always", Effect.SCHEDULE
 )
