@@ -72,7 +72,11 @@ class DeviceMemory:
 
     def write(self, addr: int, data: bytes | bytearray | memoryview | np.ndarray) -> None:
         """Copy host bytes to `addr`."""
-        src = np.frombuffer(memoryview(data).cast("B"), np.uint8)
+        src = (
+            np.ascontiguousarray(data).view(np.uint8).ravel()
+            if isinstance(data, np.ndarray)
+            else np.frombuffer(data, np.uint8)
+        )
         self.view(addr, src.size)[:] = src
 
     def read(self, addr: int, nbytes: int) -> bytes:
