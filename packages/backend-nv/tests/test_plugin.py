@@ -14,6 +14,6 @@ def test_plugin_offers_nv_device_and_renderers() -> None:
 
 def test_stub_is_unavailable_and_refuses_to_open() -> None:
     (device,) = plugin.xgrad_devices()
-    assert device.available() == (False, "NV backend not built yet")
+    assert device.available() == (False, "NV device not built yet")
     with pytest.raises(NotImplementedError, match="not built yet"):
         device.factory("NV")

@@ -340,7 +340,10 @@ class CUDARenderer(CStyleRenderer):
         for u in ctx.uops:
             if u.op is Ops.SPECIAL and str(u.arg[0]).startswith("lidx"):
                 threads *= int(u.arg[1])
-        params = [self.render_buffer_decl(ctx, u, n, w) for u, n, w in ctx.params]
+        # the ABI: PARAM i is argument i (a PARAM the program lost holds its place as an unused pointer)
+        by_index = {int(u.arg): self.render_buffer_decl(ctx, u, n, w) for u, n, w in ctx.params}
+        count = max(by_index, default=-1) + 1
+        params = [by_index.get(i, f"const void* unused{i}") for i in range(count)]
         params += [self.render_var_decl(ctx, u, n, k) for u, n, k in ctx.variables]
         head = f"{self.kernel_prefix} void __launch_bounds__({threads}) {name}({', '.join(params)}) {{"
         return "\n".join([*self.render_prefix(ctx), head, *body, "}"]) + "\n"
