@@ -35,3 +35,34 @@ def test_a_replayed_chain_shares_its_intermediates_and_matches_eager() -> None:
         want.append(a.sum() + h.sum())
     np.testing.assert_allclose(got, want, rtol=1e-4)
     assert GlobalCounters.mem_used - before < 6 * 8 * 64 * 4 * 2  # not every intermediate kept
+
+
+def test_a_capture_reuses_the_intermediates_of_its_earlier_schedules() -> None:
+    """While capturing, each realize's intermediates (dead once it ran, but held by the recording) serve later
+    realizes: a capture of a step that realizes layer by layer holds one layer's at a time, not every layer's."""
+    rng = np.random.default_rng(1)
+    ws = [Tensor(rng.standard_normal((128, 128)).astype(np.float32) / 16).realize() for _ in range(8)]
+
+    used: list[int] = []
+
+    def step(x: Tensor) -> Tensor:
+        used.append(GlobalCounters.mem_used)
+        for w in ws:  # (w * 2 + 1) is realized inside each layer's schedule: an intermediate of 64 KiB
+            x = (x @ ((w * 2 + 1).contiguous() - 1)).relu().realize()
+        used[-1] = GlobalCounters.mem_used - used[-1]  # what the capture holds at its end
+        return x
+
+    jitted = TinyJit(step)
+    xs = [rng.standard_normal((4, 128)).astype(np.float32) for _ in range(4)]
+    got = []
+    for x in xs:
+        got.append(jitted(Tensor(x)).numpy())
+    assert len(used) == 2  # an eager call, then the capture: its 8 layers' 64 KiB intermediates share one block
+    assert used[1] < 2 * 128 * 128 * 4
+    inner = {id(st.item.bufs[0]) for st in jitted.steps if st.item.bufs[0].nbytes == 128 * 128 * 4}
+    assert len(inner) <= 2
+    for x, g in zip(xs, got):
+        a = x
+        for w in ws:
+            a = np.maximum(a @ (w.numpy() * 2), 0)
+        np.testing.assert_allclose(g, a, rtol=1e-4, atol=1e-5)
