@@ -1,0 +1,430 @@
+"""PTX text -> a module of kernels, each a list of parsed statements (the PTX ISA's grammar, the parts NVVM and the
+PTX renderer emit).
+
+In: a whole PTX module (`.version`/`.target`/`.address_size`, module-level `.global`/`.const`/`.shared` variables,
+`.entry` and `.func` bodies). Out: `ParsedModule` with variables, and per entry its parameters, register
+declarations, state-space variables, labels and instructions with their operands split into `Operand`s. Nothing is
+executed here; `decode.py` turns instructions into numpy closures.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from xgrad_nv.emulate.errors import EmulatorError
+
+_TOKEN = re.compile(
+    r"""
+    (?P<ws>\s+)
+  | (?P<str>"(?:[^"\\]|\\.)*")
+  | (?P<num>0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|0[xX][0-9a-fA-F]+U?
+           |\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+U?)
+  | (?P<name>[A-Za-z_$%.][\w$.]*)
+  | (?P<punct>[{}()\[\],;:@!|+\-<>=*])
+    """,
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One instruction operand. kind: reg (a register or special register, `neg` for `!%p`), imm (int or float
+    `value`; `text` keeps float literals' spelling), sym (a variable or label name), addr (`[base+offset]`, base a
+    register, a symbol or None), vec (`{a, b, ...}` of operands), pair (`%p|%q` of setp), sink (`_`)."""
+
+    kind: str
+    name: str = ""
+    value: int | float = 0
+    text: str = ""
+    neg: bool = False
+    items: tuple[Operand, ...] = ()
+
+
+@dataclass
+class Instruction:
+    """An instruction: its opcode split at dots (`ld.global.f32` -> ['ld', 'global', 'f32']), an optional guard
+    predicate register and its negation, the operands, and the PTX line it came from (for error messages)."""
+
+    op: list[str]
+    operands: list[Operand]
+    guard: str | None
+    guard_neg: bool
+    line: int
+    text: str
+
+
+@dataclass
+class Variable:
+    """A state-space variable (.global/.const/.shared/.local/.param): element type, alignment, total bytes and its
+    initial bytes (module-level .global/.const only). `extern` marks dynamic shared memory (`.extern .shared x[]`)."""
+
+    space: str
+    name: str
+    dtype: str
+    align: int
+    nbytes: int
+    init: bytes | None = None
+    extern: bool = False
+
+
+@dataclass
+class Function:
+    """An `.entry` (kernel) or `.func` body."""
+
+    name: str
+    entry: bool
+    params: list[Variable] = field(default_factory=list)
+    regs: dict[str, str] = field(default_factory=dict)  # register name -> declared type ('.b32', '.pred', ...)
+    variables: list[Variable] = field(default_factory=list)  # .local/.shared declared in the body
+    body: list[Instruction] = field(default_factory=list)
+    labels: dict[str, int] = field(default_factory=dict)  # label -> index in body of the instruction after it
+
+
+@dataclass
+class ParsedModule:
+    """A parsed PTX module: header, module-level variables, functions by name."""
+
+    version: str = ""
+    target: str = ""
+    address_size: int = 64
+    variables: list[Variable] = field(default_factory=list)
+    functions: dict[str, Function] = field(default_factory=dict)
+
+
+TYPE_BYTES = {
+    "pred": 1,
+    "b8": 1,
+    "u8": 1,
+    "s8": 1,
+    "b16": 2,
+    "u16": 2,
+    "s16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "e4m3": 1,
+    "e5m2": 1,
+    "b32": 4,
+    "u32": 4,
+    "s32": 4,
+    "f32": 4,
+    "f16x2": 4,
+    "bf16x2": 4,
+    "tf32": 4,
+    "b64": 8,
+    "u64": 8,
+    "s64": 8,
+    "f64": 8,
+    "b128": 16,
+}
+
+
+class _Tokens:
+    def __init__(self, text: str) -> None:
+        self.toks: list[tuple[str, str, int]] = []  # (kind, text, line)
+        text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+        text = re.sub(r"//[^\n]*", "", text)
+        line = 1
+        pos = 0
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if m is None:
+                raise EmulatorError(f"PTX line {line}: cannot read {text[pos : pos + 20]!r}; is this PTX text?")
+            kind = m.lastgroup or ""
+            if kind == "ws":
+                line += m.group(0).count("\n")
+            else:
+                self.toks.append((kind, m.group(0), line))
+            pos = m.end()
+        self.i = 0
+
+    def peek(self, k: int = 0) -> str:
+        j = self.i + k
+        return self.toks[j][1] if j < len(self.toks) else ""
+
+    def line(self) -> int:
+        return self.toks[min(self.i, len(self.toks) - 1)][2] if self.toks else 0
+
+    def next(self) -> str:
+        if self.i >= len(self.toks):
+            raise EmulatorError("PTX ends in the middle of a statement (a missing ';' or '}')")
+        tok = self.toks[self.i][1]
+        self.i += 1
+        return tok
+
+    def expect(self, tok: str) -> None:
+        got = self.next()
+        if got != tok:
+            raise EmulatorError(f"PTX line {self.line()}: expected {tok!r}, found {got!r}")
+
+    def until(self, stop: str) -> list[str]:
+        out = []
+        while self.peek() != stop:
+            out.append(self.next())
+        self.next()
+        return out
+
+
+def _int(tok: str) -> int:
+    tok = tok.rstrip("U")
+    if tok[:2] in ("0x", "0X"):
+        return int(tok[2:], 16)
+    if len(tok) > 1 and tok[0] == "0" and tok.isdigit():
+        return int(tok, 8)
+    return int(tok)
+
+
+def _variable(space: str, toks: list[str], extern: bool) -> Variable:
+    """`.align 4 .b8 name[24] = {1, 2}` (after the state space) -> Variable."""
+    align = 0
+    dtype = ""
+    i = 0
+    while i < len(toks) and toks[i].startswith("."):
+        if toks[i] == ".align":
+            align = _int(toks[i + 1])
+            i += 2
+            continue
+        if toks[i][1:] in TYPE_BYTES:
+            dtype = toks[i][1:]
+        i += 1
+    if i >= len(toks) or not dtype:
+        raise EmulatorError(f"cannot read the {space} variable declaration {' '.join(toks)!r}")
+    name = toks[i]
+    i += 1
+    count = 1
+    unsized = False
+    while i < len(toks) and toks[i] == "[":
+        if toks[i + 1] == "]":
+            unsized = True
+            i += 2
+        else:
+            count *= _int(toks[i + 1])
+            i += 3
+    size = TYPE_BYTES[dtype]
+    init = None
+    if i < len(toks) and toks[i] == "=":
+        vals: list[int | float] = []
+        neg = False
+        for tok in toks[i + 1 :]:
+            if tok == "-":
+                neg = True
+            elif tok not in "{},":
+                v = _imm_value(tok)
+                vals.append(-v if neg else v)
+                neg = False
+        init = b"".join(_encode_scalar(dtype, v) for v in vals)
+        if unsized:
+            count = max(len(vals), 1)
+    nbytes = 0 if (unsized and init is None) else size * count
+    return Variable(space, name, dtype, align or size, nbytes, init, extern or unsized)
+
+
+def _encode_scalar(dtype: str, v: int | float) -> bytes:
+    import struct
+
+    size = TYPE_BYTES[dtype]
+    if dtype in ("f32", "f64") and isinstance(v, float):
+        return struct.pack("<f" if size == 4 else "<d", v)
+    return (int(v) & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+
+
+def _imm_value(tok: str) -> int | float:
+    import struct
+
+    if tok[:2] in ("0f", "0F"):
+        return float(struct.unpack("<f", int(tok[2:], 16).to_bytes(4, "little"))[0])
+    if tok[:2] in ("0d", "0D"):
+        return float(struct.unpack("<d", int(tok[2:], 16).to_bytes(8, "little"))[0])
+    if re.fullmatch(r"\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+", tok):
+        return float(tok)
+    return _int(tok)
+
+
+def _operand(toks: list[str], line: int) -> Operand:
+    if not toks:
+        raise EmulatorError(f"PTX line {line}: an empty operand")
+    if toks[0] == "[":
+        inner = toks[1 : toks.index("]")]
+        base = None
+        off = 0
+        sign = 1
+        for tok in inner:
+            if tok in "+-":
+                sign = -sign if tok == "-" else sign
+            elif tok[0].isdigit():
+                off += sign * _int(tok)
+                sign = 1
+            else:
+                base = tok
+        return Operand("addr", base or "", off)
+    if toks[0] == "{":
+        items = _split(toks[1:-1])
+        return Operand("vec", items=tuple(_operand(t, line) for t in items))
+    if "|" in toks:
+        k = toks.index("|")
+        return Operand("pair", items=(_operand(toks[:k], line), _operand(toks[k + 1 :], line)))
+    if toks[0] == "!":
+        inner = _operand(toks[1:], line)
+        return Operand("reg", inner.name, neg=True)
+    if toks[0] == "-" and len(toks) == 2 and (toks[1][0].isdigit()):
+        v = _imm_value(toks[1])
+        return Operand("imm", value=-v, text="-" + toks[1])
+    if toks[0][0].isdigit():
+        return Operand("imm", value=_imm_value(toks[0]), text=toks[0])
+    if toks[0] == "_":
+        return Operand("sink")
+    if toks[0].startswith("%"):
+        return Operand("reg", toks[0])
+    if len(toks) == 3 and toks[1] in "+-":
+        return Operand("sym", toks[0], value=_int(toks[2]) * (-1 if toks[1] == "-" else 1))
+    return Operand("sym", toks[0])
+
+
+def _split(toks: list[str]) -> list[list[str]]:
+    """Split tokens at depth-0 commas."""
+    out: list[list[str]] = [[]]
+    depth = 0
+    for tok in toks:
+        if tok in "{[(":
+            depth += 1
+        elif tok in "}])":
+            depth -= 1
+        if tok == "," and depth == 0:
+            out.append([])
+        else:
+            out[-1].append(tok)
+    return [t for t in out if t]
+
+
+def _params(tk: _Tokens) -> list[Variable]:
+    tk.expect("(")
+    params = []
+    while tk.peek() != ")":
+        toks = []
+        while tk.peek() not in (",", ")"):
+            toks.append(tk.next())
+        if tk.peek() == ",":
+            tk.next()
+        if toks and toks[0] == ".param":
+            toks = toks[1:]
+        params.append(_variable("param", [t for t in toks if t not in (".ptr", ".global", ".shared")], False))
+    tk.next()
+    return params
+
+
+def _body(tk: _Tokens, fn: Function) -> None:
+    depth = 1
+    while depth:
+        tok = tk.peek()
+        line = tk.line()
+        if tok == "{":
+            tk.next()
+            depth += 1
+            continue
+        if tok == "}":
+            tk.next()
+            depth -= 1
+            continue
+        if tk.peek(1) == ":" and not tok.startswith("."):
+            tk.next()
+            tk.next()
+            fn.labels[tok] = len(fn.body)
+            continue
+        stmt = tk.until(";")
+        if stmt[0] == ".reg":
+            _regs(stmt, fn)
+        elif stmt[0] in (".local", ".shared"):
+            fn.variables.append(_variable(stmt[0][1:], stmt[1:], False))
+        elif stmt[0] == ".extern" and stmt[1] == ".shared":
+            fn.variables.append(_variable("shared", stmt[2:], True))
+        elif stmt[0].startswith("."):
+            continue  # .pragma, .loc, ...
+        else:
+            fn.body.append(_instruction(stmt, line))
+
+
+def _regs(stmt: list[str], fn: Function) -> None:
+    dtype = next(t for t in stmt[1:] if t.startswith(".") and t[1:] in TYPE_BYTES)
+    names = [t for t in _split([t for t in stmt[1:] if not t.startswith(".")])]
+    for parts in names:
+        if len(parts) == 4 and parts[1] == "<":
+            for k in range(_int(parts[2])):
+                fn.regs[f"{parts[0]}{k}"] = dtype
+        else:
+            fn.regs[parts[0]] = dtype
+
+
+def _instruction(stmt: list[str], line: int) -> Instruction:
+    guard = None
+    neg = False
+    i = 0
+    if stmt[0] == "@":
+        i = 1
+        if stmt[1] == "!":
+            neg = True
+            i = 2
+        guard = stmt[i]
+        i += 1
+    op = stmt[i].split(".")
+    ops = [_operand(t, line) for t in _split(stmt[i + 1 :])]
+    return Instruction(op, ops, guard, neg, line, " ".join(stmt))
+
+
+def parse_ptx(text: str) -> ParsedModule:
+    """Parse a whole PTX module."""
+    tk = _Tokens(text)
+    mod = ParsedModule()
+    while tk.i < len(tk.toks):
+        tok = tk.next()
+        if tok == ".version":
+            mod.version = tk.next()
+        elif tok == ".target":
+            targets = tk.next()
+            while tk.peek() == ",":
+                tk.next()
+                tk.next()
+            mod.target = targets
+        elif tok == ".address_size":
+            mod.address_size = _int(tk.next())
+        elif tok in (".visible", ".weak", ".extern"):
+            if tok == ".extern" and tk.peek() == ".shared":
+                tk.next()
+                mod.variables.append(_variable("shared", tk.until(";"), True))
+            continue
+        elif tok in (".global", ".const", ".shared"):
+            mod.variables.append(_variable(tok[1:], tk.until(";"), False))
+        elif tok in (".entry", ".func"):
+            _function(tk, mod, tok == ".entry")
+        elif tok in (".file", ".section", ".loc"):
+            _skip_directive(tk)
+        elif tok == ";":
+            continue
+        else:
+            raise EmulatorError(f"PTX line {tk.line()}: unexpected {tok!r} at module level")
+    return mod
+
+
+def _skip_directive(tk: _Tokens) -> None:
+    if tk.peek(1) == "{" or tk.peek() == "{":
+        while tk.next() != "}":
+            pass
+        return
+    line = tk.line()
+    while tk.i < len(tk.toks) and tk.toks[tk.i][2] == line:
+        tk.next()
+
+
+def _function(tk: _Tokens, mod: ParsedModule, entry: bool) -> None:
+    ret: list[Variable] = []
+    if tk.peek() == "(":
+        ret = _params(tk)
+    name = tk.next()
+    fn = Function(name, entry)
+    fn.params = _params(tk) if tk.peek() == "(" else []
+    del ret
+    while tk.peek() not in ("{", ";"):
+        tk.next()  # .maxntid 256, 1, 1 / .reqntid / .minnctapersm / .noreturn
+    if tk.next() == ";":
+        return  # a prototype
+    _body(tk, fn)
+    mod.functions[name] = fn
