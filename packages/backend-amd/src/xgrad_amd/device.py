@@ -1,0 +1,200 @@
+"""The AMD device: `AMD`, `AMD:1`, ... one per GPU the HIP runtime sees (under MOCKGPU=1 one emulated gfx1100).
+
+In: kernel ASTs and buffers from the engine. Out: kernels rendered by `HIPRenderer` for the GPU's own arch, built by
+clang-19 into code objects, loaded with `hipModuleLoadData` and launched with their arguments packed into one
+kernarg buffer: the PARAM pointers (8 bytes each, PARAM index order), then the variables (4-byte ints, program
+order), as `xgrad_amd.renderer` declares the kernel. The grid is the `gidx` SPECIALs' sizes (evaluated with the
+variables), the workgroup the `lidx` ones'. Memory comes from `hipMalloc` through an allocator that keeps freed
+blocks for reuse (hipFree synchronises the device); copies are `hipMemcpy`. This module runs unchanged above the
+real library (`xgrad_amd.driver.HIPLibrary`) and its mock (`xgrad_amd.mock.MockHIP`).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections import OrderedDict
+from typing import Any
+
+from xgrad.buffer import ProgramInfo
+from xgrad.device import parse_device
+from xgrad.errors import DeviceError, OutOfMemoryError
+from xgrad.uop.ops import UOp
+from xgrad_amd.compiler import HIPCompiler
+from xgrad_amd.driver import HIP, HIPError, open_hip
+from xgrad_amd.renderer import HIPRenderer, kernel_params
+from xgrad_codegen.device import CompiledDevice, eval_size
+
+DEFAULT_CACHE_LIMIT = 1 << 30  # bytes of freed blocks kept for reuse, per device
+HIP_ERROR_OUT_OF_MEMORY = 2
+
+
+class AMDBuffer:
+    """A device allocation or a view into one: `ptr` is its device address; `base` the allocation a view is in."""
+
+    __slots__ = ("base", "nbytes", "ptr")
+
+    def __init__(self, ptr: int, nbytes: int, base: AMDBuffer | None = None) -> None:
+        self.ptr, self.nbytes, self.base = ptr, nbytes, base
+
+    def __repr__(self) -> str:
+        return f"<AMDBuffer {self.ptr:#x} {self.nbytes} bytes>"
+
+
+class AMDAllocator:
+    """hipMalloc'd buffers of one GPU, with an LRU cache of freed blocks by size (most recently freed reused first)."""
+
+    def __init__(self, device: AMDDevice, cache_limit: int = DEFAULT_CACHE_LIMIT) -> None:
+        self.device = device
+        self.cache_limit = cache_limit
+        self.cached_bytes = 0
+        self._cache: OrderedDict[int, list[AMDBuffer]] = OrderedDict()
+
+    def alloc(self, nbytes: int) -> AMDBuffer:
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate a negative number of bytes: {nbytes}")
+        if (blocks := self._cache.get(nbytes)) is not None:
+            buf = blocks.pop()
+            if not blocks:
+                del self._cache[nbytes]
+            self.cached_bytes -= nbytes
+            return buf
+        hip = self.device.use()
+        try:
+            return AMDBuffer(hip.malloc(nbytes), nbytes)
+        except HIPError as e:
+            if f"hipError {HIP_ERROR_OUT_OF_MEMORY}:" not in str(e):
+                raise
+        self.free_cache()
+        try:
+            return AMDBuffer(hip.malloc(nbytes), nbytes)
+        except HIPError as e:
+            raise OutOfMemoryError(
+                f"{self.device.name}: cannot allocate {nbytes:,} bytes ({e}); free tensors or use smaller batches"
+            ) from None
+
+    def free(self, handle: AMDBuffer, nbytes: int) -> None:
+        assert handle.base is None, "free the base buffer, not an offset view"
+        if nbytes > self.cache_limit:
+            self.device.use().free(handle.ptr)
+            return
+        self._cache.setdefault(nbytes, []).append(handle)
+        self._cache.move_to_end(nbytes)
+        self.cached_bytes += nbytes
+        while self.cached_bytes > self.cache_limit:
+            size, blocks = next(iter(self._cache.items()))
+            self.device.use().free(blocks.pop(0).ptr)
+            if not blocks:
+                del self._cache[size]
+            self.cached_bytes -= size
+
+    def free_cache(self) -> None:
+        """hipFree every cached block."""
+        hip = self.device.use()
+        for blocks in self._cache.values():
+            for buf in blocks:
+                hip.free(buf.ptr)
+        self._cache.clear()
+        self.cached_bytes = 0
+
+    def copyin(self, dest: AMDBuffer, src: memoryview) -> None:
+        if src.nbytes != dest.nbytes:
+            raise ValueError(f"copyin of {src.nbytes} bytes into a buffer of {dest.nbytes} bytes")
+        self.device.use().memcpy_htod(dest.ptr, src)
+
+    def copyout(self, dest: memoryview, src: AMDBuffer) -> None:
+        if dest.nbytes != src.nbytes:
+            raise ValueError(f"copyout of a buffer of {src.nbytes} bytes into {dest.nbytes} bytes")
+        hip = self.device.use()
+        hip.synchronize()  # kernels run asynchronously; their results must be there first
+        hip.memcpy_dtoh(dest, src.ptr)
+
+    def transfer(self, dest: AMDBuffer, src: AMDBuffer, nbytes: int) -> None:
+        """Device-to-device copy within this GPU."""
+        self.device.use().memcpy_dtod(dest.ptr, src.ptr, nbytes)
+
+    def offset(self, handle: AMDBuffer, offset: int, nbytes: int) -> AMDBuffer:
+        if offset < 0 or nbytes < 0 or offset + nbytes > handle.nbytes:
+            raise ValueError(f"view [{offset}, {offset + nbytes}) is outside a buffer of {handle.nbytes} bytes")
+        return AMDBuffer(handle.ptr + offset, nbytes, handle.base if handle.base is not None else handle)
+
+
+class AMDProgram:
+    """A loaded kernel: its module and function, and how many pointers and variables its signature takes."""
+
+    def __init__(self, device: AMDDevice, name: str, image: bytes, buffers: int, var_names: tuple[str, ...]) -> None:
+        self.device, self.name, self.image = device, name, image
+        self.buffers, self.var_names = buffers, var_names
+        hip = device.use()
+        self.module = hip.module_load(image)
+        self.function = hip.module_function(self.module, name)
+
+    def kernarg(self, bufs: list[AMDBuffer], vals: dict[str, int]) -> bytes:
+        """The packed explicit arguments: `buffers` device pointers, then the variables as int32."""
+        if len(bufs) < self.buffers:
+            raise DeviceError(f"kernel {self.name} takes {self.buffers} buffers, the launch passed {len(bufs)}")
+        args = struct.pack(f"<{self.buffers}Q", *(b.ptr for b in bufs[: self.buffers]))
+        return args + struct.pack(f"<{len(self.var_names)}i", *(vals[n] for n in self.var_names))
+
+
+class AMDDevice(CompiledDevice):
+    """One AMD GPU (`AMD:<index>`): its arch picks the renderer and clang's target."""
+
+    _current: dict[int, int] = {}  # id(hip) -> the device index last made current with hipSetDevice
+
+    def __init__(self, name: str) -> None:
+        parsed = parse_device(name)
+        self.index = parsed.index
+        self.hip: HIP = open_hip()
+        count = self.hip.device_count()
+        if not 0 <= self.index < count:
+            raise DeviceError(f"{name}: the HIP runtime sees {count} AMD GPU(s) (AMD:0 .. AMD:{count - 1})")
+        self.arch = self.hip.device_arch(self.index)
+        if parsed.arch is not None and parsed.arch != self.arch:
+            raise DeviceError(f"{name}: device {self.index} is a {self.arch}, not a {parsed.arch}")
+        renderer = HIPRenderer(self.arch)  # DeviceError for an arch clang-19 cannot build (gfx950)
+        super().__init__(name, AMDAllocator(self), renderer, HIPCompiler(self.arch), self._no_factory)
+
+    def use(self) -> HIP:
+        """The runtime, with this device current (HIP's current device is per thread)."""
+        if AMDDevice._current.get(id(self.hip)) != self.index:
+            self.hip.set_device(self.index)
+            AMDDevice._current[id(self.hip)] = self.index
+        return self.hip
+
+    @staticmethod
+    def _no_factory(name: str, lib: bytes) -> Any:
+        raise AssertionError("AMDDevice.build loads programs itself")
+
+    def build(self, name: str, uops: list[UOp], src: str) -> AMDProgram:
+        buffers, var_names = kernel_params(uops)
+        return AMDProgram(self, name, self.compiler.compile(src), buffers, var_names)
+
+    def launch(
+        self, raw: AMDProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool
+    ) -> float | None:
+        groups, threads = info.extra.get("launch", ((1, 1, 1), (1, 1, 1)))
+        grid = tuple(g if isinstance(g, int) else eval_size(g, vals) for g in groups)
+        kernarg = raw.kernarg(bufs, vals)
+        hip = self.use()
+        if not wait:
+            hip.launch(raw.function, (grid[0], grid[1], grid[2]), threads, 0, kernarg)
+            return None
+        start, stop = hip.event_create(), hip.event_create()
+        t0 = time.perf_counter()
+        hip.event_record(start)
+        hip.launch(raw.function, (grid[0], grid[1], grid[2]), threads, 0, kernarg)
+        hip.event_record(stop)
+        ms = hip.event_elapsed_ms(start, stop)
+        hip.event_destroy(start)
+        hip.event_destroy(stop)
+        return ms / 1e3 if ms > 0 else time.perf_counter() - t0
+
+    def synchronize(self) -> None:
+        self.use().synchronize()
+
+    def __repr__(self) -> str:
+        return f"<AMDDevice {self.name} {self.arch}>"
+
+
+__all__ = ["AMDDevice", "AMDAllocator", "AMDBuffer", "AMDProgram"]
