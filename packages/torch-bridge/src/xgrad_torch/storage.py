@@ -1,0 +1,261 @@
+"""The xgrad buffer of a torch tensor on `xgrad`, and views of it.
+
+In: torch tensors on `xgrad` (sizes, strides, storage offset, all kept by torch) and xgrad Tensors. Out: the xgrad
+Tensor a torch tensor reads as (`read`), torch tensors wrapping new xgrad results (`wrap`), and in-place writes
+through any view (`write`).
+
+Each torch storage on `xgrad` carries a `Holder` as an attribute of its Python object: the storage's elements as one
+flat lazy xgrad Tensor. Everything torch derives from a tensor (`nn.Parameter`, `detach`, `.data`, views made by
+redispatching a view op to Meta) shares the storage, so it shares the holder. A torch view reads as xgrad movement
+ops on the flat tensor (shrink, reshape, permute, expand; a gather only for overlapping layouts such as `unfold`);
+a write through a view replaces the flat tensor with one that takes the new values inside the view's footprint
+(a `where` over the same movement ops run backwards), so the base and every live view see it. Nothing is realized
+here: writes stay lazy until torch needs data (`flush` realizes every pending write with what torch asked for).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+
+from xgrad import Tensor, dtypes
+from xgrad.dtype import DType
+
+from .registration import BridgeError, new_shell
+
+_TO_XGRAD: dict[torch.dtype, DType] = {
+    torch.bool: dtypes.bool,
+    torch.int8: dtypes.int8,
+    torch.uint8: dtypes.uint8,
+    torch.int16: dtypes.int16,
+    torch.uint16: dtypes.uint16,
+    torch.int32: dtypes.int32,
+    torch.uint32: dtypes.uint32,
+    torch.int64: dtypes.int64,
+    torch.uint64: dtypes.uint64,
+    torch.float16: dtypes.float16,
+    torch.bfloat16: dtypes.bfloat16,
+    torch.float32: dtypes.float32,
+    torch.float64: dtypes.float64,
+}
+_TO_TORCH = {v: k for k, v in _TO_XGRAD.items()}
+FLUSH_AFTER_WRITES = 256  # pending in-place writes after which they are realized (bounds the graphs' depth)
+
+
+def to_xgrad_dtype(dtype: torch.dtype) -> DType:
+    """The xgrad dtype of a torch dtype; BridgeError for those xgrad lacks (complex, quantized)."""
+    if dtype not in _TO_XGRAD:
+        raise BridgeError(f"torch dtype {dtype} has no xgrad equivalent; use one of {sorted(map(str, _TO_XGRAD))}")
+    return _TO_XGRAD[dtype]
+
+
+def to_torch_dtype(dtype: DType) -> torch.dtype:
+    """The torch dtype of an xgrad dtype."""
+    if dtype not in _TO_TORCH:
+        raise BridgeError(f"xgrad dtype {dtype.name} has no torch equivalent")
+    return _TO_TORCH[dtype]
+
+
+class Holder:
+    """A storage's elements: one flat xgrad Tensor, replaced by every write."""
+
+    __slots__ = ("base", "__weakref__")
+
+    def __init__(self, base: Tensor) -> None:
+        self.base = base
+
+
+_pending: weakref.WeakSet[Holder] = weakref.WeakSet()
+_writes = 0
+
+
+def holder_of(t: torch.Tensor) -> Holder:
+    """The holder on `t`'s storage; BridgeError for a tensor the bridge did not make."""
+    h = getattr(t.untyped_storage(), "_xgrad", None)
+    if h is None:
+        raise BridgeError(
+            f"a tensor on {t.device} without an xgrad buffer (shape {tuple(t.shape)}); make tensors on xgrad with "
+            "torch ops or .to('xgrad')"
+        )
+    assert isinstance(h, Holder)
+    return h
+
+
+def wrap(x: Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A new torch tensor on `xgrad:0` whose storage holds `x` (cast to `dtype` when given)."""
+    if dtype is not None and to_xgrad_dtype(dtype) != x.dtype:
+        x = x.cast(to_xgrad_dtype(dtype))
+    t = new_shell(x.shape, dtype or to_torch_dtype(x.dtype))
+    t.untyped_storage()._xgrad = Holder(x.reshape(-1))  # type: ignore[attr-defined]
+    return t
+
+
+def adopt(t: torch.Tensor, x: Tensor) -> None:
+    """Give the fresh shell `t` (from `new_shell`) the elements `x`, in `t`'s dtype."""
+    want = to_xgrad_dtype(t.dtype)
+    t.untyped_storage()._xgrad = Holder((x if x.dtype == want else x.cast(want)).reshape(-1))  # type: ignore[attr-defined]
+
+
+# ---- layouts: a torch (size, stride, offset) as movement ops on the flat tensor ----
+def _simple_layout(size: tuple[int, ...], stride: tuple[int, ...]) -> list[int] | None:
+    """The non-broadcast dims of size > 1 by decreasing stride, when they tile a block of the flat tensor without
+    overlap (each stride a multiple of the next, and at least its extent); else None."""
+    dims = sorted((i for i, (n, s) in enumerate(zip(size, stride)) if n != 1 and s != 0), key=lambda i: -stride[i])
+    for a, b in zip(dims, dims[1:]):
+        if stride[a] % stride[b] or stride[a] < size[b] * stride[b]:
+            return None
+    return dims
+
+
+def _indices(size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> np.ndarray:
+    idx = np.full(size, offset, dtype=np.int64)
+    for axis, (n, s) in enumerate(zip(size, stride)):
+        idx = idx + (np.arange(n, dtype=np.int64) * s).reshape((1,) * axis + (n,) + (1,) * (len(size) - axis - 1))
+    return idx
+
+
+def view_of(base: Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> Tensor:
+    """The elements of the flat `base` at torch's (size, stride, offset)."""
+    n = base.shape[0]
+    numel = int(np.prod(size)) if size else 1
+    if numel == 0:
+        return Tensor.zeros(size, dtype=base.dtype, device=base.device)
+    if stride == _contiguous(size):
+        if offset == 0 and numel == n:
+            return base.reshape(size)
+        return base.shrink(((offset, offset + numel),)).reshape(size)
+    dims = _simple_layout(size, stride)
+    if dims is None:
+        idx = Tensor(_indices(size, stride, offset).reshape(-1), device=base.device)
+        return base.gather(0, idx).reshape(size)
+    if not dims:  # one element broadcast
+        return base.shrink(((offset, offset + 1),)).reshape((1,) * len(size)).expand(size)
+    block = stride[dims[0]] * size[dims[0]]
+    region = base
+    if offset + block > n:
+        region = region.pad(((0, offset + block - n),))
+    region = region.shrink(((offset, offset + block),))
+    split = [size[dims[0]], *(stride[a] // stride[b] for a, b in zip(dims, dims[1:])), stride[dims[-1]]]
+    x = region.reshape(tuple(split)).shrink(((0, size[dims[0]]), *((0, size[d]) for d in dims[1:]), (0, 1)))
+    x = x.reshape(tuple(size[d] for d in dims))
+    order = sorted(range(len(dims)), key=lambda k: dims[k])  # back to the tensor's own dim order
+    x = x.permute(tuple(order)) if order != list(range(len(dims))) else x
+    kept = set(dims)
+    x = x.reshape(tuple(n_ if i in kept else 1 for i, n_ in enumerate(size)))
+    return x.expand(size) if x.shape != size else x
+
+
+def _contiguous(size: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(size):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def _scatter_into(base: Tensor, value: Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> Tensor:
+    """`base` with the elements at (size, stride, offset) replaced by `value` (shape `size`)."""
+    n = base.shape[0]
+    dims = _simple_layout(size, stride)
+    if dims is None or any(s == 0 and k != 1 for k, s in zip(size, stride)):
+        flat_idx = _indices(size, stride, offset).reshape(-1)
+        if len(np.unique(flat_idx)) != len(flat_idx):
+            raise BridgeError(
+                f"in-place write to a view whose elements overlap (size {size}, stride {stride}); write to a "
+                ".clone() of it instead"
+            )
+        return base.scatter(0, Tensor(flat_idx, device=base.device), value.reshape(-1))
+    if not dims:
+        placed = value.reshape(1).pad(((offset, n - offset - 1),))
+        mask = Tensor.ones(1, dtype=dtypes.bool, device=base.device).pad(((offset, n - offset - 1),), value=False)
+        return mask.where(placed, base)
+    sorted_shape = tuple(size[d] for d in dims)
+    x = value.reshape(tuple(size[d] for d in sorted(dims)))
+    order = sorted(range(len(dims)), key=lambda k: dims[k])
+    inverse = [order.index(k) for k in range(len(dims))]
+    x = x.permute(tuple(inverse)) if inverse != list(range(len(dims))) else x
+    x = x.reshape(sorted_shape)
+    mask = Tensor.ones(sorted_shape, dtype=dtypes.bool, device=base.device)
+    block = stride[dims[0]] * size[dims[0]]
+    split = [size[dims[0]], *(stride[a] // stride[b] for a, b in zip(dims, dims[1:])), stride[dims[-1]]]
+    pads = ((0, 0), *((0, split[k] - size[d]) for k, d in enumerate(dims[1:], 1)), (0, split[-1] - 1))
+    end = min(offset + block, n)
+    outer = ((offset, n - end),)
+
+    def place(t: Tensor, fill: Any) -> Tensor:
+        t = t.reshape((*sorted_shape, 1)).pad(pads, value=fill).reshape(block)
+        return t.shrink(((0, end - offset),)).pad(outer, value=fill)
+
+    return place(mask, False).where(place(x, 0), base)
+
+
+def read(t: torch.Tensor) -> Tensor:
+    """The xgrad Tensor that the torch tensor `t` on `xgrad` reads as (lazy)."""
+    base = holder_of(t).base
+    return view_of(base, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+def write(t: torch.Tensor, value: Tensor | bool | int | float) -> None:
+    """Write `value` (broadcast to `t`'s shape, cast to its dtype) into `t`, through its storage: the base and every
+    view of it see the new values. Stays lazy."""
+    global _writes
+    h = holder_of(t)
+    want = to_xgrad_dtype(t.dtype)
+    size = tuple(t.shape)
+    if not isinstance(value, Tensor):
+        value = Tensor(value, dtype=want)
+    value = value if value.dtype == want else value.cast(want)
+    if value.shape != size:
+        value = value.reshape((1,) * (len(size) - value.ndim) + value.shape).expand(size) if size else value.reshape(())
+    n = h.base.shape[0]
+    if h.base.dtype != want:
+        raise BridgeError(
+            f"a write of {t.dtype} into a storage of xgrad {h.base.dtype.name} (a dtype view); clone first"
+        )
+    if t.storage_offset() == 0 and t.numel() == n and tuple(t.stride()) == _contiguous(size):
+        h.base = value.reshape(-1)
+    elif t.numel():
+        h.base = _scatter_into(h.base, value, size, tuple(t.stride()), t.storage_offset())
+    _pending.add(h)
+    _writes += 1
+    if _writes >= FLUSH_AFTER_WRITES:
+        flush()
+
+
+def flush(*also: Tensor) -> None:
+    """Realize every pending write, together with `also` (one schedule)."""
+    global _writes
+    bases = [h.base for h in list(_pending)]
+    _pending.clear()
+    _writes = 0
+    if bases or also:
+        Tensor.realize(*bases, *also)
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """The values of `t` (on `xgrad`) on the host, realizing what they need and every pending write."""
+    x = read(t)
+    if x.dtype == dtypes.bfloat16:
+        x = x.cast(dtypes.float32)
+    x = x.contiguous()
+    flush(x)
+    return x.numpy()
+
+
+def from_cpu(src: torch.Tensor) -> Tensor:
+    """An xgrad Tensor (on xgrad's default device) with the values of the CPU tensor `src`."""
+    src = src.detach().resolve_conj().resolve_neg()
+    if src.dtype == torch.bfloat16:
+        return Tensor(src.float().numpy().copy()).cast(dtypes.bfloat16)
+    arr = src.numpy()
+    return Tensor(arr.copy() if arr.shape != () else arr, dtype=to_xgrad_dtype(src.dtype))
+
+
+def to_cpu_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A new CPU torch tensor with `t`'s values."""
+    arr = to_numpy(t)
+    out = torch.from_numpy(np.ascontiguousarray(arr))
+    return out.to(torch.bfloat16) if t.dtype == torch.bfloat16 else out
