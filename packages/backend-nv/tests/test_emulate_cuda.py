@@ -127,3 +127,69 @@ def test_out_of_bounds_store_names_the_kernel_and_address(module) -> None:  # ty
     out = mem.alloc(4 * 16)
     with pytest.raises(EmulatorError, match=r"kernel axpy.*0x"):
         module.launch("axpy", (1, 1, 1), (64, 1, 1), [out, a, a, 64], mem)
+
+
+MMA_SOURCE = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+// one 16x8x16 tile per warp: A row-major 16x16, B row-major 16x8, C/D row-major 16x8 (float);
+// fragments loaded as the PTX ISA's "Matrix Fragments for mma.m16n8k16" table places them
+template <typename T>
+__device__ void tile(float* d, const T* a, const T* b, const float* c) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  a += warp * 256; b += warp * 128; c += warp * 128; d += warp * 128;
+  int g = lane >> 2, t = lane % 4;
+  unsigned ra[4], rb[2];
+  for (int i = 0; i < 4; i++) {
+    int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
+    T lo = a[row * 16 + col], hi = a[row * 16 + col + 1];
+    ra[i] = (unsigned)*(unsigned short*)&lo | ((unsigned)*(unsigned short*)&hi << 16);
+  }
+  for (int i = 0; i < 2; i++) {
+    int row = 2 * t + 8 * i;
+    T lo = b[row * 8 + g], hi = b[(row + 1) * 8 + g];
+    rb[i] = (unsigned)*(unsigned short*)&lo | ((unsigned)*(unsigned short*)&hi << 16);
+  }
+  float acc[4];
+  for (int i = 0; i < 4; i++) acc[i] = c[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+  if (sizeof(T) == 2 && __is_same(T, __half))
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+  for (int i = 0; i < 4; i++) d[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = acc[i];
+}
+extern "C" __global__ void mma_f16(float* d, const __half* a, const __half* b, const float* c) { tile(d, a, b, c); }
+extern "C" __global__ void mma_bf16(float* d, const __nv_bfloat16* a, const __nv_bfloat16* b, const float* c) {
+  tile(d, a, b, c);
+}
+"""
+
+
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+def test_mma_m16n8k16_matches_numpy_matmul(kind: str, tmp_path: Path) -> None:
+    (tmp_path / "m.cu").write_text(MMA_SOURCE)
+    subprocess.run([str(NVCC), "-ptx", "-arch=sm_80", "m.cu", "-o", "m.ptx"], cwd=tmp_path, check=True)
+    mod = load_ptx((tmp_path / "m.ptx").read_text())
+    rng = np.random.default_rng(3)
+    warps = 3
+    a = rng.standard_normal((warps, 16, 16)).astype(np.float32)
+    b = rng.standard_normal((warps, 16, 8)).astype(np.float32)
+    c = rng.standard_normal((warps, 16, 8)).astype(np.float32)
+    if kind == "f16":
+        a, b = a.astype(np.float16), b.astype(np.float16)
+        a_bits, b_bits = a, b
+    else:  # bfloat16 values (float32 with the low 16 bits cleared) and their bits
+        a, b = ((x.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32) for x in (a, b))
+        a_bits, b_bits = ((x.view(np.uint32) >> 16).astype(np.uint16) for x in (a, b))
+    mem = DeviceMemory()
+    d = mem.alloc(c.nbytes)
+    mod.launch(
+        f"mma_{kind}", (1, 1, 1), (32 * warps, 1, 1), [d, _buf(mem, a_bits), _buf(mem, b_bits), _buf(mem, c)], mem
+    )
+    want = a.astype(np.float64) @ b.astype(np.float64) + c
+    got = np.frombuffer(mem.read(d, c.nbytes), np.float32).reshape(c.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -102,7 +102,8 @@ def mulhi_u64(a: Array, b: Array) -> Array:
     a0, a1, b0, b1 = a & lo32, a >> s32, b & lo32, b >> s32
     p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
     mid = (p00 >> s32) + (p01 & lo32) + (p10 & lo32)
-    return p11 + (p01 >> s32) + (p10 >> s32) + (mid >> s32)
+    hi: Array = p11 + (p01 >> s32) + (p10 >> s32) + (mid >> s32)
+    return hi
 
 
 def _mulhi(t: str) -> Fn:
@@ -269,11 +270,14 @@ def _shift(left: bool, t: str) -> Fn:
     def f(a: Array, n: Array) -> Array:
         n = np.minimum(n.astype(np.uint32), bits)
         k = np.minimum(n, bits - 1).astype(dt)
+        out: Array
         if left:
-            return np.where(n >= bits, dt.type(0), a << k).astype(dt)
-        if dt.kind == "i":
-            return (a >> k).astype(dt)
-        return np.where(n >= bits, dt.type(0), a >> k).astype(dt)
+            out = np.where(n >= bits, dt.type(0), a << k).astype(dt)
+        elif dt.kind == "i":
+            out = (a >> k).astype(dt)
+        else:
+            out = np.where(n >= bits, dt.type(0), a >> k).astype(dt)
+        return out
 
     return f
 

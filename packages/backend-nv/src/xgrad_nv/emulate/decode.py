@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from xgrad_nv.emulate import alu, bits, convert, memory, warp
 from xgrad_nv.emulate.errors import EmulatorError
 from xgrad_nv.emulate.parse import Function, Instruction
-from xgrad_nv.emulate.values import Decoder, Step
+from xgrad_nv.emulate.values import Decoder, Mask, Step
 
 NORMAL, BRANCH, EXIT, BARRIER = 0, 1, 2, 3
 
@@ -34,7 +35,7 @@ class Decoded:
     the scheduler should re-pick after it (the next instruction is a branch target), and the PTX for messages."""
 
     kind: int
-    step: Step | None
+    step: Step
     target: int
     guard: int | None
     guard_neg: bool
@@ -42,7 +43,7 @@ class Decoded:
     text: str
 
 
-def _noop(st: object, mask: object) -> None:
+def _noop(st: Any, mask: Mask) -> None:
     return None
 
 
@@ -56,7 +57,7 @@ def decode_function(fn: Function, symbols: dict[str, str]) -> tuple[list[int], l
         guard = dec.reg(ins.guard, "pred") if ins.guard else None
         head = ins.op[0]
         kind = NORMAL
-        step: Step | None = None
+        step: Step = _noop
         target = 0
         if head == "bra":
             kind = BRANCH

@@ -68,8 +68,10 @@ def _rows_access(arr: Array, rows: Array, offs: Array, dt: np.dtype[Any], st: An
 def _gather(arr: Array, flat: Array, dt: np.dtype[Any]) -> Array:
     k = dt.itemsize
     if arr.shape[1] % k == 0 and not (flat % k).any():
-        return arr.reshape(-1).view(dt)[flat // k]
-    return arr.reshape(-1)[flat[:, None] + np.arange(k)].copy().view(dt).reshape(-1)
+        out: Array = arr.reshape(-1).view(dt)[flat // k]
+        return out
+    raw: Array = arr.reshape(-1)[flat[:, None] + np.arange(k)]
+    return raw.copy().view(dt).reshape(-1)
 
 
 def _scatter(arr: Array, flat: Array, vals: Array) -> None:
@@ -87,7 +89,8 @@ def _param_rows(st: Any) -> Array:
 def load(st: Any, space: str, addrs: Array, lanes: Array, dt: np.dtype[Any]) -> Array:
     """Load one `dt` per lane of `lanes` from `addrs` (uint64, one per listed lane) in `space`."""
     if space in ("global", "const"):
-        return st.global_load(addrs, dt)
+        loaded: Array = st.global_load(addrs, dt)
+        return loaded
     if space == "shared":
         return _gather(st.shared, _rows_access(st.shared, st.blk[lanes], addrs, dt, st, "shared"), dt)
     if space == "local":
@@ -223,7 +226,7 @@ def _atomic_fn(op: str, t: str) -> Callable[[Array, Array, Array | None], Array]
     if op == "dec":
         return lambda old, b, c: np.where((old == 0) | (old > b), b, old - 1).astype(old.dtype)
     if op == "cas":
-        return lambda old, b, c: np.where(old == b, c, old)
+        return lambda old, b, c: np.where(old == b, old if c is None else c, old)
     raise KeyError(op)
 
 

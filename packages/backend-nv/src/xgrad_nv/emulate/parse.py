@@ -264,8 +264,8 @@ def _operand(toks: list[str], line: int) -> Operand:
         k = toks.index("|")
         return Operand("pair", items=(_operand(toks[:k], line), _operand(toks[k + 1 :], line)))
     if toks[0] == "!":
-        inner = _operand(toks[1:], line)
-        return Operand("reg", inner.name, neg=True)
+        negated = _operand(toks[1:], line)
+        return Operand("reg", negated.name, neg=True)
     if toks[0] == "-" and len(toks) == 2 and (toks[1][0].isdigit()):
         v = _imm_value(toks[1])
         return Operand("imm", value=-v, text="-" + toks[1])

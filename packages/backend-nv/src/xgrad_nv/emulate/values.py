@@ -26,8 +26,18 @@ Reader = Callable[["Threads"], Array]
 Writer = Callable[["Threads", Array, Mask], None]
 Step = Callable[["Threads", Mask], None]
 
-UINT = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
-SINT = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
+UINT: dict[int, np.dtype[Any]] = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.uint16),
+    4: np.dtype(np.uint32),
+    8: np.dtype(np.uint64),
+}
+SINT: dict[int, np.dtype[Any]] = {
+    1: np.dtype(np.int8),
+    2: np.dtype(np.int16),
+    4: np.dtype(np.int32),
+    8: np.dtype(np.int64),
+}
 NP: dict[str, np.dtype[Any]] = {
     "pred": np.dtype(np.bool_),
     "f16": np.dtype(np.float16),
