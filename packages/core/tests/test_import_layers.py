@@ -72,6 +72,7 @@ FUNCTION_LEVEL: dict[tuple[str, str], str] = {
     ("xgrad.testing", "os"): "a pytest plugin (see above)",
     ("xgrad.testing", "hypothesis"): "an optional dependency (the fuzz tests' settings)",
     ("xgrad.nn.unpickler", "pickletools"): "a debugging aid: the disassembly of a refused pickle",
+    ("xgrad.distributed.comm", "mpi4py"): "an optional dependency, and importing it starts MPI: on first collective",
 }
 
 

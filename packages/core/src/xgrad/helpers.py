@@ -330,6 +330,10 @@ RING = knob(
 RING_ALLREDUCE_THRESHOLD = knob(
     "RING_ALLREDUCE_THRESHOLD", 256_000, "elements from which allreduce uses the ring", Effect.SCHEDULE
 )
+DIST_TIMEOUT = knob(
+    "DIST_TIMEOUT", 300.0, "seconds a collective across processes waits, then names the ranks gone", Effect.NONE
+)
+DIST_BUCKET_MB = knob("DIST_BUCKET_MB", 25.0, "DataParallel: MB of gradients averaged by one collective", Effect.NONE)
 # tinygrad's knobs that have nothing to act on in xgrad: declared so that tinygrad code setting or importing them runs
 # (`Context(IMAGE=0)`, `from xgrad.helpers import CHECK_OOB`); each help line says why it does nothing
 IMAGE = knob("IMAGE", 0, "tinygrad's Qualcomm image/texture path; no effect: xgrad has no image dtypes", Effect.NONE)

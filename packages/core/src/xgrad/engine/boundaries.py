@@ -2,9 +2,9 @@
 
 IR in: the tensor graph under a SINK. IR out: the same graph (`split_reductions` rewrites big reductions into two
 steps) and the set of its boundary nodes, each the output of one kernel or copy: the roots, CONTIGUOUS, ASSIGN, COPY
-(and a copy's source when it is not one run of a buffer), reductions that an expand would recompute or that several
-nodes use, elementwise results over several buffers that an expand repeats RECOMPUTE_LIMIT times or more, and what a
-device that binds few buffers per kernel needs (`realizes_for_buffer_limit`).
+and COLLECTIVE (and their source when it is not one run of a buffer), reductions that an expand would recompute or
+that several nodes use, elementwise results over several buffers that an expand repeats RECOMPUTE_LIMIT times or
+more, and what a device that binds few buffers per kernel needs (`realizes_for_buffer_limit`).
 """
 
 from __future__ import annotations
@@ -76,9 +76,11 @@ def find_realizes(roots: list[UOp], walk: dict[UOp, None]) -> set[UOp]:
             users[s].add(u)
     realizes: set[UOp] = {r for r in roots if not is_realized(r)}
     for u in sink_order:
-        if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY):
+        if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY, Ops.COLLECTIVE):
             realizes.add(u)
-        if u.op is Ops.COPY and not (is_realized(u.src[0]) and contiguous_range(u.src[0]) is not None):
+        if u.op in (Ops.COPY, Ops.COLLECTIVE) and not (
+            is_realized(u.src[0]) and contiguous_range(u.src[0]) is not None
+        ):
             realizes.add(u.src[0])
     # Walk users before sources, tracking how many times an expand between here and a boundary repeats each node.
     # Reductions: realize when repeated (they would be recomputed per broadcast element) or when several nodes use

@@ -18,7 +18,7 @@ from xgrad.device import Device
 from xgrad.engine.capture import capturing, record, start_capture, stop_capture
 from xgrad.engine.memory import share_buffers
 from xgrad.engine.multi import input_buffers
-from xgrad.engine.realize import all_tensors
+from xgrad.engine.realize import all_tensors, run_transfer
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.errors import JitError, ShapeError
 from xgrad.helpers import BEAM, DEBUG, JIT, JITBEAM, Context
@@ -45,7 +45,7 @@ class InputSpec:
 @dataclass
 class _Step:
     item: ScheduleItem
-    program: Any  # compiled program, None for copies
+    program: Any  # compiled program, None for copies and collectives
     slots: tuple[int | None, ...]  # per buffer: the input it comes from, or None (captured buffer)
     var_vals: dict[str, int]
     handles: list[Any] | None = None  # kernels: the captured buffers' handles, input positions filled per replay
@@ -157,9 +157,9 @@ def _swap_tensors(ret: Any, new: dict[int, Tensor]) -> Any:
 
 
 def _written_slots(item: ScheduleItem) -> tuple[int, ...]:
-    """The positions among `item.bufs` that it writes: the copy's destination, or the kernel's stored PARAMs (one
-    for a scheduled kernel, several for a custom kernel with several outputs)."""
-    if item.is_copy:
+    """The positions among `item.bufs` that it writes: the copy's (or collective's) destination, or the kernel's
+    stored PARAMs (one for a scheduled kernel, several for a custom kernel with several outputs)."""
+    if not item.is_kernel:
         return (0,)
     targets = [u.src[0] for u in item.ast.toposort if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
     stored = {t.src[0].arg for t in targets if t.src[0].op is Ops.PARAM}
@@ -415,7 +415,7 @@ class TinyJit(Generic[R]):
         with Context(BEAM=BEAM.value if JITBEAM.value < 0 else JITBEAM.value):
             for items, var_vals in recorded:
                 for it in items:
-                    program = None if it.is_copy else Device[it.device].compile(it.ast)
+                    program = Device[it.device].compile(it.ast) if it.is_kernel else None
                     slots = tuple(input_bufs.get(id(b)) for b in it.bufs)
                     step = _Step(it, program, slots, var_vals)
                     if program is not None:  # buffers keep their handle for life: look the captured ones up once
@@ -487,9 +487,12 @@ class TinyJit(Generic[R]):
             if not isinstance(step, _Step):
                 step(inputs, var_vals)
                 continue
-            if step.handles is None:
+            if step.handles is None:  # a copy or a collective
                 actual: list[Buffer] = [b if s is None else bufs[s] for b, s in zip(step.item.bufs, step.slots)]
-                actual[0].copyin(actual[1].as_bytes())
+                if step.item.is_copy:
+                    actual[0].copyin(actual[1].as_bytes())
+                else:
+                    run_transfer(step.item, actual[0], actual[1])
                 continue
             handles = step.handles.copy()
             for k, s in step.from_inputs:

@@ -388,7 +388,7 @@ class Linear:
         return len(self.items)
 
     def __repr__(self) -> str:
-        kernels = sum(not i.is_copy for i in self.items)
+        kernels = sum(i.is_kernel for i in self.items)
         return f"<Linear {len(self.items)} steps: {kernels} kernels, {len(self.items) - kernels} copies>"
 
 
@@ -426,17 +426,26 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = No
     vals = var_vals or {}
     record(items, vals)  # a TinyJit capturing right now keeps what runs
     if DEBUG >= 1 and items:
-        kernels = sum(not it.is_copy for it in items)
+        kernels = sum(it.is_kernel for it in items)
         print(f"*** realize: {kernels} kernel{'s' if kernels != 1 else ''}, {len(items) - kernels} copies")
     for item in items:
-        if item.is_copy:
-            dst, src = item.bufs
-            dst.copyin(src.as_bytes())
-            if (read_done := getattr(src.allocator, "read_done", None)) is not None:  # optional: DISK drops pages
-                read_done(src.handle)
-            GlobalCounters.global_mem += dst.nbytes
-            continue
-        run_kernel(item, vals)
+        if item.is_kernel:
+            run_kernel(item, vals)
+        else:
+            run_transfer(item, item.bufs[0], item.bufs[1])
+
+
+def run_transfer(item: ScheduleItem, dst: Buffer, src: Buffer) -> None:
+    """Run a copy, or a collective across processes (its arg runs it: `xgrad.distributed`), from `src` into `dst`
+    (the item's buffers, or a TinyJit replay's)."""
+    if item.ast.op is Ops.COLLECTIVE:
+        item.ast.arg.run(dst.ensure_allocated(), src)
+        GlobalCounters.global_mem += dst.nbytes
+        return
+    dst.copyin(src.as_bytes())
+    if (read_done := getattr(src.allocator, "read_done", None)) is not None:  # optional: DISK drops pages
+        read_done(src.handle)
+    GlobalCounters.global_mem += dst.nbytes
 
 
 def run_kernel(item: ScheduleItem, vals: dict[str, int]) -> Any:

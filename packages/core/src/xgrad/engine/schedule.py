@@ -28,7 +28,8 @@ from xgrad.uop.symshape import sint_max, sym_prod
 
 @dataclass
 class ScheduleItem:
-    """One step: a kernel (`ast` is its SINK) or a copy (`ast.op` is COPY). `bufs[0]` is the output."""
+    """One step: a kernel (`ast` is its SINK), a copy (`ast.op` is COPY) or a collective across processes (`ast.op`
+    is COLLECTIVE, `ast.arg` runs it). `bufs[0]` is the output; a copy and a collective read `bufs[1]`."""
 
     ast: UOp
     bufs: tuple[Buffer, ...]
@@ -37,6 +38,11 @@ class ScheduleItem:
     @property
     def is_copy(self) -> bool:
         return self.ast.op is Ops.COPY
+
+    @property
+    def is_kernel(self) -> bool:
+        """A compiled kernel (not a copy or a collective, which the engine runs itself)."""
+        return self.ast.op is Ops.SINK
 
 
 class ScheduleStats:
@@ -111,7 +117,8 @@ def order_kernels(sink: UOp, ctx: ScheduleCtx) -> UOp:
 
 
 def lower_kernels(sink: UOp, ctx: ScheduleCtx) -> UOp:
-    """Fill `ctx.items`: a new buffer and a kernel (or a copy) per boundary, in order; an ASSIGN writes its target."""
+    """Fill `ctx.items`: a new buffer and a kernel (or a copy, or a collective) per boundary, in order; an ASSIGN
+    writes its target."""
     realizes = ctx.realizes
     for node in ctx.order:
         device = node.device
@@ -123,10 +130,13 @@ def lower_kernels(sink: UOp, ctx: ScheduleCtx) -> UOp:
             ctx.items.append(ScheduleItem(ast, tuple(buffer_of(p) for p in params), device))
             continue
         out = new_buffer_uop(device, sint_max(sym_prod(shape_of(node))), node.dtype)
-        if node.op is Ops.COPY:
+        if node.op in (Ops.COPY, Ops.COLLECTIVE):  # the engine runs these on the two buffers, no kernel
             src = node.src[0]
             src_buf = buffer_of(realizes[src]) if src in realizes else range_view(src)
-            marker = UOp(Ops.COPY, node.dtype, (UOp(Ops.DEVICE, arg=src.device), UOp(Ops.DEVICE, arg=device)))
+            if node.op is Ops.COPY:
+                marker = UOp(Ops.COPY, node.dtype, (UOp(Ops.DEVICE, arg=src.device), UOp(Ops.DEVICE, arg=device)))
+            else:
+                marker = UOp(Ops.COLLECTIVE, node.dtype, (UOp(Ops.DEVICE, arg=device),), node.arg)
             ctx.items.append(ScheduleItem(marker, (buffer_of(out), src_buf), device))
         else:
             ast, params = lower_kernel(node, out, realizes)

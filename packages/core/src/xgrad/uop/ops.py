@@ -102,6 +102,10 @@ class Ops(enum.Enum):
     # autodiff only (never scheduled): a custom kernel's call; src: (kernel SINK, *arguments), arg: grad_fxn or None.
     # Its outputs are DETACH nodes of the arguments' buffers with arg (the call, the argument's position)
     CUSTOM_KERNEL = enum.auto()
+    # tensor graph: a step across processes (a collective), scheduled as an item of its own like COPY; src: (x,),
+    # arg: a hashable description with `shape` (the output's), `name` and `run(out, src)` (Buffers: x's, a new one),
+    # e.g. `xgrad.distributed.collectives.Collective`. Kept last: the members' values stay as they were
+    COLLECTIVE = enum.auto()
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -627,6 +631,7 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[sint, ...] | None]] = {
     Ops.SHRINK: lambda u: tuple(_size(e - b) for b, e in u.arg),
     Ops.FLIP: _source_shape,
     Ops.REDUCE_AXIS: lambda u: tuple(1 if i in u.arg[1] else s for i, s in enumerate(_source_shape(u))),
+    Ops.COLLECTIVE: lambda u: _sizes(u.arg.shape),
     **dict.fromkeys((Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS, *GroupOp.Identity), lambda u: u.src[0].shape),
     **dict.fromkeys(GroupOp.Elementwise, _elementwise_shape),
 }

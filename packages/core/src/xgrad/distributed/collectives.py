@@ -1,0 +1,236 @@
+"""Collectives across the processes of an MPI job, on xgrad tensors, lazily: each is a step of the schedule.
+
+In: a Tensor on one device (every rank calls the same collective, in the same order, on tensors of the same shape and
+dtype). Out: a lazy Tensor whose node is COLLECTIVE(x) with a `Collective` as its arg. The scheduler makes it an item
+of its own, like a COPY (x is realized into one contiguous run of a buffer first, the output gets a new buffer), the
+realize engine calls `Collective.run(out, src)` on the two buffers, and a TinyJit captures it with the kernels around
+it and replays it on the same buffers.
+
+How it runs, in order of preference:
+1. The device's own collective library: a device object may have an optional method
+   `collective(step: Collective, out: Buffer, src: Buffer) -> None` that performs `step` between the same device of
+   every rank (NCCL for NV, RCCL for AMD: none yet; such a hook would take its communicator's id from rank 0 through
+   `xgrad.distributed.comm`). It must honour DIST_TIMEOUT itself.
+2. Host memory, without copies: when the buffers are host-visible (CPU), MPI reads and writes the xgrad buffers
+   themselves (memoryviews of the allocator's memory passed to mpi4py's buffer interface). Broadcast's root copies its
+   input into the output once (MPI broadcasts in place); every other rank receives straight into the output.
+3. Any other device: the input is copied to the host, reduced there, and the result copied back.
+
+Every MPI call is nonblocking and waited on under the watchdog of `xgrad.distributed.comm` (DIST_TIMEOUT).
+
+Sizes: all_reduce and broadcast take any shape; all_gather concatenates every rank's tensor along axis 0 (same
+shape on every rank); reduce_scatter reduces along axis 0 and gives rank r the rows `split_rows(n, world)[r]`: n
+need not be divisible by the world size (the first n % world ranks get one row more, as numpy's array_split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from xgrad.buffer import Buffer, host_visible
+from xgrad.device import Device
+from xgrad.distributed.comm import communicator
+from xgrad.distributed.launch import DistributedError, rank, world_size
+from xgrad.dtype import DType, dtypes
+from xgrad.errors import DeviceError, DTypeError, ShapeError
+from xgrad.helpers import prod
+from xgrad.tensor import Tensor
+from xgrad.uop.ops import Ops, UOp
+
+REDUCE_OPS = ("sum", "mean", "max", "min")
+# xgrad dtype -> the MPI datatype (by its mpi4py name) the reductions use; broadcast and all_gather move bytes
+MPI_TYPES = {
+    dtypes.float32: "FLOAT",
+    dtypes.float64: "DOUBLE",
+    dtypes.int8: "INT8_T",
+    dtypes.int16: "INT16_T",
+    dtypes.int32: "INT32_T",
+    dtypes.int64: "INT64_T",
+    dtypes.uint8: "UINT8_T",
+    dtypes.uint16: "UINT16_T",
+    dtypes.uint32: "UINT32_T",
+    dtypes.uint64: "UINT64_T",
+    dtypes.bool: "C_BOOL",
+}
+MPI_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
+BOOL_OPS = {"max": "LOR", "min": "LAND"}  # MPI reduces C_BOOL with logical ops only
+
+
+@dataclass(frozen=True)
+class Collective:
+    """The arg of a COLLECTIVE node: what to do across `world` ranks. `shape` is the output's; `counts` (for
+    reduce_scatter) the elements each rank receives."""
+
+    kind: str  # "all_reduce", "broadcast", "all_gather" or "reduce_scatter"
+    op: str  # "sum", "max" or "min" for the reductions, "" otherwise
+    root: int  # broadcast's source rank
+    world: int
+    shape: tuple[int, ...]
+    counts: tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """What DEBUG output and errors call this step."""
+        return (
+            f"{self.kind}({self.op})"
+            if self.op
+            else self.kind
+            if self.kind != "broadcast"
+            else f"broadcast({self.root})"
+        )
+
+    def run(self, out: Buffer, src: Buffer) -> None:
+        """Perform the collective: read `src`, write `out` (the engine calls this for the schedule item)."""
+        comm = communicator()
+        if comm.size != self.world:
+            raise DistributedError(f"{self.name} was built for {self.world} ranks, this job has {comm.size}")
+        hook = getattr(Device[out.device], "collective", None)
+        if hook is not None:  # the device's own collective library
+            hook(self, out, src)
+            return
+        direct = host_visible(src.allocator) and host_visible(out.allocator)
+        if direct:
+            send = src.as_bytes()  # synchronizes the device: the kernels writing src are done
+            recv = out.allocator.as_memoryview(out.handle)  # type: ignore[attr-defined]
+        else:
+            send, recv = src.as_bytes(), memoryview(bytearray(out.nbytes))
+        self._mpi(comm, send, recv, out.dtype)
+        if not direct:
+            out.copyin(recv)
+
+    def _mpi(self, comm: Any, send: memoryview, recv: memoryview, dtype: DType) -> None:
+        MPI = comm.MPI  # noqa: N806
+        c = comm.comm
+        if self.kind == "broadcast":
+            if comm.rank == self.root:
+                recv[:] = send
+            comm.wait(c.Ibcast([recv, MPI.BYTE], root=self.root), self.name)
+        elif self.kind == "all_gather":
+            comm.wait(c.Iallgather([send, MPI.BYTE], [recv, MPI.BYTE]), self.name)
+        else:
+            mpi_type = getattr(MPI, MPI_TYPES[dtype])
+            op = getattr(MPI, (BOOL_OPS if dtype == dtypes.bool else MPI_OPS)[self.op])
+            n_in = send.nbytes // dtype.itemsize
+            if self.kind == "all_reduce":
+                request = c.Iallreduce([send, n_in, mpi_type], [recv, n_in, mpi_type], op)
+            else:
+                mine = self.counts[comm.rank]
+                request = c.Ireduce_scatter([send, n_in, mpi_type], [recv, mine, mpi_type], list(self.counts), op)
+            comm.wait(request, self.name)
+
+
+# ---- building the lazy tensors ----
+def _checked(x: Tensor, what: str) -> str:
+    device = x.device
+    if not isinstance(device, str):
+        raise DeviceError(
+            f"{what} of a tensor on several devices {device}: a collective across processes runs on one device per "
+            "process; gather it first (.to(device)) or call it per shard"
+        )
+    return device
+
+
+def _reduction_dtype(x: Tensor, op: str, what: str) -> None:
+    if op not in REDUCE_OPS:
+        raise DistributedError(f"{what}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
+    if x.dtype not in MPI_TYPES:
+        raise DTypeError(
+            f"{what} of a {x.dtype.name} tensor: MPI has no reduction for {x.dtype.name}; cast it first "
+            "(x.float()) and back after"
+        )
+    if op == "sum" and x.dtype == dtypes.bool:
+        raise DTypeError(f"{what}(sum) of a bool tensor; use op='max' (any) or op='min' (all), or cast to int")
+    if op == "mean" and not dtypes.is_float(x.dtype):
+        raise DTypeError(f"{what}(mean) of a {x.dtype.name} tensor; use op='sum' or cast to a float dtype first")
+
+
+def _node(x: Tensor, step: Collective) -> Tensor:
+    return Tensor(UOp(Ops.COLLECTIVE, x.dtype, (x.uop,), step))
+
+
+def _shape(x: Tensor) -> tuple[int, ...]:
+    shape = x.shape
+    if not all(isinstance(s, int) for s in shape):
+        raise ShapeError(f"a collective of a tensor of symbolic shape {shape}; bind the variables to sizes first")
+    return tuple(int(s) for s in shape)
+
+
+def all_reduce(x: Tensor, op: str = "sum") -> Tensor:
+    """Every rank gets the elementwise `op` ("sum", "mean", "max", "min") of `x` over all ranks (lazy).
+
+    Run under `mpirun -n N`: `all_reduce(Tensor([float(rank())]))` is `[0 + 1 + ... + N-1]` on every rank."""
+    _checked(x, "all_reduce")
+    _reduction_dtype(x, op, "all_reduce")
+    world = world_size()
+    out = _node(
+        x, Collective("all_reduce", "max" if op == "max" else "min" if op == "min" else "sum", 0, world, _shape(x))
+    )
+    return out * (1.0 / world) if op == "mean" else out
+
+
+def broadcast(x: Tensor, root: int = 0) -> Tensor:
+    """Rank `root`'s `x` on every rank (lazy; every rank passes a tensor of the same shape and dtype)."""
+    _checked(x, "broadcast")
+    world = world_size()
+    if not 0 <= root < world:
+        raise DistributedError(f"broadcast from rank {root}, but the ranks are 0..{world - 1}")
+    return _node(x, Collective("broadcast", "", root, world, _shape(x)))
+
+
+def all_gather(x: Tensor) -> Tensor:
+    """Every rank's `x` (of one shape on all ranks) concatenated along axis 0 in rank order, on every rank (lazy)."""
+    _checked(x, "all_gather")
+    shape = _shape(x)
+    if not shape:
+        x, shape = x.reshape(1), (1,)
+    world = world_size()
+    return _node(x, Collective("all_gather", "", 0, world, (shape[0] * world, *shape[1:])))
+
+
+def split_rows(n: int, world: int) -> list[tuple[int, int]]:
+    """The (start, end) rows of each rank when `n` rows are split over `world` ranks: the first n % world get one
+    more (numpy's array_split)."""
+    base, extra = divmod(n, world)
+    out, start = [], 0
+    for r in range(world):
+        end = start + base + (1 if r < extra else 0)
+        out.append((start, end))
+        start = end
+    return out
+
+
+def reduce_scatter(x: Tensor, op: str = "sum") -> Tensor:
+    """The `op` of `x` over all ranks, split along axis 0: this rank gets rows `split_rows(len(x), world)[rank]`
+    (lazy). The number of rows need not be divisible by the world size."""
+    _checked(x, "reduce_scatter")
+    _reduction_dtype(x, op, "reduce_scatter")
+    shape = _shape(x)
+    if not shape:
+        raise ShapeError("reduce_scatter of a 0-d tensor: it splits axis 0; reshape it to (1,) or use all_reduce")
+    world = world_size()
+    rows = split_rows(shape[0], world)
+    row = int(prod(shape[1:]))
+    counts = tuple((e - s) * row for s, e in rows)
+    me = rows[rank()]
+    mpi_op = "max" if op == "max" else "min" if op == "min" else "sum"
+    out = _node(x, Collective("reduce_scatter", mpi_op, 0, world, (me[1] - me[0], *shape[1:]), counts))
+    return out * (1.0 / world) if op == "mean" else out
+
+
+def barrier() -> None:
+    """Wait until every rank has called barrier (under the DIST_TIMEOUT watchdog). Runs now: nothing to realize."""
+    comm = communicator()
+    comm.wait(comm.comm.Ibarrier(), "barrier")
+
+
+__all__ = [
+    "Collective",
+    "MPI_TYPES",
+    "all_gather",
+    "all_reduce",
+    "barrier",
+    "broadcast",
+    "reduce_scatter",
+    "split_rows",
+]

@@ -1,0 +1,178 @@
+"""The MPI communicator and the watchdog every collective waits under.
+
+In: MPI requests of nonblocking collectives (`Iallreduce`, `Ibcast`, ...). Out: the request completed, or, when it
+has not within DIST_TIMEOUT seconds, a `RankFailedError` that names the ranks that are gone.
+
+Why a watchdog: when a rank dies, MPI itself either aborts the whole job (Open MPI's mpirun by default, on a non-zero
+exit) or leaves the others waiting forever in the collective (shared memory and TCP notice nothing). So no collective
+here blocks inside MPI: each is started nonblocking and polled with `Test()` (which also drives MPI's progress) until
+it completes or its deadline passes. Then this rank asks every other rank, on a second communicator of its own
+(`ctl`), whether it is alive: a PING answered by a PONG. Every rank answers PINGs while it waits in a collective (after
+the first second, see PATIENCE), so the ranks that do not answer within GRACE seconds are the ones that exited or hang
+outside xgrad's collectives, and the error names them. The communicator is then broken: every later collective raises
+the same error at once.
+
+mpi4py is imported here, on first use (importing it starts MPI): `import xgrad` and `xgrad.distributed.launch` do
+not need it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from xgrad.distributed.launch import DistributedError, NotLaunchedError, launcher, rank, world_size
+from xgrad.helpers import DIST_TIMEOUT
+
+SPIN = 0.001  # seconds of busy polling before a wait sleeps POLL_SLEEP between polls (ranks may share cores)
+POLL_SLEEP = 0.00005
+PATIENCE = 1.0  # seconds of waiting after which a wait also answers PINGs
+GRACE = 3.0  # seconds a rank that timed out waits for the others' PONGs
+PING, PONG = 7861, 7862  # tags on `ctl`
+
+
+class RankFailedError(DistributedError):
+    """A collective did not complete within DIST_TIMEOUT; `ranks` are the ranks that did not answer (exited or hung)."""
+
+    def __init__(self, message: str, ranks: tuple[int, ...] = ()):
+        super().__init__(message)
+        self.ranks = ranks
+
+
+class MPIMissingError(DistributedError, ImportError):
+    """mpi4py (the optional dependency of `xgrad.distributed`) is not installed."""
+
+
+def mpi() -> Any:
+    """The `mpi4py.MPI` module (importing it initialises MPI)."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise MPIMissingError(
+            f"xgrad.distributed runs collectives through MPI and needs mpi4py ({e}); install it with "
+            "`pip install mpi4py` next to an MPI library (Debian: apt install openmpi-bin libopenmpi-dev)"
+        ) from None
+    return MPI
+
+
+class Communicator:
+    """The processes of the job: `comm` carries the collectives, `ctl` the watchdog's PING/PONG."""
+
+    def __init__(self) -> None:
+        if launcher() is None:
+            rank()  # raises NotLaunchedError with the fix
+        MPI = mpi()  # noqa: N806  (the module's own name)
+        self.MPI = MPI
+        world = MPI.COMM_WORLD
+        self.rank: int = world.Get_rank()
+        self.size: int = world.Get_size()
+        if (self.rank, self.size) != (rank(), world_size()):
+            raise NotLaunchedError(
+                f"MPI says rank {self.rank} of {self.size}, the launcher's environment rank {rank()} of "
+                f"{world_size()}: "
+                "the program was started by another MPI's launcher than the one mpi4py was built for; launch it with "
+                "that MPI's mpirun (python -c 'import mpi4py; print(mpi4py.get_config())' names it)"
+            )
+        self.comm = world.Dup()
+        self.ctl = world.Dup()
+        for c in (self.comm, self.ctl):
+            c.Set_errhandler(MPI.ERRORS_RETURN)  # an MPI error raises in Python instead of aborting the job
+        self.failed: RankFailedError | None = None
+        self._pongs: list[Any] = []  # PONG sends in flight
+        self._token = bytearray(1)
+
+    # ---- waiting with a deadline ----
+    def wait(self, request: Any, what: str) -> None:
+        """Poll `request` until it completes; after DIST_TIMEOUT seconds raise a RankFailedError naming the ranks
+        that do not answer."""
+        if self.failed is not None:
+            raise self.failed
+        timeout = float(DIST_TIMEOUT.value)
+        start = time.perf_counter()
+        polls = 0
+        while True:
+            try:
+                if request.Test():
+                    return
+            except self.MPI.Exception as e:
+                self._fail(f"rank {self.rank}: {what} failed in MPI ({e})", self._silent_ranks())
+            polls += 1
+            if polls & 15:
+                continue
+            waited = time.perf_counter() - start
+            if waited > timeout:
+                silent = self._silent_ranks()
+                if silent:
+                    names = ", ".join(map(str, silent))
+                    gone = f"rank{'s' if len(silent) > 1 else ''} {names} did not answer: exited or hung"
+                else:
+                    gone = (
+                        "every rank answered, so all are alive but not all in this collective (a rank skipped it or "
+                        "runs another one), or it is slower than the timeout"
+                    )
+                self._fail(
+                    f"rank {self.rank}: {what} did not complete within {timeout:g} s; {gone}. The job cannot go on: "
+                    "restart it from the last checkpoint (raise DIST_TIMEOUT if ranks legitimately wait longer)",
+                    silent,
+                )
+            if waited > PATIENCE:  # a long wait: let the others' watchdogs know this rank is alive
+                self.answer_pings()
+            if waited > SPIN:
+                time.sleep(POLL_SLEEP)
+
+    def _fail(self, message: str, silent: tuple[int, ...]) -> None:
+        self.failed = RankFailedError(message, silent)
+        raise self.failed
+
+    def answer_pings(self) -> None:
+        """Answer every PING that arrived (the watchdog of a rank that timed out asks who is alive)."""
+        MPI = self.MPI  # noqa: N806
+        status = MPI.Status()
+        while self.ctl.Iprobe(source=MPI.ANY_SOURCE, tag=PING, status=status):
+            src = status.Get_source()
+            self.ctl.Recv([self._token, MPI.BYTE], source=src, tag=PING)
+            self._pongs.append(self.ctl.Isend([self._token, MPI.BYTE], dest=src, tag=PONG))
+        self._pongs = [r for r in self._pongs if not r.Test()]
+
+    def _silent_ranks(self) -> tuple[int, ...]:
+        """The ranks that do not answer a PING within GRACE seconds."""
+        MPI = self.MPI  # noqa: N806
+        peers = [p for p in range(self.size) if p != self.rank]
+        sends, recvs = [], {}
+        for p in peers:
+            try:
+                sends.append(self.ctl.Isend([bytearray(1), MPI.BYTE], dest=p, tag=PING))
+                recvs[p] = self.ctl.Irecv([bytearray(1), MPI.BYTE], source=p, tag=PONG)
+            except MPI.Exception:
+                continue  # MPI knows the peer is gone: it stays silent
+        end = time.perf_counter() + GRACE
+        answered: set[int] = set()
+        while len(answered) < len(recvs) and time.perf_counter() < end:
+            self.answer_pings()
+            for p, r in recvs.items():
+                try:
+                    if p not in answered and r.Test():
+                        answered.add(p)
+                except MPI.Exception:
+                    pass
+            time.sleep(0.001)
+        for p, r in recvs.items():
+            if p not in answered:
+                try:
+                    r.Cancel()
+                except MPI.Exception:
+                    pass
+        return tuple(p for p in peers if p not in answered)
+
+
+_world: list[Communicator] = []
+
+
+def communicator() -> Communicator:
+    """The job's communicator, made (and MPI started) on first use."""
+    if not _world:
+        _world.append(Communicator())
+    return _world[0]
+
+
+__all__ = ["Communicator", "MPIMissingError", "RankFailedError", "communicator", "mpi"]

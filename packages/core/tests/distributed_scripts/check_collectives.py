@@ -1,0 +1,83 @@
+"""Run under mpirun by test_distributed.py: every collective against numpy on this job's ranks.
+
+Each rank builds the same inputs from a seed and its rank, so it can compute every rank's input, and so the expected
+result, with numpy alone. Prints one line "OK rank=<rank> <checks>" on success; a mismatch raises (non-zero exit)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xgrad import Tensor, TinyJit, dtypes
+from xgrad.distributed import all_gather, all_reduce, barrier, broadcast, rank, reduce_scatter, split_rows, world_size
+
+R, W = rank(), world_size()
+DTYPES = {
+    "float32": dtypes.float32,
+    "float64": dtypes.float64,
+    "int32": dtypes.int32,
+    "int64": dtypes.int64,
+    "uint8": dtypes.uint8,
+    "int8": dtypes.int8,
+}
+SHAPES = [(), (1,), (7,), (W * 3 + 1,), (5, 3), (2, 3, 4), (1000 * W + 3,)]
+
+
+def value(r: int, shape: tuple[int, ...], dt: str, seed: int) -> np.ndarray:
+    rng = np.random.default_rng((seed, r))
+    if dt.startswith("float"):
+        return rng.standard_normal(shape).astype(dt)
+    lo, hi = (0, 8) if dt == "uint8" else (-5, 6)  # small: sums over 4 ranks fit int8 and uint8
+    return rng.integers(lo, hi, shape).astype(dt)
+
+
+def close(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, (
+        f"{what}: {got.shape} {got.dtype} vs {want.shape} {want.dtype}"
+    )
+    if got.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=what)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+checks = 0
+for seed, (shape, dt) in enumerate((s, d) for s in SHAPES for d in DTYPES):
+    inputs = [value(r, shape, dt, seed) for r in range(W)]
+    x = Tensor(inputs[R], dtype=DTYPES[dt])
+    stacked = np.stack(inputs)
+    close(all_reduce(x, "sum").numpy(), stacked.sum(0).astype(dt), f"all_reduce sum {shape} {dt}")
+    close(all_reduce(x, "max").numpy(), stacked.max(0), f"all_reduce max {shape} {dt}")
+    close(all_reduce(x, "min").numpy(), stacked.min(0), f"all_reduce min {shape} {dt}")
+    if dt.startswith("float"):
+        close(all_reduce(x, "mean").numpy(), (stacked.sum(0) * (1.0 / W)).astype(dt), f"all_reduce mean {shape} {dt}")
+    root = seed % W
+    close(broadcast(x, root).numpy(), inputs[root], f"broadcast from {root} {shape} {dt}")
+    gathered = np.concatenate([i.reshape(-1) if not shape else i for i in inputs])
+    close(all_gather(x).numpy(), gathered, f"all_gather {shape} {dt}")
+    checks += 6
+    if shape:
+        s, e = split_rows(shape[0], W)[R]
+        close(reduce_scatter(x, "sum").numpy(), stacked.sum(0).astype(dt)[s:e], f"reduce_scatter {shape} {dt}")
+        close(reduce_scatter(x, "max").numpy(), stacked.max(0)[s:e], f"reduce_scatter max {shape} {dt}")
+        checks += 2
+
+# lazy inputs (a computed, non-contiguous view) and a bool reduction
+a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4) + R)
+close(
+    all_reduce(a.T * 2, "sum").numpy(),
+    sum((np.arange(12, dtype=np.float32).reshape(3, 4) + r).T * 2 for r in range(W)),
+    "lazy view",
+)
+flags = Tensor(np.array([R == 0, True, False]))
+close(all_reduce(flags, "max").numpy(), np.array([True, True, False]), "bool any")
+close(all_reduce(flags, "min").numpy(), np.array([W == 1, True, False]), "bool all")
+
+# under TinyJit: the collective is a captured step, replayed on new inputs
+step = TinyJit(lambda t: (all_reduce(t * 2, "sum") + 1).realize())
+for i in range(4):
+    got = step(Tensor(np.full(5, float(R + i), np.float32)).realize()).numpy()
+    close(got, np.full(5, sum(2.0 * (r + i) for r in range(W)) + 1, np.float32), f"TinyJit call {i}")
+assert step.captured is not None and any(not s.is_kernel for s in step.captured.linear.src)
+barrier()
+checks += 7
+print(f"OK rank={R} {checks}", flush=True)
