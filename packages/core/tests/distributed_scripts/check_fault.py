@@ -1,0 +1,40 @@
+"""Run under mpirun by test_distributed.py (with DIST_TIMEOUT set low): rank 1 dies in the middle of a training step,
+the other ranks must raise a RankFailedError naming rank 1 within the timeout (plus the watchdog's grace), not hang.
+
+Each surviving rank prints "OK rank=<rank> <seconds it waited>" and the error's message on a line "MESSAGE ..."."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from xgrad import Tensor
+from xgrad.distributed import RankFailedError, all_reduce, rank, world_size
+from xgrad.distributed.comm import GRACE
+from xgrad.helpers import DIST_TIMEOUT
+
+R, W = rank(), world_size()
+w = Tensor(np.ones(1000, np.float32))
+assert all_reduce(w).numpy()[0] == W  # a first collective works on every rank
+grad = (w * 2 + R).contiguous().realize()  # this step's local work
+if R == 1:
+    os._exit(3)  # dies mid-step, before its collective
+start = time.perf_counter()
+try:
+    all_reduce(grad).realize()
+except RankFailedError as e:
+    waited = time.perf_counter() - start
+    assert e.ranks == (1,), e.ranks
+    assert "rank 1 did not answer" in str(e), str(e)
+    assert waited < float(DIST_TIMEOUT.value) + GRACE + 5, waited
+    try:  # the communicator is broken: the next collective fails at once
+        all_reduce(grad).realize()
+        raise AssertionError("a collective after the failure ran")
+    except RankFailedError:
+        pass
+    print(f"MESSAGE {e}", flush=True)
+    print(f"OK rank={R} {waited:.2f}", flush=True)
+else:
+    raise AssertionError(f"rank {R}: the collective with a dead rank completed")
