@@ -403,7 +403,7 @@ def _arg_bytes(kernel: str, offset: int, size: int, kind: str, value: int | floa
 
 
 # ----------------------------------------------------------------------------------------------------- code object
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: the emulator caches per loaded code object
 class CodeObject:
     """A parsed code object. `image(base)` is the loadable memory image relocated to `base`, of `image_size` bytes;
     every virtual address here (a kernel's `code_offset`, `descriptor_offset`) is an offset into it."""

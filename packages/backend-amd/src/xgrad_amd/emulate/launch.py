@@ -1,0 +1,215 @@
+"""Kernel launch on the emulated gfx1100: loading the code object into device memory, the initial register state the
+kernel descriptor asks for, and running every workgroup's waves (in turn up to each s_barrier).
+
+In: a `CodeObject`, a kernel name, grid (workgroups) and block (work-items), the kernarg bytes, a `DeviceMemory`.
+Out: the kernel's effects in that memory. Each instruction is decoded and turned into a Python function once per
+code object (cached by address), so a kernel's loop costs one call per instruction per wave.
+"""
+
+from __future__ import annotations
+
+import struct
+import weakref
+from collections.abc import Callable
+
+import numpy as np
+
+from xgrad_amd.elf import CodeObject, Kernel
+from xgrad_amd.emulate.decode import EmulatorError, Inst, decode_at
+from xgrad_amd.emulate.mem import build_ds, build_flat, build_smem
+from xgrad_amd.emulate.salu import build_scalar
+from xgrad_amd.emulate.valu import build_vector
+from xgrad_amd.emulate.wave import EXEC, LANES, Group, Wave
+from xgrad_codegen.devmem import DeviceMemory
+
+Exec = Callable[[Wave], None]
+MAX_STEPS = 50_000_000  # instructions one wave may execute before the launch is declared hung
+LDS_LIMIT = 64 * 1024
+
+# code object -> {memory: image base}: where each code object was loaded in each emulated memory
+_loaded: weakref.WeakKeyDictionary[DeviceMemory, dict[int, tuple[CodeObject, int]]] = weakref.WeakKeyDictionary()
+
+
+def load(co: CodeObject, mem: DeviceMemory) -> int:
+    """Copy the code object's image (relocated) into `mem` once; returns its base address."""
+    per_mem = _loaded.setdefault(mem, {})
+    entry = per_mem.get(id(co))
+    if entry is not None and entry[0] is co:
+        return entry[1]
+    base = mem.alloc(co.image_size)
+    mem.write(base, co.image(base))
+    per_mem[id(co)] = (co, base)
+    return base
+
+
+def unload(co: CodeObject, mem: DeviceMemory) -> None:
+    """Free the image `load` placed in `mem` (a module unload)."""
+    per_mem = _loaded.get(mem, {})
+    entry = per_mem.pop(id(co), None)
+    if entry is not None:
+        mem.free(entry[1])
+
+
+def build(inst: Inst) -> Exec:
+    """The executor of one decoded instruction."""
+    enc = inst.enc
+    if enc.startswith("SOP") or enc == "MUBUF":
+        if enc == "MUBUF" and inst.name not in ("buffer_gl0_inv", "buffer_gl1_inv"):
+            raise EmulatorError(
+                f"unimplemented buffer instruction {inst.name} (MUBUF opcode {inst.op}) at {inst.addr:#x}"
+            )
+        return build_scalar(inst)
+    if enc == "SMEM":
+        return build_smem(inst)
+    if enc == "DS":
+        return build_ds(inst)
+    if enc in ("FLAT", "GLOBAL", "SCRATCH"):
+        return build_flat(inst)
+    return build_vector(inst)
+
+
+class Program:
+    """A kernel's instructions, decoded and built on first execution, indexed by byte offset / 4."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.code = kernel.code
+        self.table: list[Exec | None] = [None] * (len(kernel.code) // 4 + 1)
+
+    def at(self, pc: int) -> Exec:
+        i = pc >> 2
+        fn = self.table[i] if 0 <= i < len(self.table) else None
+        if fn is None:
+            fn = build(decode_at(self.code, pc))
+            self.table[i] = fn
+        return fn
+
+
+_program_cache: weakref.WeakKeyDictionary[CodeObject, dict[str, Program]] = weakref.WeakKeyDictionary()
+
+
+def program(co: CodeObject, name: str) -> Program:
+    """The (cached) built program of kernel `name`."""
+    progs = _program_cache.setdefault(co, {})
+    if name not in progs:
+        progs[name] = Program(co.kernels[name])
+    return progs[name]
+
+
+def _initial_sgprs(k: Kernel, wave: Wave, kernarg: int, dispatch: int, wg: tuple[int, int, int]) -> None:
+    d = k.descriptor
+    i = 0
+    if d.enable_sgpr_private_segment_buffer:
+        i += 4
+    if d.enable_sgpr_dispatch_ptr:
+        wave.s[i], wave.s[i + 1] = dispatch & 0xFFFFFFFF, dispatch >> 32
+        i += 2
+    if d.enable_sgpr_queue_ptr:
+        i += 2
+    if d.enable_sgpr_kernarg_segment_ptr:
+        wave.s[i], wave.s[i + 1] = kernarg & 0xFFFFFFFF, kernarg >> 32
+        i += 2
+    if d.enable_sgpr_dispatch_id:
+        i += 2
+    if d.enable_sgpr_flat_scratch_init:
+        i += 2
+    if d.enable_sgpr_private_segment_size:
+        i += 1
+    s = d.user_sgpr_count
+    for enabled, value in zip(
+        (d.enable_sgpr_workgroup_id_x, d.enable_sgpr_workgroup_id_y, d.enable_sgpr_workgroup_id_z), wg
+    ):
+        if enabled:
+            wave.s[s] = value
+            s += 1
+    if d.enable_sgpr_workgroup_info:
+        wave.s[s] = 0
+        s += 1
+
+
+def _dispatch_packet(grid: tuple[int, int, int], block: tuple[int, int, int], k: Kernel, kernarg: int) -> bytes:
+    """An hsa_kernel_dispatch_packet_t (64 bytes), for kernels that read sizes through the dispatch pointer."""
+    dims = 3 if grid[2] > 1 or block[2] > 1 else 2 if grid[1] > 1 or block[1] > 1 else 1
+    sizes = [g * b for g, b in zip(grid, block)]
+    return struct.pack("<HHHHHHIIIIIQQQQ", 0, dims, *block, 0, *sizes, 0, k.lds_size, 0, kernarg, 0, 0)
+
+
+def launch(
+    co: CodeObject,
+    name: str,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    kernarg: bytes,
+    mem: DeviceMemory,
+    dynamic_lds: int = 0,
+) -> None:
+    """Run kernel `name` over `grid` workgroups of `block` work-items, with `kernarg` as its argument segment."""
+    if name not in co.kernels:
+        raise EmulatorError(f"the code object has no kernel {name!r}; it has {sorted(co.kernels)}")
+    k = co.kernels[name]
+    if k.wave_size != LANES:
+        raise EmulatorError(f"kernel {name} is wave{k.wave_size}; the emulator runs gfx1100 wave32 code objects only")
+    if not co.target.endswith("gfx1100"):
+        raise EmulatorError(f"kernel {name} targets {co.target}; the emulator executes gfx1100 code only")
+    threads = block[0] * block[1] * block[2]
+    if min(grid) < 1 or min(block) < 1 or threads > k.max_flat_workgroup_size:
+        raise EmulatorError(
+            f"grid {grid} / block {block} is invalid for {name} (at most {k.max_flat_workgroup_size} work-items)"
+        )
+    lds_bytes = k.lds_size + dynamic_lds
+    if lds_bytes > LDS_LIMIT:
+        raise EmulatorError(f"kernel {name} needs {lds_bytes} bytes of LDS, over gfx1100's {LDS_LIMIT}")
+    if k.descriptor.private_segment_fixed_size or k.descriptor.enable_private_segment:
+        raise EmulatorError(f"kernel {name} uses scratch memory (register spills), which the emulator does not model")
+    image = load(co, mem)
+    code_base = image + k.code_offset
+    karg = mem.alloc(max(len(kernarg), 1) + 256)
+    mem.write(karg, kernarg)
+    packet = mem.alloc(64)
+    mem.write(packet, _dispatch_packet(grid, block, k, karg))
+    prog = program(co, name)
+    n_waves = -(-threads // LANES)
+    n_vgprs = max(k.vgpr_count, (k.descriptor.granulated_workitem_vgpr_count + 1) * 8)
+    t = np.arange(n_waves * LANES)
+    packed = ((t % block[0]) | ((t // block[0]) % block[1]) << 10 | (t // (block[0] * block[1])) << 20).astype(
+        np.uint32
+    )
+    try:
+        for gz in range(grid[2]):
+            for gy in range(grid[1]):
+                for gx in range(grid[0]):
+                    group = Group(lds_bytes, mem, code_base)
+                    for wi in range(n_waves):
+                        w = Wave(n_vgprs, group.lds, group, wi)
+                        _initial_sgprs(k, w, karg, packet, (gx, gy, gz))
+                        w.v[0] = packed[wi * LANES : (wi + 1) * LANES]
+                        live = min(LANES, threads - wi * LANES)
+                        w.s[EXEC] = (1 << live) - 1
+                        group.waves.append(w)
+                    _run_group(group, prog)
+    finally:
+        mem.free(karg)
+        mem.free(packet)
+
+
+def _run_group(group: Group, prog: Program) -> None:
+    """Run each wave until it ends or reaches s_barrier; when every live wave waits there, release them all."""
+    waves = group.waves
+    while True:
+        for w in waves:
+            if not w.done:
+                _run_wave(w, prog)
+        live = [w for w in waves if not w.done]
+        if not live:
+            return
+        for w in live:
+            w.at_barrier = False
+
+
+def _run_wave(w: Wave, prog: Program) -> None:
+    at = prog.at
+    steps = 0
+    while not w.done and not w.at_barrier:
+        at(w.pc)(w)
+        steps += 1
+        if steps > MAX_STEPS:
+            raise EmulatorError(f"a wave ran {MAX_STEPS} instructions without ending (pc {w.pc:#x}): a hung kernel?")

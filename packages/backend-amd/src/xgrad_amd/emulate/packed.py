@@ -1,0 +1,175 @@
+"""VOP3P instructions: packed 16-bit math (v_pk_*), mixed-precision FMA (v_fma_mix*), dot products and WMMA.
+
+In: a decoded VOP3P `Inst`. Out: its executor. op_sel picks the half each source's low lane-half reads, op_sel_hi the
+half its high lane-half reads; neg/neg_hi negate those halves (for v_fma_mix*, neg_hi is abs). WMMA (wave32,
+v_wmma_f32_16x16x16_f16/bf16, v_wmma_f16_16x16x16_f16): lane l holds row l % 16 of A (16 k values in 8 VGPRs) and
+column l % 16 of B; D/C's VGPR i of lane l is row 2i + l // 16 (f16 D: the low halves), column l % 16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from xgrad_amd.emulate.decode import EmulatorError, Inst
+from xgrad_amd.emulate.valu import read_typed, write_typed
+from xgrad_amd.emulate.wave import LANES, Wave, const_bits
+
+Exec = Callable[[Wave], None]
+_PK: dict[str, tuple[str, Callable[..., np.ndarray]]] = {
+    "v_pk_add_f16": ("f16", lambda a, b: a + b),
+    "v_pk_mul_f16": ("f16", lambda a, b: a * b),
+    "v_pk_fma_f16": ("f16", lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float16)),
+    "v_pk_max_f16": ("f16", np.fmax),
+    "v_pk_min_f16": ("f16", np.fmin),
+    "v_pk_add_u16": ("u16", lambda a, b: a + b),
+    "v_pk_sub_u16": ("u16", lambda a, b: a - b),
+    "v_pk_add_i16": ("i16", lambda a, b: a + b),
+    "v_pk_sub_i16": ("i16", lambda a, b: a - b),
+    "v_pk_mul_lo_u16": ("u16", lambda a, b: a * b),
+    "v_pk_mad_u16": ("u16", lambda a, b, c: a * b + c),
+    "v_pk_mad_i16": ("i16", lambda a, b, c: a * b + c),
+    "v_pk_max_i16": ("i16", np.maximum),
+    "v_pk_min_i16": ("i16", np.minimum),
+    "v_pk_max_u16": ("u16", np.maximum),
+    "v_pk_min_u16": ("u16", np.minimum),
+    "v_pk_lshlrev_b16": ("u16", lambda a, b: b << (a & np.uint16(15))),
+    "v_pk_lshrrev_b16": ("u16", lambda a, b: b >> (a & np.uint16(15))),
+    "v_pk_ashrrev_i16": ("i16", lambda a, b: b >> (a & np.int16(15))),
+}
+_NP16 = {"f16": np.float16, "u16": np.uint16, "i16": np.int16}
+
+
+def _half(w: Wave, code: int, lit: int | None, hi: bool, t: str) -> np.ndarray:
+    """One 16-bit half of a packed source; an inline constant is the same in both halves' low bits."""
+    if code < 256 and (c := const_bits(code, lit, 16, t == "f16")) is not None:
+        if code == 255:
+            c = ((lit or 0) >> 16) & 0xFFFF if hi else (lit or 0) & 0xFFFF
+        elif hi:
+            c = 0 if t != "f16" else c  # an inline constant fills the low half; the high half reads 0 (ints)
+        return np.full(LANES, c, np.uint16).view(_NP16[t])
+    raw = w.vread(code, lit)
+    return ((raw >> np.uint32(16)) if hi else raw).astype(np.uint16).view(_NP16[t])
+
+
+def build_packed(inst: Inst) -> Exec:
+    """The executor of a VOP3P instruction."""
+    name, f, lit, size = inst.name, inst.f, inst.literal, inst.size
+    codes = [f["src0"], f["src1"], f["src2"]]
+    opsel, opsel_hi, neg, neg_hi = f["opsel"], f["opsel_hi"], f["neg"], f["neg_hi"]
+    if name.startswith("v_wmma_"):
+        return _build_wmma(inst)
+    if name in _PK:
+        t, fn = _PK[name]
+        n = len(inst.widths) - 1
+
+        def pk(w: Wave) -> None:
+            lo = [_half(w, codes[i], lit, bool(opsel >> i & 1), t) for i in range(n)]
+            hi = [_half(w, codes[i], lit, bool(opsel_hi >> i & 1), t) for i in range(n)]
+            if t == "f16":
+                lo = [-x if neg >> i & 1 else x for i, x in enumerate(lo)]
+                hi = [-x if neg_hi >> i & 1 else x for i, x in enumerate(hi)]
+            with np.errstate(all="ignore"):
+                r_lo = np.asarray(fn(*lo)).astype(_NP16[t]).view(np.uint16).astype(np.uint32)
+                r_hi = np.asarray(fn(*hi)).astype(_NP16[t]).view(np.uint16).astype(np.uint32)
+            if f["clamp"] and t == "f16":
+                raise EmulatorError(f"{name} with clamp at {inst.addr:#x} is not implemented")
+            w.vwrite(f["vdst"], r_lo | (r_hi << np.uint32(16)))
+            w.pc += size
+
+        return pk
+    if name.startswith("v_fma_mix"):
+
+        def mix(w: Wave) -> None:
+            args = []
+            for i in range(3):
+                if opsel_hi >> i & 1:
+                    x = read_typed(w, codes[i], lit, "f16", bool(opsel >> i & 1)).astype(np.float32)
+                else:
+                    x = read_typed(w, codes[i], lit, "f32")
+                if neg_hi >> i & 1:
+                    x = np.abs(x)
+                if neg >> i & 1:
+                    x = -x
+                args.append(x.astype(np.float64))
+            r = args[0] * args[1] + args[2]
+            if f["clamp"]:
+                r = np.clip(r, 0.0, 1.0)
+            if name == "v_fma_mix_f32":
+                write_typed(w, f["vdst"], r.astype(np.float32), "f32")
+            else:
+                write_typed(w, f["vdst"], r.astype(np.float32).astype(np.float16), "f16", name == "v_fma_mixhi_f16")
+            w.pc += size
+
+        return mix
+    if name in ("v_dot2_f32_f16", "v_dot2_f32_bf16"):
+        t = "f16" if name.endswith("f16") else "u16"
+
+        def dot2(w: Wave) -> None:
+            def part(i: int, hi: bool) -> np.ndarray:
+                x = _half(w, codes[i], lit, hi, t)
+                v = (
+                    x.astype(np.float64)
+                    if t == "f16"
+                    else (x.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+                )
+                return -v if (neg_hi if hi else neg) >> i & 1 else v
+
+            lo = part(0, bool(opsel & 1)) * part(1, bool(opsel & 2))
+            hi = part(0, bool(opsel_hi & 1)) * part(1, bool(opsel_hi & 2))
+            c = read_typed(w, codes[2], lit, "f32").astype(np.float64)
+            write_typed(w, f["vdst"], (lo + hi + c).astype(np.float32), "f32")
+            w.pc += size
+
+        return dot2
+    raise EmulatorError(f"unimplemented vector instruction {name} (VOP3P opcode {inst.op}) at {inst.addr:#x}")
+
+
+def _matrix_ab(w: Wave, code: int, kind: str) -> np.ndarray:
+    """A (or B) of a WMMA: [16 lanes, 16 k] from 8 VGPRs of 2 halves each (lanes 0-15; 16-31 hold a copy)."""
+    regs = w.v[code - 256 : code - 256 + 8, :16]  # [8, 16 lanes]
+    halves = np.stack([regs & np.uint32(0xFFFF), regs >> np.uint32(16)], axis=1).reshape(16, 16)  # [k, lane]
+    u16 = halves.astype(np.uint16).T  # [lane, k]
+    if kind == "f16":
+        return u16.view(np.float16).astype(np.float32)
+    return (u16.astype(np.uint32) << np.uint32(16)).view(np.float32)  # bf16
+
+
+def _build_wmma(inst: Inst) -> Exec:
+    name, f, size = inst.name, inst.f, inst.size
+    kind = "bf16" if "_bf16" in name.split("x16_")[-1] else "f16"
+    out16 = name.startswith(("v_wmma_f16", "v_wmma_bf16"))
+    if "iu" in name:
+        raise EmulatorError(f"unimplemented vector instruction {name} (VOP3P opcode {inst.op}) at {inst.addr:#x}")
+    lane = np.arange(LANES)
+
+    def wmma(w: Wave) -> None:
+        a = _matrix_ab(w, f["src0"], kind).astype(np.float64)  # [m, k]
+        b = _matrix_ab(w, f["src1"], kind).astype(np.float64)  # [n, k]
+        rows = 2 * np.arange(8)[:, None] + lane[None, :] // 16  # [i, lane] -> m
+        cols = np.broadcast_to(lane % 16, (8, LANES))
+        if out16:
+            raw = w.v[f["src2"] - 256 : f["src2"] - 256 + 8]
+            c = (raw & np.uint32(0xFFFF)).astype(np.uint16)
+            c = (
+                c.view(np.float16).astype(np.float64)
+                if kind == "f16"
+                else (c.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+            )
+        else:
+            c = w.v[f["src2"] - 256 : f["src2"] - 256 + 8].view(np.float32).astype(np.float64)
+        d = (a @ b.T)[rows, cols] + c  # [8, 32]
+        if out16:
+            if kind == "f16":
+                bits = d.astype(np.float16).view(np.uint16).astype(np.uint32)
+            else:
+                bits = d.astype(np.float32).view(np.uint32) >> np.uint32(16)
+            old = w.v[f["vdst"] - 256 : f["vdst"] - 256 + 8]
+            value = (old & np.uint32(0xFFFF0000)) | bits
+        else:
+            value = d.astype(np.float32).view(np.uint32)
+        w.vwrite(f["vdst"], value)
+        w.pc += size
+
+    return wmma
