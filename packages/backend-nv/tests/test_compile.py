@@ -86,17 +86,23 @@ def sass(cubin: bytes) -> str:
         return subprocess.run([str(nvdisasm), str(path)], capture_output=True, text=True, check=True).stdout
 
 
-def half_matmul(device: str) -> Tensor:
-    x = Tensor(np.ones((64, 64), np.float16), device=device)
-    return x.matmul(Tensor(np.ones((64, 32), np.float16), device=device), dtype=dtypes.float32)
+def half_matmul(dtype: Any) -> Any:
+    def build(device: str) -> Tensor:
+        x = Tensor(np.ones((64, 64), np.float32), device=device).cast(dtype).realize()
+        y = Tensor(np.ones((64, 32), np.float32), device=device).cast(dtype).realize()
+        return x.matmul(y, dtype=dtypes.float32)
+
+    return build
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("renderer", RENDERERS)
-def test_half_matmul_sass_uses_tensor_cores(renderer: str, arch: str) -> None:
-    ((name, src),) = kernel_sources(f"NULL:{renderer}:{arch}", half_matmul)
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=["f16", "bf16"])
+def test_half_matmul_sass_uses_tensor_cores(dtype: Any, renderer: str, arch: str) -> None:
+    *_, (name, src) = kernel_sources(f"NULL:{renderer}:{arch}", half_matmul(dtype))
     code = sass(binary(renderer, arch, src))
-    assert "HMMA.16816.F32" in code, f"{name} for {arch}: no HMMA in\n{code[:3000]}"
+    want = "HMMA.16816.F32" + (".BF16" if dtype == dtypes.bfloat16 else "")
+    assert want in code, f"{name} for {arch}: no {want} in\n{code[:3000]}"
 
 
 def test_sass_check_sees_a_kernel_without_tensor_cores() -> None:

@@ -233,6 +233,7 @@ BITCAST_HELPER = (
     "  T t; memcpy(&t, &f, sizeof(T)); return t;\n"
     "}"
 )
+HALF_VIA_FLOAT = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MAX})
 HEADERS = {F16: "#include <cuda_fp16.h>", BF16: "#include <cuda_bf16.h>"}
 
 
@@ -281,6 +282,17 @@ class CUDARenderer(CStyleRenderer):
         self.global_max, self.local_max = spec.global_max, spec.local_max
         self.max_threads, self.shared_max = spec.max_threads, spec.shared_static
         self.tensor_cores = spec.tensor_cores
+
+    # ---- ALU ----
+    def render_alu(self, op: Ops, dtype: DType, operands: list[str], src_dtypes: list[DType]) -> str:
+        """Comparisons and MAX of half/bfloat16 compare their float32 values (exact; the headers' operators are
+        inline PTX with scoped predicate registers)."""
+        src = src_dtypes[0].scalar() if src_dtypes else dtype.scalar()
+        if op in HALF_VIA_FLOAT and src in HALVES and dtype.count == 1:
+            as_float = [from_half(src, x) for x in operands]
+            expr = self.code_for_op[op](*as_float, dtype=F32 if op is Ops.MAX else dtype)
+            return to_half(src, expr, F32) if op is Ops.MAX else expr
+        return super().render_alu(op, dtype, operands, src_dtypes)
 
     # ---- types ----
     def vector_struct(self, name: str, dtype: DType) -> str:
