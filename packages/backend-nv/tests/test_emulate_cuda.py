@@ -41,6 +41,10 @@ extern "C" __global__ void branchy(int* out, const int* a, int n) {
   else { for (int k = 0; k < (v & 7); k++) v ^= k << k; }
   out[i] = v;
 }
+extern "C" __global__ void dsin(double* out, const double* a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = sin(a[i]);
+}
 extern "C" __global__ void transcend(float* out, const float* a, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = sinf(a[i]) + expf(fminf(a[i], 50.0f) * 0.1f) + sqrtf(fabsf(a[i])) + log2f(fabsf(a[i]) + 1.0f);
@@ -119,6 +123,16 @@ def test_libdevice_transcendentals_within_float32_error(module) -> None:  # type
     xd = x.astype(np.float64)
     want = np.sin(xd) + np.exp(np.minimum(xd, 50) * 0.1) + np.sqrt(np.abs(xd)) + np.log2(np.abs(xd) + 1)
     np.testing.assert_allclose(np.frombuffer(mem.read(out, 4 * x.size), np.float32), want, rtol=1e-5, atol=1e-5)
+
+
+def test_float64_sin_calls_a_function_with_carry_arithmetic(module) -> None:  # type: ignore[no-untyped-def]
+    """libdevice's float64 sin calls __internal_trig_reduction_slowpathd (a .func with .param arguments, a local
+    array, a 128-bit multiply through mad.cc/madc in a nested { } scope that shadows registers) for large inputs."""
+    x = np.concatenate([np.linspace(-10, 10, 50), [1e6, -3e7, 1e15, 1e300, 0.5]])
+    mem = DeviceMemory()
+    out = mem.alloc(8 * x.size)
+    module.launch("dsin", (1, 1, 1), (64, 1, 1), [out, _buf(mem, x), x.size], mem)
+    np.testing.assert_allclose(np.frombuffer(mem.read(out, 8 * x.size), np.float64), np.sin(x), rtol=4e-16, atol=0)
 
 
 def test_out_of_bounds_store_names_the_kernel_and_address(module) -> None:  # type: ignore[no-untyped-def]

@@ -86,9 +86,35 @@ def _elementwise(
     return step
 
 
+def _split(x: Array) -> tuple[Array, Array]:
+    """Veltkamp's split of float64 `x` into two halves of 26 bits each (x = hi + lo exactly)."""
+    big = x * 134217729.0  # 2**27 + 1
+    hi = big - (big - x)
+    return hi, x - hi
+
+
+def fma64(a: Array, b: Array, c: Array) -> Array:
+    """a * b + c for float64 with the product kept exact (Dekker's two-product and Knuth's two-sum); the sum is
+    rounded once more, so a result can be off by one ulp where the exact sum lies on a tie. Falls back to a * b + c
+    where the splitting overflows (|a|, |b| near the float64 limit)."""
+    a, b, c = (np.asarray(x, np.float64) for x in (a, b, c))
+    p = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl  # p + e == a * b exactly
+    s = p + c
+    bb = s - p
+    t = (p - (s - bb)) + (c - bb)  # s + t == p + c exactly
+    r = s + (t + e)
+    plain = p + c
+    ok = np.isfinite(r) & np.isfinite(e) & (np.abs(p) < 1e300)
+    out: Array = np.where(ok, r, plain)
+    return out
+
+
 def _fma(t: str) -> Fn:
     if t in ("f64",):
-        return lambda a, b, c: a * b + c
+        return fma64
     out = NP["f32"] if t in ("bf16", "bf16x2") else NP[t]
     return lambda a, b, c: (a.astype(np.float64) * b + c).astype(out)
 
@@ -142,10 +168,55 @@ def _int_rem(a: Array, b: Array) -> Array:
     return np.where(b == 0, a, np.fmod(a, safe)).astype(np.result_type(a, b))
 
 
+CARRY = "%__carry"  # the condition code's carry flag (CC.CF), one per thread
+
+
+@_reg("addc subc madc")
+def _carry(ins: Instruction, dec: Decoder) -> Step:
+    """add.cc/addc, sub.cc/subc, mad.cc/madc (lo/hi): extended-precision arithmetic through the carry flag."""
+    t = itype(ins)
+    dt = NP["u" + t[1:]]
+    op = ins.op[0].rstrip("c") if ins.op[0] in ("addc", "subc", "madc") else ins.op[0]
+    carry_in = ins.op[0] in ("addc", "subc", "madc")
+    carry_out = "cc" in ins.op
+    cf = dec.reg(CARRY, "pred")
+    nsrc = 3 if op == "mad" else 2
+    srcs = [dec.src(ins.operands[1 + k], "u" + t[1:]) for k in range(nsrc)]
+    w = dec.dst(ins.operands[0], "u" + t[1:])
+    wcf = dec.dst(Operand("reg", CARRY), "pred")
+    del cf
+    hi = _mulhi("u" + t[1:])
+
+    def step(st: Any, m: Mask) -> None:
+        vals = [np.asarray(s(st), dt) for s in srcs]
+        cin = st.regs[dec.index[CARRY]].astype(dt) if carry_in else dt.type(0)
+        if op == "sub":
+            a, b = vals
+            d1 = a - b
+            borrow = (a < b) | (d1 < cin)
+            res, out = d1 - cin, borrow
+        else:
+            if op == "mad":
+                a = hi(vals[0], vals[1]) if "hi" in ins.op else vals[0] * vals[1]
+                b = vals[2]
+            else:
+                a, b = vals
+            s1 = a + b
+            s2 = s1 + cin
+            res, out = s2, (s1 < a) | (s2 < s1)
+        w(st, res, m)
+        if carry_out:
+            wcf(st, np.broadcast_to(out, (st.n,)), m)
+
+    return step
+
+
 @_reg("add sub mul div rem min max")
 def _arith(ins: Instruction, dec: Decoder) -> Step:
     t = itype(ins)
     op = ins.op[0]
+    if "cc" in ins.op:
+        return _carry(ins, dec)
     if is_float(t):
         fns: dict[str, Fn] = {
             "add": np.add,
@@ -193,6 +264,8 @@ def _int_sat(ins: Instruction, dec: Decoder) -> Step:
 @_reg("mad fma")
 def _mad(ins: Instruction, dec: Decoder) -> Step:
     t = itype(ins)
+    if "cc" in ins.op:
+        return _carry(ins, dec)
     if is_float(t):
         return _elementwise(ins, dec, _fma(t), t, 3)
     if "hi" in ins.op:

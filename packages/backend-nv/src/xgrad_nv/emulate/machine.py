@@ -20,6 +20,7 @@ import numpy as np
 from xgrad_codegen.devmem import DeviceMemory, MemoryFaultError
 from xgrad_nv.emulate.decode import Decoded, decode_function
 from xgrad_nv.emulate.errors import EmulatorError
+from xgrad_nv.emulate.inline import inline_calls
 from xgrad_nv.emulate.parse import TYPE_BYTES, Function, ParsedModule, Variable, parse_ptx
 from xgrad_nv.emulate.values import UINT, Array, Mask
 
@@ -243,18 +244,23 @@ def _pack_params(k: Kernel, args: list[Any]) -> bytes:
 
 
 def _build_kernel(fn: Function, parsed: ParsedModule, spaces: dict[str, str]) -> Kernel:
+    fn = inline_calls(fn, parsed.functions)
     symbols = dict(spaces)
     local_offsets = {}
     off = 0
-    for v in fn.variables:
+    sizes: dict[str, Variable] = {}
+    for v in fn.variables:  # a call's slots are declared again at each call site: one slot of the largest size
         symbols[v.name] = v.space
-        if v.space == "local":
-            off = -(-off // max(v.align, 1)) * max(v.align, 1)
-            local_offsets[v.name] = off
-            off += v.nbytes
+        if v.space in ("local", "callparam") and (v.name not in sizes or v.nbytes > sizes[v.name].nbytes):
+            sizes[v.name] = v
+    for v in sizes.values():
+        off = -(-off // max(v.align, 1)) * max(v.align, 1)
+        local_offsets[v.name] = off
+        off += v.nbytes
     for p in fn.params:
         symbols[p.name] = "param"
-    shared = [v for v in parsed.variables if v.space == "shared"] + [v for v in fn.variables if v.space == "shared"]
+    shared = [v for v in parsed.variables if v.space == "shared"]
+    shared += [v for v in fn.variables if v.space == "shared"]
     widths, code = decode_function(fn, symbols)
     params = [(p.name, "." + p.dtype) for p in fn.params]
     return Kernel(fn.name, params, fn.params, widths, code, off, local_offsets, shared)

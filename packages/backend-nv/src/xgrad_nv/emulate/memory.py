@@ -50,7 +50,7 @@ def address(op: Operand, dec: Decoder, space: str) -> Addr:
     window = np.uint64(0)
     if space == "" and sym_space == "shared":
         window = np.uint64(SHARED_WINDOW)
-    elif space == "" and sym_space == "local":
+    elif space == "" and sym_space in ("local", "callparam"):
         window = np.uint64(LOCAL_WINDOW)
     return lambda st: np.asarray(np.uint64(st.symbol(base)) + off + window)
 
@@ -62,7 +62,8 @@ def _rows_access(arr: Array, rows: Array, offs: Array, dt: np.dtype[Any], st: An
     if offs.size and (offs.min() < 0 or offs.max() + k > n):
         bad = offs[(offs < 0) | (offs + k > n)][0]
         raise st.fault(f"{what} access of {k} bytes at offset {int(bad):#x} is outside its {n} bytes")
-    return rows.astype(np.int64) * n + offs
+    flat: Array = rows.astype(np.int64) * n + offs
+    return flat
 
 
 def _gather(arr: Array, flat: Array, dt: np.dtype[Any]) -> Array:
@@ -149,11 +150,19 @@ def _vec_items(op: Operand) -> tuple[Operand, ...]:
     return op.items if op.kind == "vec" else (op,)
 
 
+def effective_space(ins: Instruction, op: Operand, dec: Decoder) -> str:
+    """The instruction's state space; `.param` accesses of a call's slots go to local memory."""
+    space = space_of(ins)
+    if space == "param" and dec.symbols.get(op.name) == "callparam":
+        return "local"
+    return space
+
+
 def _ld(ins: Instruction, dec: Decoder) -> Step:
     t = next((p for p in reversed(ins.op) if p in TYPE_BYTES), None)
     if t is None:
         raise dec.error("ld needs a type")
-    space = space_of(ins)
+    space = effective_space(ins, ins.operands[1], dec)
     addr = address(ins.operands[1], dec, space)
     items = _vec_items(ins.operands[0])
     dt = NP[t]
@@ -178,7 +187,7 @@ def _st(ins: Instruction, dec: Decoder) -> Step:
     t = next((p for p in reversed(ins.op) if p in TYPE_BYTES), None)
     if t is None:
         raise dec.error("st needs a type")
-    space = space_of(ins)
+    space = effective_space(ins, ins.operands[0], dec)
     addr = address(ins.operands[0], dec, space)
     srcs = [dec.src(it, t) for it in _vec_items(ins.operands[1])]
     k = TYPE_BYTES[t]
@@ -298,4 +307,19 @@ def _atomic_add(st: Any, space: str, addrs: Array, lanes: Array, bv: Array, olds
     store(st, space, sa[first], lanes[order][first], base)
 
 
-OPS.update({"ld": _ld, "ldu": _ld, "st": _st, "cvta": _cvta, "atom": _atom, "red": _atom})
+def _xg_copy(ins: Instruction, dec: Decoder) -> Step:
+    """A call's argument or result copy between two per-thread slots (made by `inline.py`)."""
+    dst, src, size = ins.operands[0].name, ins.operands[1].name, int(ins.operands[2].value)
+
+    def step(st: Any, m: Mask) -> None:
+        d, s = st.symbol(dst), st.symbol(src)
+        if m is None:
+            st.local[:, d : d + size] = st.local[:, s : s + size]
+        else:
+            rows = np.nonzero(m)[0]
+            st.local[rows, d : d + size] = st.local[rows, s : s + size]
+
+    return step
+
+
+OPS.update({"xg": _xg_copy, "ld": _ld, "ldu": _ld, "st": _st, "cvta": _cvta, "atom": _atom, "red": _atom})

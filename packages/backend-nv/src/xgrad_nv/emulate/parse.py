@@ -10,7 +10,7 @@ executed here; `decode.py` turns instructions into numpy closures.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xgrad_nv.emulate.errors import EmulatorError
 
@@ -75,6 +75,7 @@ class Function:
     name: str
     entry: bool
     params: list[Variable] = field(default_factory=list)
+    rets: list[Variable] = field(default_factory=list)  # a .func's return parameters
     regs: dict[str, str] = field(default_factory=dict)  # register name -> declared type ('.b32', '.pred', ...)
     variables: list[Variable] = field(default_factory=list)  # .local/.shared declared in the body
     body: list[Instruction] = field(default_factory=list)
@@ -257,7 +258,7 @@ def _operand(toks: list[str], line: int) -> Operand:
             else:
                 base = tok
         return Operand("addr", base or "", off)
-    if toks[0] == "{":
+    if toks[0] in "{(":
         items = _split(toks[1:-1])
         return Operand("vec", items=tuple(_operand(t, line) for t in items))
     if "|" in toks:
@@ -312,18 +313,32 @@ def _params(tk: _Tokens) -> list[Variable]:
     return params
 
 
+def rename_operand(op: Operand, names: dict[str, str]) -> Operand:
+    """`op` with register/variable names replaced through `names`."""
+    if op.kind in ("reg", "sym", "addr"):
+        return replace(op, name=names.get(op.name, op.name))
+    if op.kind in ("vec", "pair"):
+        return replace(op, items=tuple(rename_operand(i, names) for i in op.items))
+    return op
+
+
 def _body(tk: _Tokens, fn: Function) -> None:
     depth = 1
+    scopes: list[dict[str, str]] = [{}]  # registers declared in nested { } blocks shadow outer ones: unique names
+    visible: dict[str, str] = {}
     while depth:
         tok = tk.peek()
         line = tk.line()
         if tok == "{":
             tk.next()
             depth += 1
+            scopes.append({})
             continue
         if tok == "}":
             tk.next()
             depth -= 1
+            scopes.pop()
+            visible = {k: v for s in scopes for k, v in s.items()}
             continue
         if tk.peek(1) == ":" and not tok.startswith("."):
             tk.next()
@@ -332,26 +347,40 @@ def _body(tk: _Tokens, fn: Function) -> None:
             continue
         stmt = tk.until(";")
         if stmt[0] == ".reg":
-            _regs(stmt, fn)
+            declared = _regs(stmt, fn, f"#{line}" if depth > 1 else "")
+            if depth > 1:
+                scopes[-1].update(declared)
+                visible.update(declared)
         elif stmt[0] in (".local", ".shared"):
             fn.variables.append(_variable(stmt[0][1:], stmt[1:], False))
+        elif stmt[0] == ".param":  # a call's argument or result slot: per thread, like .local
+            fn.variables.append(_variable("callparam", stmt[1:], False))
         elif stmt[0] == ".extern" and stmt[1] == ".shared":
             fn.variables.append(_variable("shared", stmt[2:], True))
         elif stmt[0].startswith("."):
             continue  # .pragma, .loc, ...
         else:
-            fn.body.append(_instruction(stmt, line))
+            ins = _instruction(stmt, line)
+            if visible:
+                ins.operands = [rename_operand(o, visible) for o in ins.operands]
+                ins.guard = visible.get(ins.guard, ins.guard) if ins.guard else None
+            fn.body.append(ins)
 
 
-def _regs(stmt: list[str], fn: Function) -> None:
+def _regs(stmt: list[str], fn: Function, suffix: str) -> dict[str, str]:
+    """Declare the registers of a `.reg` statement (names get `suffix`); returns declared name -> register name."""
     dtype = next(t for t in stmt[1:] if t.startswith(".") and t[1:] in TYPE_BYTES)
     names = [t for t in _split([t for t in stmt[1:] if not t.startswith(".")])]
+    declared = {}
     for parts in names:
         if len(parts) == 4 and parts[1] == "<":
             for k in range(_int(parts[2])):
-                fn.regs[f"{parts[0]}{k}"] = dtype
+                declared[f"{parts[0]}{k}"] = f"{parts[0]}{k}{suffix}"
         else:
-            fn.regs[parts[0]] = dtype
+            declared[parts[0]] = parts[0] + suffix
+    for reg in declared.values():
+        fn.regs[reg] = dtype
+    return declared
 
 
 def _instruction(stmt: list[str], line: int) -> Instruction:
@@ -419,12 +448,11 @@ def _function(tk: _Tokens, mod: ParsedModule, entry: bool) -> None:
     if tk.peek() == "(":
         ret = _params(tk)
     name = tk.next()
-    fn = Function(name, entry)
+    fn = Function(name, entry, rets=ret)
     fn.params = _params(tk) if tk.peek() == "(" else []
-    del ret
     while tk.peek() not in ("{", ";"):
         tk.next()  # .maxntid 256, 1, 1 / .reqntid / .minnctapersm / .noreturn
     if tk.next() == ";":
-        return  # a prototype
+        return  # a declaration; the definition follows
     _body(tk, fn)
     mod.functions[name] = fn
