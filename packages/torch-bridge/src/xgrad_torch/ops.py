@@ -27,7 +27,7 @@ import torch
 from xgrad import Tensor, dtypes
 
 from . import storage
-from .registration import XGRAD_TORCH_STRICT, BridgeError, new_shell, redispatch_meta, set_storage
+from .registration import XGRAD_TORCH_STRICT, BridgeError, decomposes, new_shell, redispatch_meta, set_storage
 from .storage import read, to_torch_dtype, to_xgrad_dtype, wrap, write
 
 aten = torch.ops.aten
@@ -191,6 +191,9 @@ def install() -> None:
         return
     _lib = torch.library.Library("aten", "IMPL")
     for name, fn in _pending_impls:
+        if decomposes(name):
+            TABLE.pop(name, None)  # torch decomposes it into ops of the table (and differentiates those)
+            continue
         _lib.impl(name, fn, "PrivateUse1")
     _fallback_lib.fallback(fallback, "PrivateUse1")
 
@@ -440,6 +443,40 @@ def _vjp(fn: Callable[..., Tensor], inputs: list[Tensor], grad: Tensor) -> list[
 register(overloads_of("gelu_backward"), "nn", _gelu_backward)
 
 
+def _grad_of(fn: Callable[[Tensor, Args], Tensor], input_name: str = "self") -> Compute:
+    """The backward kernel `<op>_backward(grad_output, <input>, ...)` of an activation, by xgrad's autograd."""
+
+    def compute(a: Args) -> Tensor:
+        x, g = x_of(a[input_name]), x_of(a["grad_output"])
+        return _vjp(lambda t: fn(t, a), [x], g)[0]
+
+    return compute
+
+
+register(["hardtanh_backward"], "nn", _grad_of(lambda x, a: x.clamp(a["min_val"], a["max_val"])))
+register(["leaky_relu_backward"], "nn", _grad_of(lambda x, a: x.leaky_relu(a["negative_slope"])))
+register(["silu_backward"], "nn", _grad_of(lambda x, a: x.silu()))
+register(["softplus_backward"], "nn", _grad_of(lambda x, a: x.softplus(a["beta"])))
+register(["hardsigmoid_backward"], "nn", _grad_of(lambda x, a: x.hardsigmoid()))
+register(["hardswish_backward"], "nn", _grad_of(lambda x, a: x.hardswish()))
+register(["mish_backward"], "nn", _grad_of(lambda x, a: x.mish()))
+register(["sigmoid_backward"], "nn", lambda a: x_of(a["grad_output"]) * x_of(a["output"]) * (1 - x_of(a["output"])))
+register(["tanh_backward"], "nn", lambda a: x_of(a["grad_output"]) * (1 - x_of(a["output"]) * x_of(a["output"])))
+
+
+def _elu_backward(a: Args) -> Tensor:
+    g, v = x_of(a["grad_output"]), x_of(a["self_or_result"])
+    alpha, scale, in_scale = a["alpha"], a["scale"], a["input_scale"]
+    if a["is_result"]:  # v = scale * alpha * (exp(x * in_scale) - 1) where x <= 0
+        neg = g * in_scale * (v + alpha * scale)
+    else:
+        neg = g * in_scale * scale * alpha * (v * in_scale).exp()
+    return (v > 0).where(g * scale, neg)
+
+
+register(["elu_backward"], "nn", _elu_backward)
+
+
 # ---- reductions ----
 def _sum_dtype(a: Args) -> torch.dtype:
     if a.get("dtype") is not None:
@@ -563,7 +600,7 @@ _warned: set[str] = set()
 
 def _to_cpu(v: Any) -> Any:
     if isinstance(v, torch.Tensor) and v.device.type == "xgrad":
-        return storage.to_cpu_tensor(v).requires_grad_(False)
+        return storage.to_cpu_tensor(v).clone()  # torch's own memory: a CPU kernel may resize an out= tensor
     if isinstance(v, (list, tuple)):
         return type(v)(_to_cpu(e) for e in v)
     return v

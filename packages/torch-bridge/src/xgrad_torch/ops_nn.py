@@ -421,6 +421,17 @@ def _bce(a: Args) -> Tensor:
 register(["binary_cross_entropy"], "loss", _bce)
 
 
+def _bce_backward(a: Args) -> Tensor:
+    x, y, g = x_of(a["self"]), x_of(a["target"]), x_of(a["grad_output"])
+    grad = g * (x - y) / ((1 - x) * x).maximum(1e-12)
+    if a["weight"] is not None:
+        grad = grad * x_of(a["weight"])
+    return grad / x.numel() if a["reduction"] == 1 else grad
+
+
+register(["binary_cross_entropy_backward"], "loss", _bce_backward)
+
+
 # ---- embedding, indexing, scatter, gather ----
 register(["embedding"], "index", lambda a: x_of(a["weight"])[x_of(a["indices"]).cast(dtypes.int32)])
 
@@ -483,6 +494,31 @@ def _index_select(a: Args) -> Tensor:
 register(["index_select"], "index", _index_select)
 
 
+def _index_add(a: Args) -> Tensor:
+    x, src = x_of(a["self"]), x_of(a["source"], a["self"].dtype)
+    dim = a["dim"] % max(x.ndim, 1)
+    idx = x_of(a["index"]).cast(dtypes.int32).reshape(*([1] * dim), -1, *([1] * (x.ndim - dim - 1))).expand(src.shape)
+    return x.scatter_reduce(dim, idx, src * a["alpha"] if a["alpha"] != 1 else src, "sum")
+
+
+register(["index_add", "index_add_", "index_add.out"], "index", _index_add)
+
+
+def _unfold_backward(a: Args) -> Tensor:
+    sizes, dim, size, step = tuple(a["input_sizes"]), a["dim"], a["size"], a["step"]
+    dim %= max(len(sizes), 1)
+    stride = storage._contiguous(sizes)
+    windows = (sizes[dim] - size) // step + 1
+    shape = (*sizes[:dim], windows, *sizes[dim + 1 :], size)
+    strides = (*stride[:dim], stride[dim] * step, *stride[dim + 1 :], stride[dim])
+    idx = Tensor(storage._indices(shape, strides, 0).reshape(-1).astype(np.int32))
+    flat = Tensor.zeros(math.prod(sizes), dtype=to_xgrad_dtype(a["grad_in"].dtype))
+    return flat.scatter_reduce(0, idx, x_of(a["grad_in"]).reshape(-1), "sum").reshape(sizes)
+
+
+register(["unfold_backward"], "index", _unfold_backward)
+
+
 def _scatter(a: Args) -> Tensor:
     x, idx = x_of(a["self"]), x_of(a["index"]).cast(dtypes.int32)
     src = x_of(a["src"] if "src" in a else a["value"], a["self"].dtype)
@@ -535,7 +571,9 @@ register(["topk"], "sort", _topk)
 # ---- joining, padding, flipping ----
 def _cat(a: Args) -> Tensor:
     tensors = [t for t in a["tensors"] if t.numel() or t.dim() != 1]
-    dtype = torch.result_type(*tensors) if len(tensors) > 1 else tensors[0].dtype
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
     xs = [x_of(t, dtype) for t in tensors]
     return xs[0].cat(*xs[1:], dim=a["dim"]) if len(xs) > 1 else xs[0]
 

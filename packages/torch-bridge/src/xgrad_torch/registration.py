@@ -158,8 +158,33 @@ def register(on_synchronize: Callable[[], None]) -> None:
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     torch._C._set_multithreading_enabled(False)
+    _pickle_through_cpu()
     _sync_hooks.append(on_synchronize)
     _registered = True
+
+
+def _pickle_through_cpu() -> None:
+    """Pickle (`torch.save`) a tensor on `xgrad` as its CPU copy plus the device to restore it to: torch's own route
+    for tensors of a Python backend without host-readable storage (whose test, `_has_storage`, our tensors pass
+    because their storage carries the xgrad buffer). `torch.load(..., map_location="cpu")` gives CPU tensors;
+    without a map_location they come back on `xgrad`."""
+    original = torch.Tensor._reduce_ex_internal
+    if getattr(original, "_xgrad", False):
+        return
+
+    def reduce_ex_internal(self: torch.Tensor, proto: int) -> Any:
+        if self.device.type != NAME:
+            return original(self, proto)
+        cpu = self.detach().cpu()
+        return torch._utils._rebuild_device_tensor_from_cpu_tensor, (
+            cpu,
+            self.dtype,
+            str(self.device),
+            self.requires_grad,
+        )
+
+    reduce_ex_internal._xgrad = True  # type: ignore[attr-defined]
+    torch.Tensor._reduce_ex_internal = reduce_ex_internal  # type: ignore[method-assign]
 
 
 # ---- the private calls the rest of the package makes ----
@@ -183,3 +208,9 @@ def set_storage(t: torch.Tensor, source: torch.Tensor) -> None:
     torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
         _META, t, source.untyped_storage(), source.storage_offset(), source.shape, source.stride()
     )
+
+
+def decomposes(overload: str) -> bool:
+    """Whether torch decomposes the aten overload itself (CompositeImplicitAutograd): a backend kernel for it would
+    hide the decomposition from autograd, so the bridge registers none."""
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{overload}", "CompositeImplicitAutograd"))

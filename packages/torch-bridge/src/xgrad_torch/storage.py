@@ -256,6 +256,6 @@ def from_cpu(src: torch.Tensor) -> Tensor:
 
 def to_cpu_tensor(t: torch.Tensor) -> torch.Tensor:
     """A new CPU torch tensor with `t`'s values."""
-    arr = to_numpy(t)
-    out = torch.from_numpy(np.ascontiguousarray(arr))
+    arr = np.ascontiguousarray(to_numpy(t))
+    out = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
     return out.to(torch.bfloat16) if t.dtype == torch.bfloat16 else out
