@@ -2,12 +2,15 @@
 (llama-cpp-python's `llama_cpp.server`, same model, same threads) when that is installed.
 
 Run: .venv/bin/python bench/bench_serve.py [--model PATH | --tiny] [--streams 1,4,8] [--tokens 64] [--batch]
+     [--peer-python .bench-venv/bin/python] [--peer-extra-bufts on|off]
 Each server runs in its own process on a free loopback port. For each concurrency N, N clients stream a chat reply
 each (greedy, `max_tokens` = --tokens, distinct prompts) at the same time; the numbers are the generated tokens
 (from each stream's usage) over the wall time from the first request to the last [DONE], the same from each stream's
 first token on ("decode": prefill excluded), and the mean time to the first token. xgrad runs with --parallel N.
 `--tiny` serves a tiny random-weight llama written on the spot (a smoke run; its numbers mean little). Asserts
-nothing. Not run in CI: the peer needs a bench environment (pip install llama-cpp-python).
+nothing. Not run in CI: the peer needs a bench environment (see bench_llm.py; the server also needs
+`pip install 'llama-cpp-python[server]'` there), named by --peer-python. llama-server answers one request at a time
+(llama-cpp-python's server has one context), so it is measured at every concurrency in one process.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float, path: str = "/health") -> None:
+    """Until GET `path` answers 200 (llama_cpp.server has no /health: /v1/models there)."""
     import httpx2 as httpx
 
     deadline = time.monotonic() + timeout
@@ -40,7 +44,7 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited with {proc.returncode}")
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
+            if httpx.get(url + path, timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -58,7 +62,7 @@ def run_streams(url: str, n: int, tokens: int) -> dict[str, float]:
     def one(i: int) -> None:
         start = time.perf_counter()
         first = None
-        used = 0
+        used = pieces = 0
         stream = client.chat.completions.create(
             model="m",
             messages=[{"role": "user", "content": f"Write a long story about a river, number {i}."}],
@@ -68,10 +72,13 @@ def run_streams(url: str, n: int, tokens: int) -> dict[str, float]:
             stream_options={"include_usage": True},
         )
         for chunk in stream:
-            if chunk.choices and chunk.choices[0].delta.content and first is None:
-                first = time.perf_counter()
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces += 1
+                if first is None:
+                    first = time.perf_counter()
             if chunk.usage is not None:
                 used = chunk.usage.completion_tokens
+        used = used or pieces  # llama_cpp.server sends no usage in streams: one token per content chunk there
         end = time.perf_counter()
         with lock:
             results.append((start, first or end, end, used))
@@ -113,11 +120,30 @@ def start_xgrad(model: str, port: int, parallel: int, threads: int, ctx: int, ba
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def start_llama(model: str, port: int, threads: int, ctx: int) -> subprocess.Popen[bytes]:
+# runs llama_cpp.server, first turning llama.cpp's extra buffer types off when argv[1] is "off" (its AMX matmul
+# segfaults in some VMs; bench_llm.py does the same)
+LLAMA_SERVER = """
+import runpy, sys
+if sys.argv.pop(1) == "off":
+    import llama_cpp.llama_cpp as api
+    default_params = api.llama_model_default_params
+    def no_extra_buffers():
+        p = default_params()
+        p.use_extra_bufts = False
+        return p
+    api.llama_model_default_params = no_extra_buffers
+runpy.run_module("llama_cpp.server", run_name="__main__")
+"""
+
+
+def start_llama(
+    python: str, model: str, port: int, threads: int, ctx: int, extra_bufts: str
+) -> subprocess.Popen[bytes]:
     cmd = [
-        sys.executable,
-        "-m",
-        "llama_cpp.server",
+        python,
+        "-c",
+        LLAMA_SERVER,
+        extra_bufts,
         "--model",
         model,
         "--port",
@@ -155,17 +181,16 @@ def main() -> None:
     p.add_argument("--ctx", type=int, default=512, help="context per slot (default 512)")
     p.add_argument("--batch", action="store_true", help="run xgrad with --batch (continuous batching; else --no-batch)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds to wait for a server to load")
+    p.add_argument("--peer-python", default=sys.executable, help="the Python that has llama-cpp-python[server]")
+    p.add_argument("--peer-extra-bufts", choices=("on", "off"), default="on", help="llama.cpp's extra buffer types")
     args = p.parse_args()
     tmp = tempfile.TemporaryDirectory()
     model = tiny_model(pathlib.Path(tmp.name)) if args.tiny else (args.model or default_model())
     counts = [int(x) for x in args.streams.split(",")]
-    try:
-        import llama_cpp  # noqa: F401
-
-        peer = True
-    except ImportError:
-        peer = False
-        print("llama-cpp-python is not installed: no llama-server column (pip install llama-cpp-python in a bench env)")
+    probe = subprocess.run([args.peer_python, "-c", "import llama_cpp.server.app"], capture_output=True)
+    peer = probe.returncode == 0
+    if not peer:
+        print(f"{args.peer_python} has no llama_cpp.server: no llama-server column (see --peer-python)")
     print(f"model {pathlib.Path(model).name}, {args.tokens} tokens per stream, {args.threads} threads")
     rows: dict[str, dict[int, dict[str, float]]] = {}
     servers: list[tuple[str, Any]] = [("xgrad", None)] + ([("llama-server", None)] if peer else [])
@@ -177,9 +202,11 @@ def main() -> None:
             if name == "xgrad":
                 proc = start_xgrad(model, port, n, args.threads, args.ctx, args.batch)
             else:
-                proc = start_llama(model, port, args.threads, args.ctx * max(counts))
+                proc = start_llama(
+                    args.peer_python, model, port, args.threads, args.ctx * max(counts), args.peer_extra_bufts
+                )
             try:
-                wait_ready(url, proc, args.timeout)
+                wait_ready(url, proc, args.timeout, "/health" if name == "xgrad" else "/v1/models")
                 run_streams(url, 1, 4)  # warm-up: compiles and captures
                 for m in counts if name != "xgrad" else [n]:
                     if name == "xgrad":
@@ -196,9 +223,9 @@ def main() -> None:
                 proc.wait(timeout=30)
     base = rows["xgrad"].get(1)
     for n, r in rows["xgrad"].items():
-        if base and n > 1:
+        if base and n > 1 and base["decode_tok_s"] > 0:
             print(f"xgrad {n} streams / 1 stream: {r['decode_tok_s'] / base['decode_tok_s']:.2f}x")
-        if peer and n in rows["llama-server"]:
+        if peer and n in rows["llama-server"] and rows["llama-server"][n]["decode_tok_s"] > 0:
             ratio = r["decode_tok_s"] / rows["llama-server"][n]["decode_tok_s"]
             print(f"xgrad / llama-server at {n} streams: {ratio:.2f}x")
 
