@@ -197,3 +197,8 @@ def test_training_across_two_hosts_in_network_namespaces(two_hosts: pathlib.Path
     assert float(worst[0]) <= 1e-5
     assert sorted(re.findall(r"HOST (xghost\d)", proc.stdout)) == ["xghost0", "xghost1"], proc.stdout
     assert time.perf_counter() - start < 300
+
+
+def test_data_parallel_with_every_optimizer_equals_one_process() -> None:
+    worst = oks(mpirun(2, "check_optimizers.py"), 2)
+    assert float(worst[0]) <= 1e-5
