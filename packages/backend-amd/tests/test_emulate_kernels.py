@@ -83,6 +83,15 @@ K void wmma(float* o, const half* a, const half* b, const float* c) {
   acc = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(av, bv, acc);
   for (int r = 0; r < 8; r++) o[(2 * r + l / 16) * 16 + (l % 16)] = acc[r];
 }
+typedef short short16 __attribute__((ext_vector_type(16)));
+K void wmma_bf16(float* o, const short* a, const short* b) {
+  int l = TID;
+  short16 av, bv;
+  for (int k = 0; k < 16; k++) { av[k] = a[(l % 16) * 16 + k]; bv[k] = b[k * 16 + (l % 16)]; }
+  float8 acc = {};
+  acc = __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32(av, bv, acc);
+  for (int r = 0; r < 8; r++) o[(2 * r + l / 16) * 16 + (l % 16)] = acc[r];
+}
 """
 
 
@@ -250,6 +259,19 @@ def test_wmma_f16_matches_numpy_matmul(co: CodeObject) -> None:
     r("wmma", [o, r.buf(a), r.buf(b), r.buf(c)], (1, 1, 1), (32, 1, 1))
     want = a.astype(np.float64) @ b.astype(np.float64) + c
     np.testing.assert_allclose(r.get(o, np.zeros((16, 16), np.float32)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_wmma_bf16_matches_numpy_matmul(co: CodeObject) -> None:
+    rng = np.random.default_rng(8)
+    a32 = rng.standard_normal((16, 16)).astype(np.float32)
+    b32 = rng.standard_normal((16, 16)).astype(np.float32)
+    a_bits, b_bits = ((x.view(np.uint32) >> np.uint32(16)).astype(np.uint16) for x in (a32, b32))
+    r = Run(co)
+    o = r.buf(np.zeros((16, 16), np.float32))
+    r("wmma_bf16", [o, r.buf(a_bits), r.buf(b_bits)], (1, 1, 1), (32, 1, 1))
+    a = (a_bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)  # bf16 values, exactly
+    b = (b_bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+    np.testing.assert_allclose(r.get(o, np.zeros((16, 16), np.float32)), a @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_bad_launches_raise(co: CodeObject) -> None:

@@ -71,9 +71,9 @@ def build(inst: Inst) -> Exec:
 class Program:
     """A kernel's instructions, decoded and built on first execution, indexed by byte offset / 4."""
 
-    def __init__(self, kernel: Kernel) -> None:
-        self.code = kernel.code
-        self.table: list[Exec | None] = [None] * (len(kernel.code) // 4 + 1)
+    def __init__(self, code: bytes) -> None:
+        self.code = code
+        self.table: list[Exec | None] = [None] * (len(code) // 4 + 1)
 
     def at(self, pc: int) -> Exec:
         i = pc >> 2
@@ -91,7 +91,7 @@ def program(co: CodeObject, name: str) -> Program:
     """The (cached) built program of kernel `name`."""
     progs = _program_cache.setdefault(co, {})
     if name not in progs:
-        progs[name] = Program(co.kernels[name])
+        progs[name] = Program(co.kernels[name].code)
     return progs[name]
 
 
@@ -203,6 +203,11 @@ def _run_group(group: Group, prog: Program) -> None:
             return
         for w in live:
             w.at_barrier = False
+
+
+def run_wave(w: Wave, prog: Program) -> None:
+    """Execute one wave from its pc until s_endpgm or s_barrier (also how tests run hand-assembled code)."""
+    _run_wave(w, prog)
 
 
 def _run_wave(w: Wave, prog: Program) -> None:

@@ -138,7 +138,7 @@ def _matrix_ab(w: Wave, code: int, kind: str) -> np.ndarray:
 
 def _build_wmma(inst: Inst) -> Exec:
     name, f, size = inst.name, inst.f, inst.size
-    kind = "bf16" if "_bf16" in name.split("x16_")[-1] else "f16"
+    kind = "bf16" if name.endswith("_bf16") else "f16"
     out16 = name.startswith(("v_wmma_f16", "v_wmma_bf16"))
     if "iu" in name:
         raise EmulatorError(f"unimplemented vector instruction {name} (VOP3P opcode {inst.op}) at {inst.addr:#x}")

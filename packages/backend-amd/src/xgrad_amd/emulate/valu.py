@@ -63,8 +63,8 @@ def _modify(x: np.ndarray, t: str, neg: int, ab: int) -> np.ndarray:
 def _sources(inst: Inst) -> list[int]:
     f, name, enc = inst.f, inst.name, inst.enc
     base = name.replace("v_dual_", "v_")
-    if base in ("v_fmac_f32", "v_fmac_f16", "v_fmac_f64") and enc in ("VOP2", "VOPD"):
-        return [f["src0"], f["vsrc1"], f["vdst"]]
+    if base in ("v_fmac_f32", "v_fmac_f16", "v_fmac_f64", "v_fmac_dx9_zero_f32"):  # the destination accumulates
+        return [f["src0"], f["vsrc1"] if enc in ("VOP2", "VOPD") else f["src1"], f["vdst"]]
     if base in ("v_fmamk_f32", "v_fmamk_f16"):
         return [f["src0"], LITERAL, f["vsrc1"]]
     if base in ("v_fmaak_f32", "v_fmaak_f16"):
@@ -144,7 +144,7 @@ def _build_vopd(inst: Inst) -> Exec:
     size = inst.size
 
     def run(w: Wave) -> None:
-        results = [h(w) for h in halves]
+        results = [(d, np.array(v), t) for d, v, t in (h(w) for h in halves)]  # copies: a result may view a VGPR
         for dst, value, t in results:
             write_typed(w, dst, value, t)
         w.pc += size
