@@ -175,7 +175,10 @@ def test_pack_kernargs_rejects_wrong_arguments(built: tuple[bytes, Path]) -> Non
     with pytest.raises(CodeObjectError, match="max_flat_workgroup_size 256"):
         add.pack_kernargs([1, 2, 3, 4], (1, 1, 1), (512, 1, 1))
     with pytest.raises(CodeObjectError, match="must be >= 1"):
-        add.pack_kernargs([1, 2, 3, 4], (0, 1, 1), (32, 1, 1))
+        add.pack_kernargs([1, 2, 3, 4], (1, 1, 1), (0, 1, 1))
+    with pytest.raises(CodeObjectError, match="must be >= 1"):
+        add.pack_kernargs([1, 2, 3, 4], (-1, 1, 1), (32, 1, 1))
+    assert len(add.pack_kernargs([1, 2, 3, 4], (0, 1, 1), (32, 1, 1))) == 28  # an empty grid launches nothing
 
 
 def test_bad_input_raises_code_object_error(built: tuple[bytes, Path]) -> None:

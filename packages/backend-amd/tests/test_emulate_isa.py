@@ -90,7 +90,8 @@ def test_vop1_transcendentals_follow_the_isa_definitions() -> None:
     w = wave()
     w.v[0] = f32(x)
     run(w, "v_exp_f32 v1, v0\nv_log_f32 v2, v0\nv_rcp_f32 v3, v0\nv_sqrt_f32 v4, v0\nv_rsq_f32 v5, v0\n"
-        "v_sin_f32 v6, v0\nv_cos_f32 v7, v0\nv_fract_f32 v8, v0\nv_cvt_i32_f32 v9, v0\nv_frexp_exp_i32_f32 v10, v0")  # fmt: skip
+        "v_sin_f32 v6, v0\nv_cos_f32 v7, v0\nv_fract_f32 v8, v0\nv_cvt_i32_f32 v9, v0\n"
+        "v_frexp_exp_i32_f32 v10, v0")  # fmt: skip
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(lanes_f32(w, 1), 2**x64, rtol=1e-6)  # 2^x, not e^x
     np.testing.assert_allclose(lanes_f32(w, 2), np.log2(x64), rtol=1e-6, atol=1e-7)
@@ -191,7 +192,8 @@ def test_f64_and_f16_with_op_sel() -> None:
     w.v[5] = 0xAAAA0000
     w.v[8] = 0x1234
     run(w, "v_add_f64 v[2:3], v[0:1], 0.5\nv_fma_f64 v[6:7], v[0:1], v[0:1], -1.0\n"
-        "v_fma_f16 v5, v4, v4, v4 op_sel:[1,1,0,0]\nv_fma_f16 v8, v4, v4, 0 op_sel:[0,0,0,1]\nv_add_f16_e64 v9, v4, 2.0")  # fmt: skip
+        "v_fma_f16 v5, v4, v4, v4 op_sel:[1,1,0,0]\nv_fma_f16 v8, v4, v4, 0 op_sel:[0,0,0,1]\n"
+        "v_add_f16_e64 v9, v4, 2.0")  # fmt: skip
     got = (w.v[2].astype(np.uint64) | w.v[3].astype(np.uint64) << 32).view(np.float64)
     np.testing.assert_array_equal(got, d + 0.5)
     got = (w.v[6].astype(np.uint64) | w.v[7].astype(np.uint64) << 32).view(np.float64)
@@ -213,7 +215,8 @@ def test_vop3p_packed_mix_and_dot() -> None:
         u = h[i].view(np.uint16).astype(U32)
         w.v[i] = u[:, 0] | (u[:, 1] << 16)
     run(w, "v_pk_add_f16 v4, v0, v1\nv_pk_fma_f16 v5, v0, v1, v2 op_sel:[1,0,0] op_sel_hi:[0,1,1]\n"
-        "v_pk_mul_f16 v6, v0, v1 neg_lo:[1,0] neg_hi:[0,1]\nv_fma_mix_f32 v7, v0, v1, v2 op_sel:[1,0,0] op_sel_hi:[1,1,1]\n"
+        "v_pk_mul_f16 v6, v0, v1 neg_lo:[1,0] neg_hi:[0,1]\n"
+        "v_fma_mix_f32 v7, v0, v1, v2 op_sel:[1,0,0] op_sel_hi:[1,1,1]\n"
         "v_dot2_f32_f16 v8, v0, v1, 1.0")  # fmt: skip
     a, b, c = (h[i].astype(np.float64) for i in range(3))
 

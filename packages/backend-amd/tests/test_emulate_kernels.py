@@ -279,4 +279,7 @@ def test_bad_launches_raise(co: CodeObject) -> None:
     with pytest.raises(EmulatorError, match="no kernel 'nope'"):
         launch(co, "nope", (1, 1, 1), (32, 1, 1), b"", r.mem)
     with pytest.raises(EmulatorError, match="invalid"):
-        launch(co, "trig", (0, 1, 1), (32, 1, 1), bytes(16), r.mem)
+        launch(co, "trig", (1, 1, 1), (0, 1, 1), bytes(16), r.mem)
+    with pytest.raises(EmulatorError, match="at most 1024"):
+        launch(co, "trig", (1, 1, 1), (2048, 1, 1), bytes(16), r.mem)
+    launch(co, "trig", (0, 1, 1), (32, 1, 1), bytes(16), r.mem)  # no workgroups, nothing runs

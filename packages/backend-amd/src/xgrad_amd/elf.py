@@ -354,8 +354,8 @@ class Kernel:
         of the non-hidden `.args`, then the hidden ones (`grid` in workgroups, `block` in work-items per workgroup)."""
         if len(block) != 3 or len(grid) != 3:
             raise CodeObjectError(f"grid and block are (x, y, z) triples, got grid={grid} block={block}")
-        if any(b < 1 for b in block) or any(g < 1 for g in grid):
-            raise CodeObjectError(f"grid {grid} and block {block} must be >= 1 in every dimension")
+        if any(b < 1 for b in block) or any(g < 0 for g in grid):  # an empty grid (a zero-size tensor) runs nothing
+            raise CodeObjectError(f"block {block} must be >= 1 and grid {grid} >= 0 in every dimension")
         if block[0] * block[1] * block[2] > self.max_flat_workgroup_size:
             raise CodeObjectError(
                 f"kernel {self.name}: a block of {block} is {block[0] * block[1] * block[2]} work-items, over its "

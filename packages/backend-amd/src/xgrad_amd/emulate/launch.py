@@ -151,7 +151,7 @@ def launch(
     if not co.target.endswith("gfx1100"):
         raise EmulatorError(f"kernel {name} targets {co.target}; the emulator executes gfx1100 code only")
     threads = block[0] * block[1] * block[2]
-    if min(grid) < 1 or min(block) < 1 or threads > k.max_flat_workgroup_size:
+    if min(grid) < 0 or min(block) < 1 or threads > k.max_flat_workgroup_size:
         raise EmulatorError(
             f"grid {grid} / block {block} is invalid for {name} (at most {k.max_flat_workgroup_size} work-items)"
         )
@@ -160,6 +160,8 @@ def launch(
         raise EmulatorError(f"kernel {name} needs {lds_bytes} bytes of LDS, over gfx1100's {LDS_LIMIT}")
     if k.descriptor.private_segment_fixed_size or k.descriptor.enable_private_segment:
         raise EmulatorError(f"kernel {name} uses scratch memory (register spills), which the emulator does not model")
+    if min(grid) == 0:
+        return  # no workgroups: a launch over a zero-size tensor does nothing
     image = load(co, mem)
     code_base = image + k.code_offset
     karg = mem.alloc(max(len(kernarg), 1) + 256)
