@@ -95,6 +95,8 @@ UNCHANGED: dict[str, Any] = {
     "NO_MEMORY_PLANNER": 1,
     "DISALLOW_BROADCAST": 1,  # (on the elementwise graph: matmul broadcasts implicitly inside)
     "NUM_CPU_THREADS": 1,
+    "DIST_TIMEOUT": 5.0,  # xgrad.distributed: read when a collective across processes waits
+    "DIST_BUCKET_MB": 1.0,  # xgrad.distributed: read by DataParallel
     # tinygrad's knobs accepted with no effect in xgrad
     "IMAGE": 1,
     "CHECK_OOB": 1,
