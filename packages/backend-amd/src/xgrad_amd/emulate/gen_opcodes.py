@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 
 MASKS = {  # the bits that name the encoding and the opcode, and the instruction's size in bytes
     "SOP2": (0xFF800000, 4), "SOPK": (0xFF800000, 4), "SOP1": (0xFF80FF00, 4), "SOPC": (0xFFFF0000, 4),
@@ -56,7 +55,7 @@ def _disassemble(words: list[list[int]], size: int, mask: int) -> dict[int, tupl
     lines = [",".join(f"0x{b:02x}" for w in ws for b in w.to_bytes(4, "little")) for ws in words]
     cmd = [mc, "--disassemble", "-triple=amdgcn", "-mcpu=gfx1100", "-show-encoding"]
     text = subprocess.run(cmd, input="\n".join(lines), capture_output=True, text=True).stdout
-    res = {}
+    res: dict[int, tuple[str, str]] = {}
     for line in text.splitlines():
         m = re.match(r"\s+(\S+)\s*(.*?)\s*; encoding: \[(.*)\]", line)
         if m:
@@ -141,4 +140,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -48,10 +48,10 @@ def _lane_addresses(w: Wave, inst: Inst) -> np.ndarray:
     f = inst.f
     if inst.enc != "FLAT" and f["saddr"] not in (124, 125):
         base = np.uint64(w.sread64(f["saddr"]))
-        return base + w.v[f["addr"]].astype(np.uint64) + np.uint64(f["offset"] & ((1 << 64) - 1))
+        return np.asarray(base + w.v[f["addr"]].astype(np.uint64) + np.uint64(f["offset"] & ((1 << 64) - 1)))
     lo = w.v[f["addr"]].astype(np.uint64)
     hi = w.v[f["addr"] + 1].astype(np.uint64)
-    return ((hi << np.uint64(32)) | lo) + np.uint64(f["offset"] & ((1 << 64) - 1))
+    return np.asarray(((hi << np.uint64(32)) | lo) + np.uint64(f["offset"] & ((1 << 64) - 1)))
 
 
 class _Space:
@@ -273,15 +273,15 @@ def build_ds(inst: Inst) -> Exec:
         return dsstore
     atomic = kind.replace("_rtn", "")
     if atomic in _ATOMIC:
-        dt, fn = _ATOMIC[atomic]
+        adt, afn = _ATOMIC[atomic]
         returns = "_rtn" in kind
 
         def dsatomic(w: Wave) -> None:
             m = w.mask()
             for lane in np.nonzero(m)[0]:
                 a = np.array([int(w.v[addr_r, lane]) + off], np.int64)
-                old = _lds_load(w.lds, a, np.dtype(dt), 1)
-                _lds_store(w.lds, a, np.asarray(fn(old, w.v[d0, lane : lane + 1].view(dt)), dt), 1)
+                old = _lds_load(w.lds, a, np.dtype(adt), 1)
+                _lds_store(w.lds, a, np.asarray(afn(old, w.v[d0, lane : lane + 1].view(adt)), adt), 1)
                 if returns:
                     w.v[vdst, lane] = old.view(np.uint32)[0]
             w.pc += size

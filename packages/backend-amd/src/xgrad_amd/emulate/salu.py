@@ -84,7 +84,7 @@ _SOP2: dict[str, tuple[Callable[[int, int], tuple[int, int | None]], bool, bool]
     "s_pack_lh_b32_b16": (lambda a, b: ((a & 0xFFFF) | (b & 0xFFFF0000), None), False, False),
     "s_pack_hh_b32_b16": (lambda a, b: ((a >> 16) | (b & 0xFFFF0000), None), False, False),
 }
-_SOP2_SHIFT64 = {
+_SOP2_SHIFT64: dict[str, Callable[[int, int], int]] = {
     "s_lshl_b64": lambda a, b: (a << (b & 63)) & M64,
     "s_lshr_b64": lambda a, b: a >> (b & 63),
     "s_ashr_i64": lambda a, b: _s64(a) >> (b & 63),

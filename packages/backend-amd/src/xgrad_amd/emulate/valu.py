@@ -165,7 +165,9 @@ _CMP = {"lt": np.less, "eq": np.equal, "le": np.less_equal, "gt": np.greater, "n
 
 
 def _float_cmp(op: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    unordered = lambda a, b: np.isnan(a) | np.isnan(b)  # noqa: E731
+    def unordered(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.asarray(np.isnan(a) | np.isnan(b))
+
     table: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
         "f": lambda a, b: np.zeros(a.shape, bool), "t": lambda a, b: np.ones(a.shape, bool),
         "lt": np.less, "eq": np.equal, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
@@ -203,11 +205,9 @@ def _build_cmp(inst: Inst) -> Exec:
         with np.errstate(all="ignore"):
             result = bits_of(np.asarray(fn(a, b)) & w.mask())
         if cmpx:
-            w.s[EXEC] = result
+            w.s[EXEC] = result  # gfx11's v_cmpx writes EXEC only
         else:
-            w.swrite(dst, result)
-            if dst < 127 and dst != 124:
-                w.swrite(dst + 1, 0) if False else None
+            w.swrite(dst, result)  # wave32: the low half of VCC or of an SGPR pair
         w.pc += size
 
     return run

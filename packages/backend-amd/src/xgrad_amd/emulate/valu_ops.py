@@ -76,17 +76,17 @@ def _clz(x: A) -> A:
 
 
 def _min3(a: A, b: A, c: A) -> A:
-    return np.fmin(np.fmin(a, b), c) if a.dtype.kind == "f" else np.minimum(np.minimum(a, b), c)
+    return np.asarray(np.fmin(np.fmin(a, b), c) if a.dtype.kind == "f" else np.minimum(np.minimum(a, b), c))
 
 
 def _max3(a: A, b: A, c: A) -> A:
-    return np.fmax(np.fmax(a, b), c) if a.dtype.kind == "f" else np.maximum(np.maximum(a, b), c)
+    return np.asarray(np.fmax(np.fmax(a, b), c) if a.dtype.kind == "f" else np.maximum(np.maximum(a, b), c))
 
 
 def _med3(a: A, b: A, c: A) -> A:
     if a.dtype.kind == "f":
-        return np.fmax(np.fmin(a, b), np.fmin(np.fmax(a, b), c))
-    return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
+        return np.asarray(np.fmax(np.fmin(a, b), np.fmin(np.fmax(a, b), c)))
+    return np.asarray(np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c)))
 
 
 def _perm(a: A, b: A, sel: A) -> A:
@@ -142,11 +142,13 @@ def _frexp_mant(x: A) -> A:
 
 
 def _cvt_i32(x: A) -> A:
-    return np.clip(np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0), -(2.0**31), 2.0**31 - 1).astype(np.int32)
+    return np.asarray(
+        np.clip(np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0), -(2.0**31), 2.0**31 - 1).astype(np.int32)
+    )
 
 
 def _cvt_u32(x: A) -> A:
-    return np.clip(np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0), 0, 2.0**32 - 1).astype(np.uint32)
+    return np.asarray(np.clip(np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0), 0, 2.0**32 - 1).astype(np.uint32))
 
 
 def _div_fixup(q: A, den: A, num: A) -> A:
@@ -155,7 +157,7 @@ def _div_fixup(q: A, den: A, num: A) -> A:
     out = np.where(sign, -np.abs(q), np.abs(q))
     with np.errstate(all="ignore"):
         special = np.isnan(num) | np.isnan(den) | np.isinf(num) | np.isinf(den) | (den == 0)
-        return np.where(special, (num / den).astype(q.dtype), out).astype(q.dtype)
+        return np.asarray(np.where(special, (num / den).astype(q.dtype), out).astype(q.dtype))
 
 
 def _sin(x: A) -> A:
@@ -167,7 +169,9 @@ def _cos(x: A) -> A:
 
 
 def _ldexp(x: A, e: A) -> A:
-    return np.ldexp(x, np.clip(e.view(np.int32).astype(np.int64), -2000, 2000).astype(np.int32)).astype(x.dtype)
+    return np.asarray(
+        np.ldexp(x, np.clip(e.view(np.int32).astype(np.int64), -2000, 2000).astype(np.int32)).astype(x.dtype)
+    )
 
 
 def _fract(x: A) -> A:

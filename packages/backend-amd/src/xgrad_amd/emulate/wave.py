@@ -153,9 +153,9 @@ class Wave:
         if code >= 256:
             r = code - 256
             if dwords == 1:
-                return self.v[r]
+                return np.asarray(self.v[r])
             if dwords == 2:
-                return self.v[r].astype(np.uint64) | (self.v[r + 1].astype(np.uint64) << np.uint64(32))
+                return np.asarray(self.v[r].astype(np.uint64) | (self.v[r + 1].astype(np.uint64) << np.uint64(32)))
             return self.v[r : r + dwords]
         if dwords == 1:
             return np.full(LANES, self.sread(code, literal, is_float), np.uint32)
