@@ -71,3 +71,27 @@ def test_core_op_suite_passes_on_the_emulated_gpu(device: str) -> None:
     tail = "\n".join(res.stdout.splitlines()[-30:])
     assert res.returncode == 0, f"test_ops.py on {name} (MOCKGPU=1) failed:\n{tail}\n{res.stderr[-2000:]}"
     assert " passed" in tail
+
+
+def test_beam_keeps_tensor_core_matmuls_correct() -> None:
+    """BEAM on a bfloat16 matmul: it once picked TC then LOCAL, which mapped the new thread range ahead of the
+    tensor core's lanes, so warps mixed tiles (wrong on PYTHON::sm_90 as on the mock GPU). LOCAL after TC is now
+    refused; the search's pick is right."""
+    from xgrad import Tensor, dtypes
+    from xgrad.uop.ops import Ops
+    from xgrad_codegen.gpu_opt import apply_opts
+    from xgrad_codegen.opt import Opt, OptError
+    from xgrad_codegen.pipeline import before_optimize
+
+    rng = np.random.default_rng(0)
+    a_np, b_np = rng.standard_normal((32, 32), dtype=np.float32), rng.standard_normal((32, 32), dtype=np.float32)
+    a = Tensor(a_np, device="NV:CUDA").cast(dtypes.bfloat16).realize()
+    b = Tensor(b_np, device="NV:CUDA").cast(dtypes.bfloat16).realize()
+    want = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
+    with Context(BEAM=2, IGNORE_BEAM_CACHE=1):
+        got = a.matmul(b, dtype=dtypes.float32).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    dev = Device["NV:CUDA"]
+    ast = next(k[0] for k in dev._programs if any(u.op is Ops.REDUCE for u in k[0].toposort))
+    with pytest.raises(OptError, match="LOCAL after TC"):
+        apply_opts(before_optimize(ast), [Opt("TC", 1), Opt("LOCAL", 1, 4)], dev.renderer)

@@ -12,7 +12,7 @@ The CPU path never comes here: `optimize_for` hands renderers without workgroups
 from __future__ import annotations
 
 from xgrad.helpers import NOOPT, prod
-from xgrad.uop.ops import AxisType, KernelInfo, UOp
+from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
 from xgrad.uop.pattern import graph_rewrite, substitute
 from xgrad_codegen.opt import (
     Opt,
@@ -65,6 +65,10 @@ def apply_gpu_opt(ast: UOp, opt: Opt) -> UOp:
     rng = rngs[opt.axis]
     axis_id, kind = rng.arg
     size = range_size(rng)
+    if opt.op == "LOCAL" and any(u.op is Ops.WMMA for u in ast.toposort):
+        # a later LOCAL range maps to the threads' x dimension ahead of the WMMA's lanes, so a warp (32 consecutive
+        # threads) would hold lanes of several tiles: the tensor core would multiply mixed fragments
+        raise OptError("LOCAL after TC would split a tensor core's lanes across warps")
     want = (AxisType.LOOP, AxisType.GLOBAL) if opt.op == "LOCAL" else (AxisType.REDUCE,)
     if kind not in want:
         raise OptError(f"{opt.op} applies to a {' or '.join(k.name for k in want)} range, not to a {kind.name} range")
