@@ -25,6 +25,7 @@ from xgrad_nv.emulate.values import (
     Mask,
     Step,
     from_compute,
+    imm_array,
     is_float,
     is_signed,
     to_compute,
@@ -65,6 +66,8 @@ def _elementwise(
     w = dec.dst(ins.operands[0], dstt)
     sat = "sat" in ins.op and is_float(dstt)
     conv = any(s in ("bf16", "bf16x2") for s in srct) or dstt in ("bf16", "bf16x2")
+    if not conv and not sat and (fast := _direct_step(ins, dec, fn, srct, dstt)) is not None:
+        return fast
     if not conv and not sat:
         if nsrc == 1:
             a = srcs[0]
@@ -82,6 +85,40 @@ def _elementwise(
         if sat:
             r = _sat(r, dstt)
         w(st, from_compute(r, dstt), m)
+
+    return step
+
+
+def _direct_step(ins: Instruction, dec: Decoder, fn: Fn, srct: list[str], dstt: str) -> Step | None:
+    """The hot path: sources that are registers of their type's width (read as views) or immediates, and a
+    destination register of the result's width; one closure, no reader/writer calls. None where it does not apply."""
+    plan: list[tuple[int, np.dtype[Any], Array | None]] = []
+    for k, t in enumerate(srct):
+        op = ins.operands[1 + k]
+        if op.kind == "imm" and t != "pred":
+            plan.append((0, NP[t], imm_array(op, t)))
+            continue
+        if op.kind != "reg" or op.neg or op.name not in dec.index or t in ("pred", "f16x2", "bf16x2"):
+            return None
+        idx = dec.index[op.name]
+        if dec.width[idx] != TYPE_BYTES[t]:
+            return None
+        plan.append((idx, NP[t], None))
+    d = ins.operands[0]
+    if all(c is not None for _, _, c in plan) or d.kind != "reg" or d.name not in dec.index or dstt == "pred":
+        return None
+    di = dec.index[d.name]
+    if dec.width[di] != TYPE_BYTES[dstt] or dstt in ("f16x2", "bf16x2"):
+        return None
+    ddt, uw = NP[dstt], UINT[TYPE_BYTES[dstt]]
+
+    def step(st: Any, m: Mask) -> None:
+        r = st.regs
+        v = fn(*[r[i].view(dt) if c is None else c for i, dt, c in plan])
+        if v.dtype != ddt:
+            v = v.astype(ddt)
+        bits = v.view(uw)
+        r[di] = bits if m is None else np.where(m, bits, r[di])
 
     return step
 

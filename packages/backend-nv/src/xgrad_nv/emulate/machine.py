@@ -118,15 +118,40 @@ class Threads:
         """An access error naming the kernel."""
         return EmulatorError(f"kernel {self.kernel.name}: {what}")
 
+    def _span(self, addrs: Array, k: int) -> tuple[Array, Array] | None:
+        """The common case: every address in one allocation, a multiple of `k` bytes from the lowest. Returns that
+        span of device memory (a byte view) and the element index of each address in it, or None."""
+        if addrs.size == 0:
+            return None
+        lo, hi = int(addrs.min()), int(addrs.max())
+        offs = addrs - np.uint64(lo)
+        if (offs % np.uint64(k)).any():
+            return None
+        try:
+            span = self.mem.view(lo, hi - lo + k)
+        except MemoryFaultError:
+            return None  # spans allocations or faults: the general path sorts it out (and names the address)
+        return span, (offs // np.uint64(k)).astype(np.int64)
+
     def global_load(self, addrs: Array, dt: np.dtype[Any]) -> Array:
         """Load from device memory, naming the kernel on a fault."""
+        addrs = np.asarray(addrs, np.uint64)
+        if (fast := self._span(addrs, dt.itemsize)) is not None:
+            span, idx = fast
+            out: Array = span.view(dt)[idx]
+            return out
         try:
             return self.mem.load(addrs, dt)
         except MemoryFaultError as e:
             raise self.fault(f"global load outside device memory: {e}") from e
 
     def global_store(self, addrs: Array, vals: Array) -> None:
-        """Store to device memory, naming the kernel on a fault."""
+        """Store to device memory, naming the kernel on a fault (lanes storing to one address: the last one wins)."""
+        addrs = np.asarray(addrs, np.uint64)
+        if (fast := self._span(addrs, vals.dtype.itemsize)) is not None:
+            span, idx = fast
+            span.view(vals.dtype)[idx] = vals
+            return
         try:
             self.mem.store(addrs, vals)
         except MemoryFaultError as e:
