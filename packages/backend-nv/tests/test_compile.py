@@ -138,3 +138,12 @@ def test_hot_kernels_do_not_spill(hot: str, renderer: str, arch: str) -> None:
 def test_ops_list_covers_the_dtype_families() -> None:
     names = {op.name for op in OPS}
     assert {"cast_half", "cast_bf16", "cast_fp8", "float64", "matmul_f16_tc", "matmul_bf16_tc", "conv2d"} <= names
+
+
+def test_ptx_goes_to_the_driver_jit_when_ptxas_is_older_than_its_isa() -> None:
+    """A ptxas of CUDA 12.8 (triton's) cannot read PTX ISA 9.0: the PTX itself is the image, for the driver's JIT."""
+    compiler = PTXCompiler("sm_90")
+    ptx = CUDACompiler("sm_90", ptx=True).compile('extern "C" __global__ void k(float* a) { a[0] = 1.0f; }').decode()
+    assert ".version 9" in ptx and binary("PTX", "sm_90", ptx)[:4] == b"\x7fELF"
+    compiler.version = "Cuda compilation tools, release 12.8, V12.8.93"
+    assert compiler.compile(ptx) == ptx.encode() + b"\0"

@@ -79,10 +79,23 @@ def find_nvrtc() -> pathlib.Path | None:
     return None
 
 
+_include_override: list[pathlib.Path] = []
+
+
+def use_cuda_include(path: pathlib.Path) -> None:
+    """Take the CUDA headers from `path` (a folder with cuda_fp16.h and cuda_bf16.h) before any other place; for a
+    machine without a toolkit (bench/nv_check.py --cuda-include). Affects compilers made afterwards."""
+    if not ((path / "cuda_fp16.h").exists() and (path / "cuda_bf16.h").exists()):
+        raise CUDAToolkitError(f"{path} has no cuda_fp16.h and cuda_bf16.h")
+    _include_override[:] = [path]
+    find_cuda_include.cache_clear()
+    build_tool.cache_clear()
+
+
 @functools.cache
 def find_cuda_include() -> pathlib.Path | None:
     """A folder holding cuda_fp16.h and cuda_bf16.h (for NVRTC's -I)."""
-    dirs = [root / "include" for root in toolkit_roots()]
+    dirs = [*_include_override, *(root / "include" for root in toolkit_roots())]
     dirs += [pathlib.Path(p) for root in toolkit_roots() for p in glob.glob(str(root / "targets" / "*" / "include"))]
     dirs += [pathlib.Path(p) for d in nvidia_wheel_dirs() for p in sorted(glob.glob(str(d / "*" / "include")))]
     dirs.append(pathlib.Path("/usr/include"))
@@ -199,7 +212,8 @@ def tool_version(tool: pathlib.Path) -> str:
         out = subprocess.run([str(tool), "--version"], capture_output=True, text=True, check=False).stdout
     except OSError:
         return "unknown"
-    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+    lines = out.strip().splitlines()
+    return next((line for line in lines if "release" in line), lines[-1] if lines else "unknown")
 
 
 @dataclass
@@ -317,14 +331,25 @@ class PTXCompiler:
         return hashlib.sha256("\0".join((src, str(self.ptxas), self.version, self.arch)).encode()).hexdigest()
 
     def compile(self, src: str) -> bytes:
-        if self.ptxas is None:
-            return src.encode() + b"\0"
+        if self.ptxas is None or not ptxas_reads(self.version, src):
+            return src.encode() + b"\0"  # the driver JIT-compiles it (a ptxas older than the PTX, e.g. triton's)
         return _cached("cubin", (self.cache_key(src),), lambda: self._compile(src))
 
     def _compile(self, src: str) -> bytes:
         assert self.ptxas is not None
         self.compiles += 1
         return run_tool([str(self.ptxas), f"-arch={self.arch}"], src, "kernel.ptx", f"ptxas {self.version}")
+
+
+def ptxas_reads(version: str, ptx: str) -> bool:
+    """Whether a ptxas whose `--version` ends in `version` ("... release 12.8, V12.8.93") knows the PTX ISA `ptx`
+    declares: ISA 9.x came with CUDA 13, 8.x with CUDA 12 (unknown versions: assume it does)."""
+    release = re.search(r"release (\d+)\.(\d+)", version)
+    isa = re.search(r"^\s*\.version\s+(\d+)\.(\d+)", ptx, re.MULTILINE)
+    if release is None or isa is None:
+        return True
+    need = 13 if int(isa.group(1)) >= 9 else 12 if int(isa.group(1)) == 8 else 0
+    return int(release.group(1)) >= need
 
 
 # ---- resource usage (ptxas -v) ----
@@ -387,4 +412,5 @@ __all__ = [
     "nvrtc_status",
     "numbered",
     "ptxas_resources",
+    "use_cuda_include",
 ]
