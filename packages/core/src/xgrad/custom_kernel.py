@@ -17,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from xgrad.buffer import buffer_of
 from xgrad.dtype import dtypes
+from xgrad.engine.realize import run_schedule
+from xgrad.engine.schedule import ScheduleItem
 from xgrad.errors import DeviceMismatchError, IndexingError, ShapeError, XgradError
 from xgrad.helpers import prod
 from xgrad.uop.ops import GroupOp, KernelInfo, Ops, UOp
@@ -130,8 +133,6 @@ def custom_kernel(
     srcs: tuple[Tensor, ...], fxn: Callable[..., Any], grad_fxn: Callable[..., Any] | None
 ) -> list[Tensor]:
     """Run the kernel `fxn` builds on the buffers of `srcs`; the tensors after it (see the module docstring)."""
-    from xgrad.engine.realize import run_schedule
-    from xgrad.engine.schedule import ScheduleItem, buffer_of
     from xgrad.tensor import Tensor
 
     device = srcs[0].device

@@ -38,6 +38,10 @@ class ShapeError(XgradError, ValueError, RuntimeError):
     a `RuntimeError` as tinygrad's for matmul, permute, gather and the like."""
 
 
+class ShardingError(ShapeError, RuntimeError):
+    """A tensor cannot be split as asked (the axis does not divide evenly over the devices)."""
+
+
 class DTypeError(XgradError, TypeError, RuntimeError):
     """A dtype is unknown or not supported by this operation or device. A `TypeError`, and a `RuntimeError` as
     tinygrad's for data it cannot make a Tensor of, assign/setitem/scatter dtype mismatches and the like."""

@@ -170,8 +170,6 @@ class Tensor(AutogradMixin, metaclass=_TensorType):
                     else UOp.const(dt or from_np_dtype(data.dtype), data.item(), dev, ())
                 )
             elif isinstance(data, pathlib.Path):
-                from xgrad.engine.schedule import new_buffer_uop
-
                 self.uop = new_buffer_uop(f"DISK:{data.resolve()}", data.stat().st_size, dtypes.uint8)
             else:
                 raise DTypeError(

@@ -29,7 +29,7 @@ from xgrad.buffer import Buffer, buffer_of, new_buffer_uop
 from xgrad.device import multi_devices, multi_name
 from xgrad.dtype import dtypes
 from xgrad.engine.schedule import ScheduleItem
-from xgrad.errors import DeviceError, XgradError
+from xgrad.errors import DeviceError, ShardingError, XgradError
 from xgrad.helpers import RING, RING_ALLREDUCE_THRESHOLD, dedup, prod
 from xgrad.uop.ops import GroupOp, Ops, UOp
 from xgrad.uop.passes import run_pass
@@ -146,8 +146,6 @@ def _chunk(shape: tuple[int, ...], axis: int, n: int, k: int) -> tuple[tuple[int
 
 def _check_even(shape: tuple[int, ...], axis: int, n: int) -> None:
     if shape[axis] % n:
-        from xgrad.mixin.multi import ShardingError
-
         raise ShardingError(
             f"cannot split axis {axis} of shape {shape} evenly over {n} devices ({shape[axis]} % {n} != 0); "
             f"pick an axis whose size is a multiple of {n}, pad the tensor, or replicate it (axis=None)"

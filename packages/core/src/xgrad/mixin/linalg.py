@@ -36,7 +36,7 @@ class LinalgMixin(IndexingMixin):
         dt = least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype)
         x, y = (self._t(), w) if dtype is None else (self.cast(dt), w.cast(dt))
         # ReduceMixin's plain sum of products (ints accumulate in at least int32), cast back to the result dtype
-        return super(LinalgMixin, x).matmul(y).cast(dt)
+        return x._sum_of_products(y).cast(dt)
 
     def matmul(self, x: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
         """`self @ x` (`x @ self` with `reverse=True`), with numpy's rules for 1-d and batched operands. Like `dot`
@@ -50,6 +50,9 @@ class LinalgMixin(IndexingMixin):
         (True, 20000)
         """
         return x.dot(self._t(), dtype) if reverse else self.dot(x, dtype)
+
+    def __matmul__(self, x: Tensor) -> Tensor:
+        return self.matmul(x)
 
     def linear(self, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
         """`self @ weight + bias` with `weight` of shape (in, out) as in tinygrad (torch's is (out, in)); a 1-d weight

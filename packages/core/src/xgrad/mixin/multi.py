@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device, multi_devices
-from xgrad.errors import ShapeError
+from xgrad.errors import ShardingError
 from xgrad.mixin.nn import NNMixin
 from xgrad.uop.ops import Ops, UOp
 
@@ -18,10 +18,6 @@ if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 DeviceLike = str | tuple[str, ...]
-
-
-class ShardingError(ShapeError, RuntimeError):
-    """A tensor cannot be split as asked (the axis does not divide evenly over the devices)."""
 
 
 class MultiMixin(NNMixin):

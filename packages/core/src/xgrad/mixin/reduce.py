@@ -395,7 +395,9 @@ class ReduceMixin(UnaryMixin):
         return self._float()._scan("logsumexp", axis)
 
     # ---- matmul ----
-    def matmul(self, w: Tensor) -> Tensor:
+    def _sum_of_products(self, w: Tensor) -> Tensor:
+        """`self @ w` as one sum of products in the operands' dtype (ints accumulate as `sum` does), with numpy's rules
+        for 1-d and batched operands; `matmul`/`dot` (LinalgMixin) add dtype promotion on top."""
         xs, ws = self.shape, w.shape
         if not xs or not ws:
             raise ShapeError(f"matmul needs at least 1-d tensors, got {xs} and {ws}")
@@ -408,6 +410,3 @@ class ReduceMixin(UnaryMixin):
         if static and dt is w.dtype and _acc_dtype(dt) is dt and self.device == w.device and not DISALLOW_BROADCAST:
             return self._new(_matmul_uop(self.uop, w.uop, x_shape, w_shape, k))
         return (self.reshape(x_shape) * w.reshape(w_shape).transpose(-1, k)).sum(-1)
-
-    def __matmul__(self, x: Tensor) -> Tensor:
-        return self.matmul(x)

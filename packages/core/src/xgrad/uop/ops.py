@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xgrad.dtype import DType, dtypes, truncate
-from xgrad.errors import ShapeError
+from xgrad.errors import ShapeError, ShardingError
 from xgrad.helpers import KeyedRef, prod
 
 
@@ -306,7 +306,6 @@ class UOp(metaclass=_UOpMeta):
     def bounds(self) -> list[tuple[int, int]]:
         """tinygrad's: each device's (start, end) along the split axis of a multi-device node, in device order."""
         from xgrad.engine.multi import devices_of, multi_axis
-        from xgrad.mixin.multi import ShardingError
 
         devices, ax = devices_of(self), multi_axis(self)
         if devices is None or ax is None or self.shape is None:
