@@ -64,20 +64,28 @@ def bind(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Args:
     return out
 
 
-def x_of(v: Any, dtype: torch.dtype | None = None) -> Any:
-    """An xgrad operand: a tensor on xgrad reads as its xgrad Tensor, a CPU scalar tensor as its Python number, a
-    Python number as itself; tensors cast to `dtype` when given."""
-    if isinstance(v, torch.Tensor):
-        if v.device.type == "cpu":
-            if v.dim() == 0:
-                return v.item()
-            x = storage.from_cpu(v)
-        else:
-            x = read(v)
-        if dtype is not None and x.dtype != to_xgrad_dtype(dtype):
-            x = x.cast(to_xgrad_dtype(dtype))
-        return x
-    return v
+Scalar = bool | int | float
+
+
+def operand(v: Any, dtype: torch.dtype | None = None) -> Any:
+    """An xgrad operand: a tensor reads as its xgrad Tensor (`x_of`), except that a CPU scalar tensor gives its Python
+    number, as do Python numbers (xgrad then promotes them as torch promotes scalars); None stays None."""
+    if isinstance(v, torch.Tensor) and not (v.device.type == "cpu" and v.dim() == 0):
+        return x_of(v, dtype)
+    return v.item() if isinstance(v, torch.Tensor) else v
+
+
+def tensor(v: Any) -> Tensor:
+    """`v` as an xgrad Tensor: a computed one as it is, a Python number as a constant."""
+    return v if isinstance(v, Tensor) else Tensor(v)
+
+
+def x_of(v: torch.Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """The xgrad Tensor of a torch tensor on `xgrad` (lazy) or on `cpu` (copied in), cast to `dtype` when given."""
+    x = storage.from_cpu(v) if v.device.type == "cpu" else read(v)
+    if dtype is not None and x.dtype != to_xgrad_dtype(dtype):
+        x = x.cast(to_xgrad_dtype(dtype))
+    return x
 
 
 def default_float() -> torch.dtype:
@@ -189,13 +197,13 @@ def install() -> None:
     global _lib
     if _lib is not None:
         return
-    _lib = torch.library.Library("aten", "IMPL")
+    _lib = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
     for name, fn in _pending_impls:
         if decomposes(name):
             TABLE.pop(name, None)  # torch decomposes it into ops of the table (and differentiates those)
             continue
-        _lib.impl(name, fn, "PrivateUse1")
-    _fallback_lib.fallback(fallback, "PrivateUse1")
+        _lib.impl(name, fn, "PrivateUse1")  # type: ignore[no-untyped-call]
+    _fallback_lib.fallback(fallback, "PrivateUse1")  # type: ignore[no-untyped-call]
 
 
 # ---- elementwise: unary ----
@@ -266,7 +274,7 @@ def _binary(fn: Callable[[Any, Any], Any], result: str) -> Compute:
         dtype = torch.result_type(x, y)
         if result == "float" or (result == "div" and a.get("rounding_mode") is None):
             dtype = float_of(dtype)
-        xs, ys = x_of(x, dtype), x_of(y, dtype)
+        xs, ys = operand(x, dtype), operand(y, dtype)
         if a.get("alpha") not in (None, 1):
             ys = ys * a["alpha"]
         if result == "div":
@@ -274,30 +282,28 @@ def _binary(fn: Callable[[Any, Any], Any], result: str) -> Compute:
         else:
             out = fn(xs, ys)
         out_dtype = torch.bool if result == "bool" else dtype
-        if not isinstance(out, Tensor):  # two Python numbers (pow.Scalar with a CPU scalar exponent)
-            out = Tensor(out)
-        return out.cast(to_xgrad_dtype(out_dtype))
+        return tensor(out).cast(to_xgrad_dtype(out_dtype))
 
     return compute
 
 
 def _divide(x: Any, y: Any, mode: str | None, dtype: torch.dtype) -> Tensor:
     if mode is None:
-        return x / y
+        return tensor(x / y)
     if dtype.is_floating_point:
         q = x / y
-        return q.trunc() if mode == "trunc" else q.floor()
+        return tensor(q.trunc() if mode == "trunc" else q.floor())
     xt = x if isinstance(x, Tensor) else Tensor(x, dtype=to_xgrad_dtype(dtype))
     if mode == "trunc":
         return xt.idiv(y) if hasattr(xt, "idiv") else (xt / y).trunc()
-    return xt // y
+    return tensor(xt // y)
 
 
 def _logical(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Any, Any], Tensor]:
     def go(x: Any, y: Any) -> Tensor:
         xb = x.cast(dtypes.bool) if isinstance(x, Tensor) else Tensor(bool(x))
-        yb = y.cast(dtypes.bool) if isinstance(y, Tensor) else bool(y)
-        return fn(xb, yb)
+        yb = y.cast(dtypes.bool) if isinstance(y, Tensor) else Tensor(bool(y))
+        return tensor(fn(xb, yb))
 
     return go
 
@@ -307,7 +313,7 @@ def _rpow(x: Any, y: Any) -> Any:
 
 
 def _fmod(x: Any, y: Any) -> Tensor:
-    return x - (x / y).trunc() * y if dtypes.is_float(x.dtype) else x - (x / y).trunc().cast(x.dtype) * y
+    return tensor(x - (x / y).trunc() * y if dtypes.is_float(x.dtype) else x - (x / y).trunc().cast(x.dtype) * y)
 
 
 BINARY: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
@@ -343,7 +349,9 @@ BINARY: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
 def _atan2(y: Tensor, x: Any) -> Tensor:
     base = (y / x).atan()
     pi = math.pi
-    return (x < 0).where((y >= 0).where(base + pi, base - pi), (x == 0).where((y > 0).where(pi / 2, -pi / 2), base))
+    return tensor(
+        (x < 0).where((y >= 0).where(base + pi, base - pi), (x == 0).where((y > 0).where(pi / 2, -pi / 2), base))
+    )
 
 
 for _name, (_bfn, _bresult) in BINARY.items():
@@ -354,7 +362,8 @@ for _name, (_bfn, _bresult) in BINARY.items():
 def _where(a: Args) -> Tensor:
     x, y = a["self"], a["other"]
     dtype = torch.result_type(x, y)
-    return x_of(a["condition"]).cast(dtypes.bool).where(x_of(x, dtype), x_of(y, dtype)).cast(to_xgrad_dtype(dtype))
+    cond = x_of(a["condition"]).cast(dtypes.bool)
+    return cond.where(operand(x, dtype), operand(y, dtype)).cast(to_xgrad_dtype(dtype))
 
 
 register(["where.self", "where.ScalarOther", "where.ScalarSelf", "where.self_out"], "ternary", _where)
@@ -362,7 +371,7 @@ register(["where.self", "where.ScalarOther", "where.ScalarSelf", "where.self_out
 
 def _clamp(a: Args) -> Tensor:
     x = x_of(a["self"])
-    lo, hi = x_of(a["min"], a["self"].dtype), x_of(a["max"], a["self"].dtype)
+    lo, hi = operand(a["min"], a["self"].dtype), operand(a["max"], a["self"].dtype)
     if lo is not None:
         x = x.maximum(lo)
     if hi is not None:
@@ -371,20 +380,20 @@ def _clamp(a: Args) -> Tensor:
 
 
 register(overloads_of("clamp") + overloads_of("clip"), "ternary", _clamp)
-register(overloads_of("clamp_min"), "binary", lambda a: x_of(a["self"]).maximum(x_of(a["min"], a["self"].dtype)))
-register(overloads_of("clamp_max"), "binary", lambda a: x_of(a["self"]).minimum(x_of(a["max"], a["self"].dtype)))
+register(overloads_of("clamp_min"), "binary", lambda a: x_of(a["self"]).maximum(operand(a["min"], a["self"].dtype)))
+register(overloads_of("clamp_max"), "binary", lambda a: x_of(a["self"]).minimum(operand(a["max"], a["self"].dtype)))
 
 
 def _lerp(a: Args) -> Tensor:
-    x, end, w = x_of(a["self"]), x_of(a["end"], a["self"].dtype), x_of(a["weight"], a["self"].dtype)
-    return x + (end - x) * w
+    x, end, w = x_of(a["self"]), x_of(a["end"], a["self"].dtype), operand(a["weight"], a["self"].dtype)
+    return tensor(x + (end - x) * w)
 
 
 def _addc(mul: bool) -> Compute:
     def compute(a: Args) -> Tensor:
         dtype = a["self"].dtype
         t1, t2 = x_of(a["tensor1"], dtype), x_of(a["tensor2"], dtype)
-        return x_of(a["self"]) + (t1 * t2 if mul else t1 / t2) * a["value"]
+        return tensor(x_of(a["self"]) + (t1 * t2 if mul else t1 / t2) * a["value"])
 
     return compute
 
@@ -395,12 +404,12 @@ register(overloads_of("addcdiv"), "ternary", _addc(False))
 
 
 def _threshold_backward(a: Args) -> Tensor:
-    return (x_of(a["self"]) > a["threshold"]).where(x_of(a["grad_output"]), 0)
+    return tensor((x_of(a["self"]) > a["threshold"]).where(x_of(a["grad_output"]), 0))
 
 
 def _masked_fill(a: Args) -> Tensor:
     x = x_of(a["self"])
-    value = x_of(a["value"], a["self"].dtype)
+    value = operand(a["value"], a["self"].dtype)
     return x_of(a["mask"]).cast(dtypes.bool).where(value, x).cast(x.dtype)
 
 
@@ -425,7 +434,7 @@ def _gelu(x: Tensor, approximate: str) -> Tensor:
 
 def _elu(x: Tensor, a: Args) -> Tensor:
     alpha, scale, in_scale = a["alpha"], a["scale"], a["input_scale"]
-    return scale * (x > 0).where(x, alpha * ((x * in_scale).exp() - 1))
+    return tensor(scale * (x > 0).where(x, alpha * ((x * in_scale).exp() - 1)))
 
 
 def _gelu_backward(a: Args) -> Tensor:
@@ -480,7 +489,8 @@ register(["elu_backward"], "nn", _elu_backward)
 # ---- reductions ----
 def _sum_dtype(a: Args) -> torch.dtype:
     if a.get("dtype") is not None:
-        return a["dtype"]
+        dtype: torch.dtype = a["dtype"]
+        return dtype
     dtype = a["self"].dtype
     return torch.int64 if not dtype.is_floating_point else dtype
 
@@ -495,7 +505,7 @@ def _reduce(method: str, result: str = "same") -> Compute:
         if result == "bool":
             x = x.cast(dtypes.bool)
         out = getattr(x, method)(axis, keepdim=keepdim)
-        return out.cast(to_xgrad_dtype(dtype))
+        return tensor(out.cast(to_xgrad_dtype(dtype)))
 
     return compute
 
@@ -534,8 +544,8 @@ def _arg(method: str) -> Compute:
         dim = a["dim"]
         if dim is None:
             out = getattr(x.reshape(-1), method)(0)
-            return (out.reshape((1,) * x.ndim) if a["keepdim"] else out).cast(dtypes.int64)
-        return getattr(x, method)(dim % max(x.ndim, 1), keepdim=a["keepdim"]).cast(dtypes.int64)
+            return tensor((out.reshape((1,) * x.ndim) if a["keepdim"] else out).cast(dtypes.int64))
+        return tensor(getattr(x, method)(dim % max(x.ndim, 1), keepdim=a["keepdim"]).cast(dtypes.int64))
 
     return compute
 
@@ -551,7 +561,7 @@ def _var(method: str) -> Compute:
         if correction is None:
             correction = 1 if a.get("unbiased", True) is not False else 0
         axis = dims_of(a.get("dim"), x.ndim)
-        return getattr(x, method)(axis, keepdim=bool(a.get("keepdim")), correction=correction)
+        return tensor(getattr(x, method)(axis, keepdim=bool(a.get("keepdim")), correction=correction))
 
     return compute
 
@@ -594,7 +604,7 @@ register(["linalg_vector_norm", "linalg_vector_norm.out"], "reduce", _vector_nor
 
 
 # ---- the fallback: CPU, once warned ----
-_fallback_lib = torch.library.Library("_", "IMPL")
+_fallback_lib = torch.library.Library("_", "IMPL")  # type: ignore[no-untyped-call]
 _warned: set[str] = set()
 
 

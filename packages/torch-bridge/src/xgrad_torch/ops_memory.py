@@ -15,7 +15,7 @@ import torch
 from xgrad import Tensor, dtypes
 
 from . import storage
-from .ops import Args, aten, bind, kernel, register, x_of
+from .ops import Args, aten, bind, kernel, operand, register, tensor, x_of
 from .registration import redispatch_meta, set_storage
 from .storage import read, to_xgrad_dtype, wrap, write
 
@@ -56,10 +56,11 @@ def empty_strided(size: Any, stride: Any, dtype: torch.dtype | None = None, **_:
         return _fresh(size, dtype)
     extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
     flat = _fresh((extent,), dtype)
-    return redispatch_meta(aten.as_strided.default, flat, list(size), list(stride), 0)
+    out: torch.Tensor = redispatch_meta(aten.as_strided.default, flat, list(size), list(stride), 0)
+    return out
 
 
-register(["fill_.Scalar", "fill_.Tensor"], "creation", lambda a: x_of(a["value"], a["self"].dtype))
+register(["fill_.Scalar", "fill_.Tensor"], "creation", lambda a: operand(a["value"], a["self"].dtype))
 register(["zero_"], "creation", lambda a: Tensor(0, dtype=to_xgrad_dtype(a["self"].dtype)))
 register(
     ["arange.start_out"],
@@ -152,9 +153,12 @@ register(
     lambda a: Tensor.randn(*a["self"].shape, dtype=to_xgrad_dtype(a["self"].dtype)) * a["std"] + a["mean"],
 )
 register(["bernoulli_.float"], "random", lambda a: _rand(a) < a["p"])
-register(["bernoulli_.Tensor"], "random", lambda a: _rand(a) < x_of(a["p"]))
+register(["bernoulli_.Tensor"], "random", lambda a: _rand(a) < operand(a["p"]))
 register(["bernoulli"], "random", lambda a: (_rand(a) < x_of(a["self"])).cast(to_xgrad_dtype(a["self"].dtype)))
 register(["exponential_"], "random", lambda a: -(1 - _rand(a)).log() / a["lambd"])
+
+
+_MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23, torch.float64: 52}
 
 
 def _random_from(a: Args) -> Tensor:
@@ -162,9 +166,9 @@ def _random_from(a: Args) -> Tensor:
     high = (
         a["to"]
         if a["to"] is not None
-        else 2 ** (torch.finfo(a["self"].dtype).nmant + 1 if a["self"].is_floating_point() else 31)
+        else 2 ** (_MANTISSA_BITS[a["self"].dtype] + 1 if a["self"].is_floating_point() else 31)
     )
-    return (_rand(a).cast(dtypes.float64) * (high - low)).floor() + low
+    return tensor((_rand(a).cast(dtypes.float64) * (high - low)).floor() + low)
 
 
 register(["random_.from"], "random", _random_from)
@@ -190,23 +194,38 @@ register(
 
 
 # ---- _foreach_: one call per list element, each through the op's own kernel ----
+def _runtime_scalars(values: list[Any], like: torch.Tensor) -> list[torch.Tensor]:
+    """Per-element scalars (an optimizer's step sizes, new every step) as 0-d tensors on `xgrad` read from one
+    buffer: the kernels read them instead of baking them in, so they stay the same kernels (compiled once, and the
+    step's schedule is reused) from step to step."""
+    dtype = like.dtype if like.is_floating_point() else torch.float32
+    buf = Tensor([float(v) for v in values], dtype=to_xgrad_dtype(dtype))
+    return [wrap(buf[i], dtype) for i in range(len(values))]
+
+
 def _foreach(name: str, overload: str) -> Callable[..., Any]:
     op = getattr(getattr(aten, name), overload)
     method = getattr(torch.Tensor, name.removeprefix("_foreach_"))
     inplace = name.endswith("_")
+    addc = name.startswith("_foreach_addc")
     names = [a.name for a in op._schema.arguments]
     lists = {a.name for a in op._schema.arguments if str(a.type).startswith("List[")}
-    if overload == "Tensor" and name.startswith("_foreach_addc"):  # one CPU tensor of per-element scalars
+    scalar_list = next((a.name for a in op._schema.arguments if str(a.type) == "List[number]"), None)
+    if overload == "Tensor" and addc:  # one CPU tensor of per-element scalars
         lists.add("scalars")
+        scalar_list = "scalars"
 
     def run(*args: Any, **kwargs: Any) -> Any:
         a = bind(op, args, kwargs)
-        if "scalars" in lists and isinstance(a["scalars"], torch.Tensor):
-            a["scalars"] = a["scalars"].tolist()
+        if scalar_list is not None and len(a[names[0]]):
+            values = a[scalar_list].tolist() if isinstance(a[scalar_list], torch.Tensor) else list(a[scalar_list])
+            a[scalar_list] = _runtime_scalars(values, a[names[0]][0])
         results = []
         for i in range(len(a[names[0]])):
             call = [a[k][i] if k in lists else a[k] for k in names]
-            if name.startswith("_foreach_addc"):  # value is keyword-only in torch's Python binding
+            if addc and isinstance(call[3], torch.Tensor):  # value as a tensor: scale the numerator by it
+                results.append(method(call[0], call[1] * call[3], call[2]))
+            elif addc:  # value is keyword-only in torch's Python binding
                 results.append(method(*call[:3], value=call[3]))
             else:
                 results.append(method(*call))

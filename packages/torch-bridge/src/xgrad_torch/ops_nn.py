@@ -18,7 +18,8 @@ import torch
 from xgrad import Tensor, dtypes
 
 from . import storage
-from .ops import Args, _vjp, float_of, kernel, register, x_of
+from .ops import Args, _vjp, float_of, kernel, operand, register, tensor, x_of
+from .registration import BridgeError
 from .storage import to_xgrad_dtype, wrap
 
 
@@ -101,7 +102,9 @@ def _pool_args(a: Args, n: int = 2) -> tuple[tuple[int, ...], tuple[int, ...], t
 
 def _max_pool(a: Args) -> tuple[Tensor, Tensor]:
     k, s, p = _pool_args(a)
-    out, idx = x_of(a["self"]).max_pool2d(k, s, _ints(a["dilation"], 2), p, a["ceil_mode"], return_indices=True)
+    pooled = x_of(a["self"]).max_pool2d(k, s, _ints(a["dilation"], 2), p, a["ceil_mode"], return_indices=True)
+    assert isinstance(pooled, tuple)
+    out, idx = pooled
     return out, idx.cast(dtypes.int64)
 
 
@@ -120,7 +123,7 @@ def _avg_pool(x: Tensor, a: Args) -> Tensor:
     k, s, p = _pool_args(a)
     if a.get("divisor_override"):
         total = x.avg_pool2d(k, s, 1, p, a["ceil_mode"], True) * math.prod(k)
-        return total / a["divisor_override"]
+        return tensor(total / a["divisor_override"])
     return x.avg_pool2d(k, s, 1, p, a["ceil_mode"], a["count_include_pad"])
 
 
@@ -136,9 +139,7 @@ def _adaptive_avg(x: Tensor, size: tuple[int, ...]) -> Tensor:
     h, w = x.shape[-2:]
     oh, ow = size
     if h % oh or w % ow:
-        raise storage.BridgeError(
-            f"adaptive_avg_pool2d from {(h, w)} to {(oh, ow)}: xgrad_torch needs sizes that divide"
-        )
+        raise BridgeError(f"adaptive_avg_pool2d from {(h, w)} to {(oh, ow)}: xgrad_torch needs sizes that divide")
     return x.reshape(*x.shape[:-2], oh, h // oh, ow, w // ow).mean((-3, -1))
 
 
@@ -387,7 +388,7 @@ def _nll_backward(a: Args) -> Tensor:
     onehot = safe.unsqueeze(axis) == Tensor.arange(x.shape[axis]).reshape(
         *([1] * axis), x.shape[axis], *([1] * (x.ndim - axis - 1))
     )
-    return onehot.where(per.unsqueeze(axis), 0).cast(x.dtype)
+    return tensor(onehot.where(per.unsqueeze(axis), 0).cast(x.dtype))
 
 
 register(["nll_loss_forward", "nll_loss2d_forward"], "loss", _nll_forward)
@@ -442,7 +443,7 @@ def _embedding_backward(a: Args) -> Tensor:
     g = g.reshape(-1, g.shape[-1])
     keep = idx != a["padding_idx"]
     onehot = (idx.unsqueeze(1) == Tensor.arange(n).unsqueeze(0)) & keep.unsqueeze(1)
-    return onehot.cast(g.dtype).transpose(0, 1) @ g
+    return tensor(onehot.cast(g.dtype).transpose(0, 1) @ g)
 
 
 register(["embedding_dense_backward"], "index", _embedding_backward)
@@ -469,7 +470,7 @@ def _index_put(a: Args) -> Tensor:
     self = a["self"]
     x = x_of(self)
     positions = Tensor.arange(x.numel()).reshape(x.shape)[_index_key(self, a["indices"])]
-    values = x_of(a["values"], self.dtype)
+    values = operand(a["values"], self.dtype)
     values = values.expand(positions.shape) if isinstance(values, Tensor) else Tensor.full(positions.shape, values)
     flat = x.reshape(-1)
     if a["accumulate"]:
@@ -521,7 +522,7 @@ register(["unfold_backward"], "index", _unfold_backward)
 
 def _scatter(a: Args) -> Tensor:
     x, idx = x_of(a["self"]), x_of(a["index"]).cast(dtypes.int32)
-    src = x_of(a["src"] if "src" in a else a["value"], a["self"].dtype)
+    src = operand(a["src"] if "src" in a else a["value"], a["self"].dtype)
     reduce = a.get("reduce")
     if reduce is None:
         return x.scatter(a["dim"], idx, src)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils import backend_registration
 
 from xgrad import Tensor
 from xgrad.errors import XgradError
@@ -120,7 +121,7 @@ class DeviceModule:
         return [torch.float16, torch.bfloat16]
 
 
-class _Hooks(torch._C._acc.PrivateUse1Hooks):  # type: ignore[misc,name-defined]
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
     def is_available(self) -> bool:
         return True
 
@@ -131,7 +132,7 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):  # type: ignore[misc,name-defined]
         return True
 
 
-class _Guard(torch._C._acc.DeviceGuard):  # type: ignore[misc,name-defined]
+class _Guard(torch._C._acc.DeviceGuard):
     def type_(self) -> Any:
         return torch._C._autograd.DeviceType.PrivateUse1
 
@@ -152,9 +153,9 @@ def register(on_synchronize: Callable[[], None]) -> None:
             "backend per process: import xgrad_torch in a process without it"
         )
     if current != NAME:
-        torch.utils.rename_privateuse1_backend(NAME)
-        torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
-        torch._register_device_module(NAME, DeviceModule)
+        backend_registration.rename_privateuse1_backend(NAME)
+        backend_registration.generate_methods_for_privateuse1_backend(for_storage=True)
+        torch._register_device_module(NAME, DeviceModule)  # type: ignore[no-untyped-call]
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     torch._C._set_multithreading_enabled(False)
@@ -174,7 +175,7 @@ def _pickle_through_cpu() -> None:
 
     def reduce_ex_internal(self: torch.Tensor, proto: int) -> Any:
         if self.device.type != NAME:
-            return original(self, proto)
+            return original(self, proto)  # type: ignore[no-untyped-call]
         cpu = self.detach().cpu()
         return torch._utils._rebuild_device_tensor_from_cpu_tensor, (
             cpu,
@@ -194,7 +195,7 @@ _META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 def new_shell(shape: tuple[int, ...] | list[int], dtype: torch.dtype) -> torch.Tensor:
     """A contiguous tensor on `xgrad:0` with a storage of its own that holds no memory (the caller attaches the
     xgrad buffer to the storage)."""
-    return torch._C._acc.create_empty_tensor(list(shape), dtype)
+    return torch._C._acc.create_empty_tensor(tuple(shape), dtype)
 
 
 def redispatch_meta(op: Any, *args: Any, **kwargs: Any) -> Any:

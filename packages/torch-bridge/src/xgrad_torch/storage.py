@@ -195,7 +195,7 @@ def _scatter_into(base: Tensor, value: Tensor, size: tuple[int, ...], stride: tu
 def read(t: torch.Tensor) -> Tensor:
     """The xgrad Tensor that the torch tensor `t` on `xgrad` reads as (lazy)."""
     base = holder_of(t).base
-    return view_of(base, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    return view_of(base, tuple(t.shape), tuple(t.stride()), int(t.storage_offset()))
 
 
 def write(t: torch.Tensor, value: Tensor | bool | int | float) -> None:
@@ -218,7 +218,7 @@ def write(t: torch.Tensor, value: Tensor | bool | int | float) -> None:
     if t.storage_offset() == 0 and t.numel() == n and tuple(t.stride()) == _contiguous(size):
         h.base = value.reshape(-1)
     elif t.numel():
-        h.base = _scatter_into(h.base, value, size, tuple(t.stride()), t.storage_offset())
+        h.base = _scatter_into(h.base, value, size, tuple(t.stride()), int(t.storage_offset()))
     _pending.add(h)
     _writes += 1
     if _writes >= FLUSH_AFTER_WRITES:
