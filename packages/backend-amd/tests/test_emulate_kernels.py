@@ -4,6 +4,7 @@ waves, divergent branches and loops, dispatch-pointer sizes, constant tables thr
 
 from __future__ import annotations
 
+import gc
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from xgrad_amd.elf import CodeObject, load_code_object
-from xgrad_amd.emulate import DeviceMemory, EmulatorError, launch
+from xgrad_amd.emulate import DeviceMemory, EmulatorError, MemoryFaultError, launch, load, unload
 
 CLANG = shutil.which("clang-19")
 pytestmark = pytest.mark.skipif(CLANG is None, reason="clang-19 not installed")
@@ -272,6 +273,22 @@ def test_wmma_bf16_matches_numpy_matmul(co: CodeObject) -> None:
     a = (a_bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)  # bf16 values, exactly
     b = (b_bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
     np.testing.assert_allclose(r.get(o, np.zeros((16, 16), np.float32)), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_image_is_loaded_once_per_memory_and_freed(co: CodeObject, tmp_path: Path) -> None:
+    r = Run(co)
+    base = load(co, r.mem)
+    assert load(co, r.mem) == base
+    assert r.mem.read(base + co.kernels["trig"].code_offset, 8) == co.kernels["trig"].code[:8]
+    unload(co, r.mem)
+    with pytest.raises(MemoryFaultError):
+        r.mem.read(base, 4)
+    again = load_code_object(co.blob)  # a second parse of the same object: its own image, freed with it
+    base2 = load(again, r.mem)
+    del again
+    gc.collect()
+    with pytest.raises(MemoryFaultError):
+        r.mem.read(base2, 4)
 
 
 def test_bad_launches_raise(co: CodeObject) -> None:

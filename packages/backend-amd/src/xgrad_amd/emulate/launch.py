@@ -8,6 +8,7 @@ code object (cached by address), so a kernel's loop costs one call per instructi
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import weakref
 from collections.abc import Callable
@@ -20,34 +21,44 @@ from xgrad_amd.emulate.mem import build_ds, build_flat, build_smem
 from xgrad_amd.emulate.salu import build_scalar
 from xgrad_amd.emulate.valu import build_vector
 from xgrad_amd.emulate.wave import EXEC, LANES, Group, Wave
-from xgrad_codegen.devmem import DeviceMemory
+from xgrad_codegen.devmem import DeviceMemory, MemoryFaultError
 
 Exec = Callable[[Wave], None]
 MAX_STEPS = 50_000_000  # instructions one wave may execute before the launch is declared hung
 LDS_LIMIT = 64 * 1024
 
-# code object -> {memory: image base}: where each code object was loaded in each emulated memory
-_loaded: weakref.WeakKeyDictionary[DeviceMemory, dict[int, tuple[CodeObject, int]]] = weakref.WeakKeyDictionary()
+# memory -> {code object: image base}: where each code object was loaded in each emulated memory; an image is freed
+# by `unload` or when its code object is garbage-collected
+_loaded: weakref.WeakKeyDictionary[DeviceMemory, weakref.WeakKeyDictionary[CodeObject, int]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _free_image(mem_ref: weakref.ref[DeviceMemory], base: int) -> None:
+    mem = mem_ref()
+    if mem is not None:
+        with contextlib.suppress(MemoryFaultError):  # already freed by `unload`
+            mem.free(base)
 
 
 def load(co: CodeObject, mem: DeviceMemory) -> int:
     """Copy the code object's image (relocated) into `mem` once; returns its base address."""
-    per_mem = _loaded.setdefault(mem, {})
-    entry = per_mem.get(id(co))
-    if entry is not None and entry[0] is co:
-        return entry[1]
-    base = mem.alloc(co.image_size)
-    mem.write(base, co.image(base))
-    per_mem[id(co)] = (co, base)
+    per_mem = _loaded.setdefault(mem, weakref.WeakKeyDictionary())
+    base = per_mem.get(co)
+    if base is None:
+        base = mem.alloc(co.image_size)
+        mem.write(base, co.image(base))
+        per_mem[co] = base
+        weakref.finalize(co, _free_image, weakref.ref(mem), base)
     return base
 
 
 def unload(co: CodeObject, mem: DeviceMemory) -> None:
     """Free the image `load` placed in `mem` (a module unload)."""
-    per_mem = _loaded.get(mem, {})
-    entry = per_mem.pop(id(co), None)
-    if entry is not None:
-        mem.free(entry[1])
+    per_mem = _loaded.get(mem)
+    base = per_mem.pop(co, None) if per_mem is not None else None
+    if base is not None:
+        _free_image(weakref.ref(mem), base)
 
 
 def build(inst: Inst) -> Exec:
@@ -84,15 +95,19 @@ class Program:
         return fn
 
 
-_program_cache: weakref.WeakKeyDictionary[CodeObject, dict[str, Program]] = weakref.WeakKeyDictionary()
+_programs: dict[bytes, Program] = {}  # by machine code: equal kernels (a module loaded again) share their build
+PROGRAM_CACHE = 256
 
 
 def program(co: CodeObject, name: str) -> Program:
-    """The (cached) built program of kernel `name`."""
-    progs = _program_cache.setdefault(co, {})
-    if name not in progs:
-        progs[name] = Program(co.kernels[name].code)
-    return progs[name]
+    """The (cached) built program of kernel `name`; its executors do not depend on where the code is loaded."""
+    code = co.kernels[name].code
+    prog = _programs.get(code)
+    if prog is None:
+        if len(_programs) >= PROGRAM_CACHE:
+            del _programs[next(iter(_programs))]  # the oldest
+        prog = _programs[code] = Program(code)
+    return prog
 
 
 def _initial_sgprs(k: Kernel, wave: Wave, kernarg: int, dispatch: int, wg: tuple[int, int, int]) -> None:
