@@ -78,12 +78,19 @@ PROTOTYPES: dict[str, list[Any]] = {
 }
 
 
+# functions whose versioned symbol (what cuda.h's #define picks) newer drivers export first, and older ones only plain
+VERSIONED = {"cuEventElapsedTime": "cuEventElapsedTime_v2"}  # _v2 since CUDA 12.8
+
+
 def load_libcuda(name: str = "libcuda.so.1") -> ctypes.CDLL:
-    """libcuda with the backend's prototypes; OSError when the driver is not installed."""
+    """libcuda with the backend's prototypes; OSError when the driver is not installed, AttributeError naming a
+    function it lacks."""
     lib = ctypes.CDLL(name)
     for fn_name, args in PROTOTYPES.items():
-        fn = getattr(lib, fn_name)
+        versioned = VERSIONED.get(fn_name)
+        fn = getattr(lib, versioned) if versioned is not None and hasattr(lib, versioned) else getattr(lib, fn_name)
         fn.argtypes, fn.restype = args, ctypes.c_int
+        setattr(lib, fn_name, fn)
     return lib
 
 
