@@ -1,8 +1,8 @@
 """DEV=AMD under MOCKGPU=1: the whole runtime path (renderer, clang-19, code object, `xgrad_amd.device`, the HIP API
 shape of `xgrad_amd.mock`) with the kernels executed by this package's RDNA3 emulator as an emulated gfx1100, tensor
-cores on. Results are compared with numpy. The last test runs a CI-sized subset of the op conformance suite
-(packages/core/tests/test_ops.py and test_reduce.py) on `--xgrad-devices=AMD` in a child pytest and prints what
-passed and how long it took."""
+cores on. Results are compared with numpy. The last test runs the op conformance suite
+(packages/core/tests/test_ops.py and test_reduce.py, less its two slowest families: `OP_SUBSET`) on
+`--xgrad-devices=AMD` in a child pytest and prints what passed and how long it took."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from xgrad import Tensor, Variable, dtypes
-from xgrad.dtype import DType
 from xgrad.device import Device
+from xgrad.dtype import DType
 from xgrad.helpers import KNOBS, Context
 from xgrad.plugin import reset_registry
 from xgrad_amd.compiler import toolchain_problem
@@ -49,7 +49,7 @@ def amd() -> Iterator[str]:
 
 def test_elementwise_runs_on_the_emulated_gfx1100(amd: str) -> None:
     a = np.linspace(-3, 3, 1000, dtype=np.float32)
-    b = np.arange(1000, dtype=np.float32)
+    b = np.arange(1000, dtype=np.float32) % 50
     got = ((Tensor(a, device=amd) * 2 + Tensor(b, device=amd)).exp2() - 1).numpy()
     np.testing.assert_allclose(got, np.exp2(a * 2 + b) - 1, rtol=1e-6)
     assert Device[amd].arch == "gfx1100" and Device[amd].hip.launches >= 1
@@ -82,14 +82,9 @@ def test_symbolic_shape_passes_the_variable(amd: str) -> None:
         np.testing.assert_array_equal((t.shrink((None, (0, n.bind(k)))) + 1).numpy(), a[:, :k] + 1)
 
 
-# The op-suite subset: float32 unary ops and every binary op family, casts, movement, reductions, softmax and scans
-OP_SUBSET = (
-    "test_unary_matches_numpy_float32 and (exp or log or sqrt or sin or relu or sigmoid) and 3-17"
-    " or test_binary_matches_numpy and (float32 or int32 or float16)"
-    " or test_division_matches_numpy or test_where_matches_numpy or test_cast_matches_numpy"
-    " or test_movement_matches_numpy or test_reduce_matches_numpy"
-    " or test_softmax_family_matches_torch or test_argmax_argmin_pick_the_first_tie_like_torch"
-)
+# The op suite without its two slowest families on an emulator (a 2**16-element split reduction and scans over long
+# axes, ~15 s together); the whole of test_ops.py + test_reduce.py passes too (298 tests, ~70 s on a loaded 2-core host)
+OP_SUBSET = "not test_split_reductions_match_numpy and not test_scan_over_a_long_axis_goes_by_blocks"
 
 
 def test_op_suite_subset_passes_on_mockgpu() -> None:

@@ -175,6 +175,8 @@ class AMDDevice(CompiledDevice):
     ) -> float | None:
         groups, threads = info.extra.get("launch", ((1, 1, 1), (1, 1, 1)))
         grid = tuple(g if isinstance(g, int) else eval_size(g, vals) for g in groups)
+        if min(grid) <= 0:  # no workgroups (an empty tensor): HIP refuses a zero grid, and there is nothing to do
+            return 0.0 if wait else None
         kernarg = raw.kernarg(bufs, vals)
         hip = self.use()
         if not wait:

@@ -285,6 +285,15 @@ class HIPRenderer(CStyleRenderer):
         lane = self.vector_lane_type.get(dtype.scalar(), self.type_map[dtype.scalar()])
         return f"typedef {lane} {name} __attribute__((ext_vector_type({dtype.count})));"
 
+    def render_vectorize(self, ctx: RenderState, dtype: DType, lanes: list[str]) -> str:
+        """`(T4){a, b, ...}`; lanes of types narrower than int are cast first: C++ refuses a narrowing conversion in
+        an initializer list, and `a | b` of bools or chars is an int."""
+        scalar = dtype.scalar()
+        if scalar.itemsize < 4 and not dtypes.is_float(scalar):
+            lane_t = self.vector_lane_type.get(scalar, self.type_map[scalar])
+            lanes = [x if x.lstrip("(-").rstrip(")").isdigit() else f"({lane_t})({x})" for x in lanes]
+        return super().render_vectorize(ctx, dtype, lanes)
+
     def render_bitcast(self, ctx: RenderState, dtype: DType, src_dtype: DType, x: str) -> str:
         return f"__builtin_bit_cast({self.render_dtype(ctx, dtype)}, {x})"
 
