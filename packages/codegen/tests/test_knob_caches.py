@@ -111,6 +111,9 @@ NOT_TOGGLED: dict[str, str] = {
     "under other values",
     "CPU_MARCH": "COMPILE, read when a CPU device opens (it sets the -march flag and the renderer's vector width "
     "there); the CPU devices keep one program cache per target and test_compiler opens devices under each value",
+    "MOCKGPU": "COMPILE, read when an NV or AMD device opens: it picks the mocked driver (whose programs are PTX for "
+    "the interpreter, or code objects for the emulator) for that device's life; the backends' tests open devices under "
+    "it",
     "XGRAD_DISABLE_PLUGIN_AUTOLOAD": "NONE, read when the plugin registry is built, before any device opens; changing "
     "it means a new registry and new devices (tests/ and test_plugin cover it)",
     "XGRAD_PLUGINS": "NONE, read when the plugin registry is built (see XGRAD_DISABLE_PLUGIN_AUTOLOAD)",

@@ -6,16 +6,17 @@ IR in: a kernel AST from the scheduler. IR out: a linear program for a renderer 
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from xgrad.dtype import DType
 from xgrad.helpers import DEBUG, SPEC, TRANSCENDENTAL
 from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.passes import add_pass_hook, run_pass
 from xgrad.uop.pattern import PatternMatcher, graph_rewrite
 from xgrad.uop.spec import check_linear
 from xgrad.uop.symbolic import simplify
+from xgrad_codegen.decompose import decompositions_for as _decompositions
 from xgrad_codegen.fold import fold_indexes
 from xgrad_codegen.gates import hoist_gates
 from xgrad_codegen.gpu import lower_gpu
@@ -26,23 +27,8 @@ from xgrad_codegen.opt import Opt, expand_lanes
 from xgrad_codegen.renderer import Renderer
 from xgrad_codegen.vectorize import vectorize
 
-PassHook = Callable[[str, UOp, float], None]
-_hooks: list[PassHook] = []
-
-
-def add_pass_hook(hook: PassHook) -> None:
-    """Call `hook(pass_name, graph_after, seconds)` after every pass (timing, dumps)."""
-    _hooks.append(hook)
-
-
-def _run(name: str, fn: Callable[[UOp], UOp], ast: UOp) -> UOp:
-    start = time.perf_counter()
-    out = fn(ast)
-    for hook in _hooks:
-        hook(name, out, time.perf_counter() - start)
-    if DEBUG >= 6:
-        print(f"--- after {name} ---\n{out}")
-    return out
+# every pass runs through core's `run_pass`, as the scheduler's do: one hook (`add_pass_hook`) sees both pipelines
+__all__ = ["add_pass_hook", "before_optimize", "decompositions_for", "full_rewrite"]
 
 
 # the passes before `optimize`, which chooses its actions on the kernel as they leave it (so does search.heuristic):
@@ -65,19 +51,20 @@ def before_optimize(ast: UOp) -> UOp:
 def full_rewrite(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> list[UOp]:
     """Kernel AST -> linear program for `renderer`."""
     for name, fn in BEFORE_OPTIMIZE:
-        ast = _run(name, fn, ast)
+        ast = run_pass(name, fn, ast)
     # split and re-kind ranges (parallel, upcast, unroll, pack; on a GPU workgroups: local, group)
-    ast = _run("optimize", lambda a: optimize_for(a, renderer, opts), ast)
-    ast = _run("expand lanes", expand_lanes, ast)  # UPCAST/UNROLL ranges become straight-line lanes
-    ast = _run("simplify lanes", simplify, ast)  # each lane's constant index folds
-    ast = _run("hoist gates", hoist_gates, ast)  # a sum of gated loads skips its loop when their gate is off
+    ast = run_pass("optimize", lambda a: optimize_for(a, renderer, opts), ast)
+    ast = run_pass("expand lanes", expand_lanes, ast)  # UPCAST/UNROLL ranges become straight-line lanes
+    ast = run_pass("simplify lanes", simplify, ast)  # each lane's constant index folds
+    ast = run_pass("hoist gates", hoist_gates, ast)  # a sum of gated loads skips its loop when their gate is off
     # GPU: group reductions meet in shared memory; workgroup ranges become SPECIAL ids (nothing on a CPU)
-    ast = _run("lower gpu", lambda a: lower_gpu(a, renderer), ast)
+    ast = run_pass("lower gpu", lambda a: lower_gpu(a, renderer), ast)
     for name, pm in decompositions_for(renderer):  # ops and dtypes the target lacks
-        ast = _run(name, functools.partial(_rewrite, pm=pm, name=name), ast)
+        ast = run_pass(name, functools.partial(_rewrite, pm=pm, name=name), ast)
     masked = renderer.masked_stores
     width = renderer.max_vector_width
-    ast = _run("vectorize", lambda a: vectorize(a, width, masked), ast)  # neighbouring lanes: vector loads/ALU/stores
+    # neighbouring lanes: vector loads/ALU/stores
+    ast = run_pass("vectorize", lambda a: vectorize(a, width, masked), ast)
     uops = linearize(ast)  # loops, accumulators, order
     if SPEC:
         check_linear(uops)  # the contract with renderers and the PYTHON executor
@@ -104,8 +91,7 @@ class _Declared:
 
 
 def decompositions_for(renderer: Renderer) -> list[tuple[str, PatternMatcher]]:
-    from xgrad_codegen.decompose import decompositions_for as chosen
-
+    """The decomposition passes for what `renderer` lacks (with TRANSCENDENTAL>=2 also exp2, log2 and sin)."""
     if TRANSCENDENTAL.value >= 2:
-        return chosen(_Declared(renderer.supported_ops - TRANSCENDENTAL_OPS, renderer.native_dtypes))
-    return chosen(renderer)
+        return _decompositions(_Declared(renderer.supported_ops - TRANSCENDENTAL_OPS, renderer.native_dtypes))
+    return _decompositions(renderer)
