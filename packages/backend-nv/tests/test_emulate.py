@@ -501,7 +501,7 @@ def test_launch_checks_arguments_and_block_size() -> None:
     mod = load_ptx(SPECIAL)
     mem = DeviceMemory()
     assert mod.kernels["ids"].params == [("po", ".u64")]
-    with pytest.raises(EmulatorError, match="takes 1 arguments"):
+    with pytest.raises(EmulatorError, match="takes 1 arguments"):  # too few; extra ones are ignored as by the driver
         mod.launch("ids", (1, 1, 1), (1, 1, 1), [], mem)
     with pytest.raises(EmulatorError, match="more than 1024"):
         mod.launch("ids", (1, 1, 1), (64, 32, 1), [mem.alloc(8)], mem)

@@ -82,9 +82,9 @@ class Threads:
         sp["%lanemask_gt"] = (~((one << (lane + one)) - one)).astype(np.uint32)
         sp["%lanemask_ge"] = (~((one << lane) - one)).astype(np.uint32)
         self.clock = 0
-        self.regs: list[Array] = []
-        for w in kernel.widths:
-            self.regs.append(np.zeros(n, np.bool_ if w == 0 else UINT[w]))
+        # registers start as zeros; one shared array per width (register arrays are never changed in place)
+        zeros = {w: np.zeros(n, np.bool_ if w == 0 else UINT[w]) for w in set(kernel.widths)}
+        self.regs: list[Array] = [zeros[w] for w in kernel.widths]
         self.params = params
         self.symbols = symbols
         self.shared = np.zeros((nblocks, max(shared_bytes, 16)), np.uint8)
@@ -250,10 +250,12 @@ def _dims(d: tuple[int, ...], what: str) -> tuple[int, int, int]:
 
 
 def _pack_params(k: Kernel, args: list[Any]) -> bytes:
-    if len(args) != len(k.param_vars):
+    if len(args) < len(k.param_vars):
         raise EmulatorError(f"kernel {k.name} takes {len(k.param_vars)} arguments {k.params}, got {len(args)}")
     buf = bytearray()
-    for v, a in zip(k.param_vars, args, strict=True):
+    # extra arguments are ignored, as by cuLaunchKernel, which reads as many as the kernel declares (a renderer drops
+    # the trailing buffers a kernel never uses)
+    for v, a in zip(k.param_vars, args[: len(k.param_vars)], strict=True):
         align = max(v.align, 1)
         buf += bytes(-len(buf) % align)
         if isinstance(a, (bytes, bytearray)):
