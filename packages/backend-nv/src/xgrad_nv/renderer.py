@@ -61,6 +61,7 @@ class NVArch:
     threads_per_sm: int  # resident threads per multiprocessor
     registers_per_thread: int
     tensor_cores: tuple[TensorCore, ...]
+    tf32_cores: tuple[TensorCore, ...] = ()  # float32 matmuls at tf32 precision: only with CUDARenderer(tf32=True)
 
 
 _GRID = (2**31 - 1, 65535, 65535)
@@ -68,16 +69,24 @@ _BLOCK = (1024, 1024, 64)
 # mma.sync m16n8k16 with f16/bf16 operands and f32 accumulators exists from sm_80 on (PTX ISA 7.0), in the layout
 # codegen's tensor-core pass uses (xgrad_codegen.pydevice.TENSOR_CORES["sm_90"], the PTX ISA's fragments)
 _MMA_M16N8K16 = TENSOR_CORES["sm_90"]
+# mma.sync m16n8k8 .tf32 (PTX ISA, "Matrix Fragments for mma.m16n8k8", g = lane >> 2, t = lane % 4): A's a0..a3 at
+# row g (+8 for a1, a3), column t (+4 for a2, a3); B's b0, b1 at row t (+4 for b1), column g; C/D as for m16n8k16
+ROW, COL = 0, 1
+_LANES_ROW_G = ((COL, 1), (COL, 2), (ROW, 1), (ROW, 2), (ROW, 4))
+_TF32_A = (_LANES_ROW_G, ((ROW, 8), (COL, 4)))
+_TF32_B = (((ROW, 1), (ROW, 2), (COL, 1), (COL, 2), (COL, 4)), ((ROW, 4),))
+_TF32_C = (((COL, 2), (COL, 4), (ROW, 1), (ROW, 2), (ROW, 4)), ((COL, 1), (ROW, 8)))
+_MMA_TF32 = (TensorCore("mma_m16n8k8_tf32", (16, 8, 8), F32, F32, 32, _TF32_A, _TF32_B, _TF32_C),)
 KIB = 1024
 NV_ARCHS: dict[str, NVArch] = {
     "sm_80": NVArch("sm_80", (8, 0), (7, 0), _GRID, _BLOCK, 1024, 48 * KIB, 163 * KIB, 164 * KIB, 2048, 255,
-                    _MMA_M16N8K16),
+                    _MMA_M16N8K16, _MMA_TF32),
     "sm_89": NVArch("sm_89", (8, 9), (7, 8), _GRID, _BLOCK, 1024, 48 * KIB, 99 * KIB, 100 * KIB, 1536, 255,
-                    _MMA_M16N8K16),
+                    _MMA_M16N8K16, _MMA_TF32),
     "sm_90": NVArch("sm_90", (9, 0), (7, 8), _GRID, _BLOCK, 1024, 48 * KIB, 227 * KIB, 228 * KIB, 2048, 255,
-                    _MMA_M16N8K16),
+                    _MMA_M16N8K16, _MMA_TF32),
     "sm_120": NVArch("sm_120", (12, 0), (8, 7), _GRID, _BLOCK, 1024, 48 * KIB, 99 * KIB, 100 * KIB, 1536, 255,
-                     _MMA_M16N8K16),
+                     _MMA_M16N8K16, _MMA_TF32),
 }  # fmt: skip
 DEFAULT_ARCH = "sm_90"
 
@@ -182,15 +191,17 @@ def rule_cuda_divmod(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
     return f"{name}({ctx.exprs[u.src[0]]}, {ctx.exprs[u.src[1]]})"
 
 
-MMA_PTX_TYPE = {F16: "f16", BF16: "bf16"}
+MMA_PTX_TYPE = {F16: "f16", BF16: "bf16", F32: "tf32"}  # tf32: float32 bits, the low 13 ignored by the hardware
 
 
 def wmma_helper(name: str, tc: TensorCore, ta: str, tb: str, tc_: str) -> str:
-    """`name(a, b, c)`: D = A @ B + C of one warp by `mma.sync` (m16n8k16, f32 accumulators); the halves of A and B
-    are packed two per 32-bit register in element order, which is the PTX ISA's fragment order."""
+    """`name(a, b, c)`: D = A @ B + C of one warp by `mma.sync` (m16n8k16 f16/bf16 or m16n8k8 tf32, f32
+    accumulators); A's and B's elements fill 32-bit registers in element order (two halves or one tf32 each), which
+    is the PTX ISA's fragment order."""
     m, n, k = tc.dims
     t = MMA_PTX_TYPE[tc.dtype]
-    na, nb, nc = tc.elements("a") // 2, tc.elements("b") // 2, tc.elements("c")
+    per_reg = 4 // tc.dtype.itemsize  # elements per 32-bit register: 2 halves, 1 tf32
+    na, nb, nc = tc.elements("a") // per_reg, tc.elements("b") // per_reg, tc.elements("c")
     regs = iter(range(nc + na + nb))
     d_ops = ", ".join(f"%{next(regs)}" for _ in range(nc))
     a_ops = ", ".join(f"%{next(regs)}" for _ in range(na))
@@ -212,7 +223,8 @@ def wmma_helper(name: str, tc: TensorCore, ta: str, tb: str, tc_: str) -> str:
 
 def rule_cuda_wmma(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
     tc = u.arg
-    if not isinstance(tc, TensorCore) or tc.dtype not in MMA_PTX_TYPE or tc.dims != (16, 8, 16) or tc.acc != F32:
+    dims = (16, 8, 8) if isinstance(tc, TensorCore) and tc.dtype == F32 else (16, 8, 16)
+    if not isinstance(tc, TensorCore) or tc.dtype not in MMA_PTX_TYPE or tc.dims != dims or tc.acc != F32:
         raise NotImplementedError(f"the CUDA renderer has no mma.sync for WMMA {u.arg!r}")
     a, b, c = u.src
     ta, tb, tc_ = (r.render_dtype(ctx, s.dtype) for s in (a, b, c))
@@ -274,14 +286,16 @@ class CUDARenderer(CStyleRenderer):
     has_shared = True
     max_vector_width = 1
 
-    def __init__(self, arch: str | None = None) -> None:
+    def __init__(self, arch: str | None = None, tf32: bool = False) -> None:
+        """`tf32`: float32 matmuls on the tf32 tensor cores too (10-bit mantissa operands; off by default, as
+        float32 results would silently lose precision)."""
         super().__init__()
         spec = nv_arch(arch)
         self.arch = spec.name
         self.spec = spec
         self.global_max, self.local_max = spec.global_max, spec.local_max
         self.max_threads, self.shared_max = spec.max_threads, spec.shared_static
-        self.tensor_cores = spec.tensor_cores
+        self.tensor_cores = spec.tensor_cores + (spec.tf32_cores if tf32 else ())
 
     # ---- ALU ----
     def render_alu(self, op: Ops, dtype: DType, operands: list[str], src_dtypes: list[DType]) -> str:
