@@ -147,7 +147,7 @@ def test_division_is_correctly_rounded(co: CodeObject) -> None:
     rng = np.random.default_rng(1)
     a = rng.standard_normal(64).astype(np.float32) * np.float32(1e3)
     b = rng.standard_normal(64).astype(np.float32)
-    b[:4] = [0.0, -0.0, np.inf, 1e-30]
+    b[:6] = [0.0, -0.0, np.inf, 1e-30, 1e-40, -3e-42]  # zeros, infinity, tiny, denormal denominators
     a[4] = np.nan
     r = Run(co)
     o = r.buf(np.zeros(64, np.float32))

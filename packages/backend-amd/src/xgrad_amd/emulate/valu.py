@@ -303,8 +303,10 @@ def _sp_mad64(inst: Inst) -> Exec:
 
 
 def _sp_div_scale(inst: Inst) -> Exec:
-    """v_div_scale: scales only quotients whose operands are near the ends of the exponent range; here D = S0 and
-    VCC = 0, exact for every operand pair whose quotient and reciprocal are normal numbers."""
+    """v_div_scale: the hardware rescales operands near the ends of the exponent range by 2^+-64 and flags VCC for
+    v_div_fmas; here D = S0 and VCC = 0 always. Division sequences are then exact wherever the quotient and the
+    reciprocal are normal numbers; v_div_fixup returns the IEEE quotient where the unscaled sequence overflowed
+    (denormal denominators), and quotients in the denormal range may differ from the hardware in the last place."""
     f, size, lit = inst.f, inst.size, inst.literal
     t = "f64" if inst.name.endswith("f64") else "f32"
 

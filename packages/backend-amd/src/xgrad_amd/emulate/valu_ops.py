@@ -152,12 +152,17 @@ def _cvt_u32(x: A) -> A:
 
 
 def _div_fixup(q: A, den: A, num: A) -> A:
-    """v_div_fixup: the special cases of num / den (NaN, infinities, zeros); otherwise q with the quotient's sign."""
+    """v_div_fixup: the special cases of num / den (NaN, infinities, zero denominator), otherwise q with the
+    quotient's sign. v_div_scale here never rescales (see valu._sp_div_scale), so where the unscaled Newton sequence
+    ran out of range (a denormal denominator, whose reciprocal overflows) q is not finite though num / den is a number:
+    there the IEEE quotient is what the hardware's scaled sequence delivers, and it is returned."""
     sign = np.signbit(num) ^ np.signbit(den)
     out = np.where(sign, -np.abs(q), np.abs(q))
     with np.errstate(all="ignore"):
+        ieee = (num / den).astype(q.dtype)
         special = np.isnan(num) | np.isnan(den) | np.isinf(num) | np.isinf(den) | (den == 0)
-        return np.asarray(np.where(special, (num / den).astype(q.dtype), out).astype(q.dtype))
+        lost = ~np.isfinite(q) & ~np.isnan(ieee)
+        return np.asarray(np.where(special | lost, ieee, out).astype(q.dtype))
 
 
 def _sin(x: A) -> A:
