@@ -6,11 +6,14 @@ has not within DIST_TIMEOUT seconds, a `RankFailedError` that names the ranks th
 Why a watchdog: when a rank dies, MPI itself either aborts the whole job (Open MPI's mpirun by default, on a non-zero
 exit) or leaves the others waiting forever in the collective (shared memory and TCP notice nothing). So no collective
 here blocks inside MPI: each is started nonblocking and polled with `Test()` (which also drives MPI's progress) until
-it completes or its deadline passes. Then this rank asks every other rank, on a second communicator of its own
-(`ctl`), whether it is alive: a PING answered by a PONG. Every rank answers PINGs while it waits in a collective (after
-the first second, see PATIENCE), so the ranks that do not answer within GRACE seconds are the ones that exited or hang
-outside xgrad's collectives, and the error names them. The communicator is then broken: every later collective raises
-the same error at once.
+it completes or its deadline passes. Then this rank asks every other rank whether it is alive: a PING answered by a
+PONG, on COMM_WORLD (`ctl`) with tags of their own, while the collectives run on a duplicate of it (`comm`). Every
+rank answers PINGs while it waits in a collective (after the first second, see PATIENCE), so the ranks that do not
+answer within GRACE seconds are the ones that exited or hang outside xgrad's collectives, and the error names them.
+The communicator is then broken: every later collective raises the same error at once.
+
+Not covered: a rank that dies before MPI starts in it (before the first collective imports mpi4py) leaves the others
+inside MPI_Init, which cannot be watched; Open MPI's mpirun then ends the job itself (its default) or waits.
 
 mpi4py is imported here, on first use (importing it starts MPI): `import xgrad` and `xgrad.distributed.launch` do
 not need it.
@@ -56,7 +59,8 @@ def mpi() -> Any:
 
 
 class Communicator:
-    """The processes of the job: `comm` carries the collectives, `ctl` the watchdog's PING/PONG."""
+    """The processes of the job: `comm` (a duplicate of COMM_WORLD) carries the collectives, `ctl` (COMM_WORLD)
+    the watchdog's PING/PONG."""
 
     def __init__(self) -> None:
         if launcher() is None:
@@ -73,13 +77,15 @@ class Communicator:
                 "the program was started by another MPI's launcher than the one mpi4py was built for; launch it with "
                 "that MPI's mpirun (python -c 'import mpi4py; print(mpi4py.get_config())' names it)"
             )
-        self.comm = world.Dup()
-        self.ctl = world.Dup()
-        for c in (self.comm, self.ctl):
-            c.Set_errhandler(MPI.ERRORS_RETURN)  # an MPI error raises in Python instead of aborting the job
+        self.ctl = world  # the watchdog's PING/PONG (tags of its own); the collectives go on a duplicate
+        self.ctl.Set_errhandler(MPI.ERRORS_RETURN)  # an MPI error raises in Python instead of aborting the job
         self.failed: RankFailedError | None = None
         self._pongs: list[Any] = []  # PONG sends in flight
         self._token = bytearray(1)
+        # duplicating is itself a collective: nonblocking too, so a rank that died before it is named as well
+        self.comm, request = world.Idup()
+        self.wait(request, "the first collective (making xgrad's communicator)")
+        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
 
     # ---- waiting with a deadline ----
     def wait(self, request: Any, what: str) -> None:
