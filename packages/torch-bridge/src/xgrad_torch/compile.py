@@ -48,7 +48,8 @@ class CompiledGraph:
                 raise BridgeError("the xgrad backend compiles static shapes; call torch.compile(..., dynamic=False)")
         self.jit: TinyJit[list[Tensor]] = TinyJit(self._run)
 
-    def _run(self, *xs: Tensor) -> list[Tensor]:
+    def _run(self, *unique: Tensor) -> list[Tensor]:
+        xs = [unique[i] for i in self.positions]
         args = [wrap(x, dtype) for x, dtype in zip(xs, self.input_dtypes)]
         holders = {id(storage.holder_of(a)): i for i, a in enumerate(args)}
         outs = self.gm(*args)
@@ -83,7 +84,18 @@ class CompiledGraph:
                                   "move the model and its inputs to 'xgrad' before calling it")  # fmt: skip
             xs.append(read(a))
         storage.flush()  # pending writes to inputs (an optimizer's step) first: the replay reads their buffers
-        tensors = iter(self.jit(*xs))
+        # one xgrad Tensor per storage read whole: a tensor passed twice (or two sharing a storage) goes in once
+        first: dict[int, int] = {}
+        unique: list[Tensor] = []
+        for x in xs:
+            if id(x) not in first:
+                first[id(x)] = len(unique)
+                unique.append(x)
+        positions = [first[id(x)] for x in xs]
+        if positions != getattr(self, "positions", positions):
+            self.jit.reset()  # a different aliasing of the inputs: capture again
+        self.positions = positions
+        tensors = iter(self.jit(*unique))
         values, dtypes, aliases = iter(self.values), iter(self.dtypes), iter(self.aliases)
         out: list[Any] = []
         for kind in self.kinds:

@@ -51,16 +51,19 @@ _pending_impls: list[tuple[str, Callable[..., Any]]] = []
 
 
 # ---- arguments ----
+_SIGNATURES: dict[Any, tuple[tuple[str, Any], ...]] = {}
+
+
 def bind(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Args:
     """The arguments of an aten call by schema name, defaults filled in."""
-    out: Args = {}
-    for i, a in enumerate(op._schema.arguments):
-        if i < len(args):
-            out[a.name] = args[i]
-        elif a.name in kwargs:
-            out[a.name] = kwargs[a.name]
-        else:
-            out[a.name] = a.default_value if a.has_default_value() else None
+    signature = _SIGNATURES.get(op)
+    if signature is None:
+        arguments = op._schema.arguments
+        signature = tuple((a.name, a.default_value if a.has_default_value() else None) for a in arguments)
+        _SIGNATURES[op] = signature
+    out: Args = dict(zip((name for name, _ in signature), args))
+    for name, default in signature[len(args) :]:
+        out[name] = kwargs.get(name, default)
     return out
 
 

@@ -15,6 +15,7 @@ here: writes stay lazy until torch needs data (`flush` realizes every pending wr
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any
 
@@ -60,12 +61,24 @@ def to_torch_dtype(dtype: DType) -> torch.dtype:
 
 
 class Holder:
-    """A storage's elements: one flat xgrad Tensor, replaced by every write."""
+    """A storage's elements as one xgrad Tensor (`whole`, in the shape it was made or last written in whole),
+    replaced by every write; `base` is the same elements flat (what views and partial writes index)."""
 
-    __slots__ = ("base", "__weakref__")
+    __slots__ = ("whole", "numel", "_flat", "__weakref__")
 
-    def __init__(self, base: Tensor) -> None:
-        self.base = base
+    def __init__(self, whole: Tensor) -> None:
+        self.set(whole)
+
+    def set(self, whole: Tensor) -> None:
+        self.whole = whole
+        self.numel = math.prod(whole.shape)
+        self._flat: Tensor | None = whole if whole.ndim == 1 else None
+
+    @property
+    def base(self) -> Tensor:
+        if self._flat is None:
+            self._flat = self.whole.reshape(self.numel)
+        return self._flat
 
 
 _pending: weakref.WeakSet[Holder] = weakref.WeakSet()
@@ -89,14 +102,14 @@ def wrap(x: Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     if dtype is not None and to_xgrad_dtype(dtype) != x.dtype:
         x = x.cast(to_xgrad_dtype(dtype))
     t = new_shell(x.shape, dtype or to_torch_dtype(x.dtype))
-    t.untyped_storage()._xgrad = Holder(x.reshape(-1))  # type: ignore[attr-defined]
+    t.untyped_storage()._xgrad = Holder(x)  # type: ignore[attr-defined]
     return t
 
 
 def adopt(t: torch.Tensor, x: Tensor) -> None:
     """Give the fresh shell `t` (from `new_shell`) the elements `x`, in `t`'s dtype."""
     want = to_xgrad_dtype(t.dtype)
-    t.untyped_storage()._xgrad = Holder((x if x.dtype == want else x.cast(want)).reshape(-1))  # type: ignore[attr-defined]
+    t.untyped_storage()._xgrad = Holder(x if x.dtype == want else x.cast(want))  # type: ignore[attr-defined]
 
 
 # ---- layouts: a torch (size, stride, offset) as movement ops on the flat tensor ----
@@ -120,7 +133,7 @@ def _indices(size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> np.
 def view_of(base: Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> Tensor:
     """The elements of the flat `base` at torch's (size, stride, offset)."""
     n = base.shape[0]
-    numel = int(np.prod(size)) if size else 1
+    numel = math.prod(size)
     if numel == 0:
         return Tensor.zeros(size, dtype=base.dtype, device=base.device)
     if stride == _contiguous(size):
@@ -194,8 +207,11 @@ def _scatter_into(base: Tensor, value: Tensor, size: tuple[int, ...], stride: tu
 
 def read(t: torch.Tensor) -> Tensor:
     """The xgrad Tensor that the torch tensor `t` on `xgrad` reads as (lazy)."""
-    base = holder_of(t).base
-    return view_of(base, tuple(t.shape), tuple(t.stride()), int(t.storage_offset()))
+    h = holder_of(t)
+    if t.is_contiguous() and t.storage_offset() == 0 and t.numel() == h.numel:
+        shape = tuple(t.shape)
+        return h.whole if h.whole.shape == shape else h.whole.reshape(shape)
+    return view_of(h.base, tuple(t.shape), tuple(t.stride()), int(t.storage_offset()))
 
 
 def write(t: torch.Tensor, value: Tensor | bool | int | float) -> None:
@@ -210,15 +226,14 @@ def write(t: torch.Tensor, value: Tensor | bool | int | float) -> None:
     value = value if value.dtype == want else value.cast(want)
     if value.shape != size:
         value = value.reshape((1,) * (len(size) - value.ndim) + value.shape).expand(size) if size else value.reshape(())
-    n = h.base.shape[0]
-    if h.base.dtype != want:
+    if h.whole.dtype != want:
         raise BridgeError(
-            f"a write of {t.dtype} into a storage of xgrad {h.base.dtype.name} (a dtype view); clone first"
+            f"a write of {t.dtype} into a storage of xgrad {h.whole.dtype.name} (a dtype view); clone first"
         )
-    if t.storage_offset() == 0 and t.numel() == n and tuple(t.stride()) == _contiguous(size):
-        h.base = value.reshape(-1)
+    if t.storage_offset() == 0 and t.numel() == h.numel and t.is_contiguous():
+        h.set(value)
     elif t.numel():
-        h.base = _scatter_into(h.base, value, size, tuple(t.stride()), int(t.storage_offset()))
+        h.set(_scatter_into(h.base, value, size, tuple(t.stride()), int(t.storage_offset())))
     _pending.add(h)
     _writes += 1
     if _writes >= FLUSH_AFTER_WRITES:
@@ -228,11 +243,13 @@ def write(t: torch.Tensor, value: Tensor | bool | int | float) -> None:
 def flush(*also: Tensor) -> None:
     """Realize every pending write, together with `also` (one schedule)."""
     global _writes
-    bases = [h.base for h in list(_pending)]
+    holders = list(_pending)
     _pending.clear()
     _writes = 0
-    if bases or also:
-        Tensor.realize(*bases, *also)
+    if holders or also:
+        Tensor.realize(*(h.whole for h in holders), *also)
+    for h in holders:
+        h.set(h.whole)  # a flat view taken before the realize would keep the graph alive
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
