@@ -13,6 +13,7 @@ from xgrad_codegen.opt import (
     OPT_ACTIONS,
     Opt,
     OptError,
+    OptOps,
     apply_opt,
     candidate_opts,
     heuristic_opts,
@@ -220,7 +221,6 @@ def test_pack_is_a_candidate_only_for_renderers_with_scratch() -> None:
         (Opt("UNROLL", 0, 4), "applies to a REDUCE range"),
         (Opt("UPCAST", 0, 5), "cannot split"),
         (Opt("UPCAST", 7, 4), "out of range"),
-        (Opt("SPLAT", 0, 4), "unknown optimizer action"),
         (Opt("PACK", 9), "out of range"),
         (Opt("PACK", 0), "GLOBAL"),  # no parallel loop chosen yet
     ],
@@ -228,6 +228,12 @@ def test_pack_is_a_candidate_only_for_renderers_with_scratch() -> None:
 def test_illegal_action_raises_opt_error(opt: Opt, message: str) -> None:
     with pytest.raises(OptError, match=message):
         apply_opt(matmul_ast(16, 24, 32), opt)
+
+
+def test_an_unknown_action_is_refused_when_made() -> None:
+    with pytest.raises(OptError, match="unknown optimizer action 'SPLAT'"):
+        Opt("SPLAT", 0, 4)
+    assert Opt("UPCAST", 0, 4) == Opt(OptOps.UPCAST, 0, 4) and Opt("TC", 0).op is OptOps.TC
 
 
 def test_pack_needs_the_parallel_loop_among_the_loops_the_load_reads_in() -> None:

@@ -9,6 +9,7 @@ ones for a kernel; `apply_opt` raises OptError for an action that does not apply
 
 from __future__ import annotations
 
+import enum
 import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,19 +33,41 @@ if TYPE_CHECKING:
     from xgrad_codegen.renderer import Renderer
 
 
+class OptError(ValueError):
+    """An action that does not apply to this kernel (the message says why). BEAM skips such candidates."""
+
+
+class OptOps(enum.StrEnum):
+    """The optimizer actions (tinygrad's name for the enum). What each does and takes: OPT_ACTIONS below; the GPU ones
+    (LOCAL, GROUP, GROUPTOP, TC): xgrad_codegen.gpu_opt. A member equals its name as a string."""
+
+    UPCAST = "UPCAST"
+    UNROLL = "UNROLL"
+    PADTO = "PADTO"
+    GLOBAL = "GLOBAL"
+    PACK = "PACK"
+    SPLIT = "SPLIT"
+    LOCAL = "LOCAL"
+    GROUP = "GROUP"
+    GROUPTOP = "GROUPTOP"
+    TC = "TC"
+
+
 @dataclass(frozen=True)
 class Opt:
-    """One optimizer action (see OPT_ACTIONS): `op` names it; `axis` indexes `kernel_ranges(ast)` (for PACK:
-    `pack.packable_loads(ast)`); `amount` is the split factor (0 = the whole range), or for PADTO the multiple to pad
-    the range to."""
+    """One optimizer action (see OPT_ACTIONS): `op` names it (an OptOps member; its name as a string is taken too);
+    `axis` indexes `kernel_ranges(ast)` (for PACK: `pack.packable_loads(ast)`); `amount` is the split factor (0 = the
+    whole range), or for PADTO the multiple to pad the range to. An unknown action raises OptError."""
 
-    op: str
+    op: str  # an OptOps member once made (a StrEnum: a str); typed str so that Opt("UPCAST", ...) reads as it runs
     axis: int
     amount: int = 0
 
-
-class OptError(ValueError):
-    """An action that does not apply to this kernel (the message says why). BEAM skips such candidates."""
+    def __post_init__(self) -> None:
+        if not isinstance(self.op, OptOps):
+            if self.op not in OptOps.__members__:
+                raise OptError(f"unknown optimizer action {self.op!r}; the actions are {list(OptOps.__members__)}")
+            object.__setattr__(self, "op", OptOps(self.op))
 
 
 # every action, what its axis refers to, and the amounts it takes (search.py builds its candidates from this table)
