@@ -6,9 +6,21 @@ result, with numpy alone. Prints one line "OK rank=<rank> <checks>" on success; 
 from __future__ import annotations
 
 import numpy as np
+from mpi4py import MPI
 
 from xgrad import Tensor, TinyJit, dtypes
-from xgrad.distributed import all_gather, all_reduce, barrier, broadcast, rank, reduce_scatter, split_rows, world_size
+from xgrad.device import Device
+from xgrad.distributed import (
+    all_gather,
+    all_reduce,
+    barrier,
+    broadcast,
+    local_rank,
+    rank,
+    reduce_scatter,
+    split_rows,
+    world_size,
+)
 
 R, W = rank(), world_size()
 DTYPES = {
@@ -78,6 +90,27 @@ for i in range(4):
     got = step(Tensor(np.full(5, float(R + i), np.float32)).realize()).numpy()
     close(got, np.full(5, sum(2.0 * (r + i) for r in range(W)) + 1, np.float32), f"TinyJit call {i}")
 assert step.captured is not None and any(not s.is_kernel for s in step.captured.linear.src)
+# a device's own collective library (the NCCL hook): an optional method `collective` of the device object is called
+# instead of the host path; here one that records the call and reduces through mpi4py on copies of the bytes
+calls = []
+
+
+def hook(step: object, out: object, src: object) -> None:
+    calls.append(step.name)  # type: ignore[attr-defined]
+    send = np.frombuffer(src.as_bytes(), np.float32).copy()  # type: ignore[attr-defined]
+    recv = np.empty_like(send)
+    MPI.COMM_WORLD.Allreduce(send, recv)
+    out.copyin(memoryview(recv).cast("B"))  # type: ignore[attr-defined]
+
+
+cpu = Device["CPU"]
+cpu.collective = hook  # type: ignore[attr-defined]
+try:
+    close(all_reduce(Tensor([1.0, float(R)])).numpy(), np.array([W, sum(range(W))], np.float32), "device hook")
+finally:
+    del cpu.collective  # type: ignore[attr-defined]
+assert calls == ["all_reduce(sum)"], calls
+assert local_rank() == R and MPI.COMM_WORLD.Get_rank() == R  # one host: the local rank is the rank
 barrier()
-checks += 7
+checks += 8
 print(f"OK rank={R} {checks}", flush=True)
