@@ -1,6 +1,7 @@
 """The op conformance subset on the emulated GPU (MOCKGPU=1): every renderer's kernels run on the PTX interpreter
 through the NV device and equal numpy; then the core op suite itself (packages/core/tests/test_ops.py) runs in a
-child pytest with --xgrad-devices=NV[,NV:PTX], as CI runs it on PYTHON::sm_90.
+child pytest with --xgrad-devices=NV[,NV:PTX], as CI runs it on PYTHON::sm_90, each of its kernels also compiled
+to cubin for sm_80, sm_90 and sm_120 (nv_cubin_check.py).
 
 Tensor cores are on: the float16/bfloat16 matmuls go through mma.sync (checked in the rendered source)."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +24,8 @@ from xgrad.helpers import Context
 from xgrad.plugin import module_exists
 
 DEVICES = ["NV:CUDA", *(["NV:PTX"] if module_exists("xgrad_nv.ptx") else [])]
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
 # what the interpreter cannot run yet, with the reason (the child run deselects it)
 SUITE_DESELECT = {
     "test_unary_matches_numpy_other_floats[NV-sin-dtype1]": "float64 sin calls a PTX .func (call.uni): not interpreted",
@@ -56,14 +59,20 @@ def test_half_matmuls_run_on_tensor_cores(device: str) -> None:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_core_op_suite_passes_on_the_emulated_gpu(device: str) -> None:
-    """packages/core/tests/test_ops.py, the whole file, in a child pytest on the mock GPU."""
+    """packages/core/tests/test_ops.py, the whole file, in a child pytest on the mock GPU; every kernel it builds is
+    also compiled to cubin for sm_80, sm_90 and sm_120 (nv_cubin_check)."""
     name = device.replace("NV:CUDA", "NV")
     deselect = [f"--deselect=packages/core/tests/test_ops.py::{t.replace('NV', name, 1)}" for t in SUITE_DESELECT]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", f"--xgrad-devices={name}"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-p", "nv_cubin_check"]
+    cmd.append(f"--xgrad-devices={name}")
     res = subprocess.run(
         [*cmd, *deselect, "packages/core/tests/test_ops.py"],
         cwd=ROOT,
-        env={**os.environ, "MOCKGPU": "1"},
+        env={
+            **os.environ,
+            "MOCKGPU": "1",
+            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        },
         capture_output=True,
         text=True,
         check=False,
@@ -71,6 +80,8 @@ def test_core_op_suite_passes_on_the_emulated_gpu(device: str) -> None:
     tail = "\n".join(res.stdout.splitlines()[-30:])
     assert res.returncode == 0, f"test_ops.py on {name} (MOCKGPU=1) failed:\n{tail}\n{res.stderr[-2000:]}"
     assert " passed" in tail
+    built = re.search(r"nv_cubin_check: (\d+) kernels compiled to cubin for sm_80, sm_90, sm_120", res.stdout)
+    assert built is not None and int(built.group(1)) > 200, tail
 
 
 def test_beam_keeps_tensor_core_matmuls_correct() -> None:
