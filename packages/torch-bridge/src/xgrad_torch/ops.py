@@ -261,7 +261,7 @@ UNARY: dict[str, tuple[Callable[[Tensor], Tensor], str]] = {
     "isfinite": (Tensor.isfinite, "bool"),
 }
 for _name, (_fn, _result) in UNARY.items():
-    register(overloads_of(_name), "unary", _unary(_fn, _result))
+    register(overloads_of(_name, skip=("decimals", "decimals_out")), "unary", _unary(_fn, _result))
 
 
 # ---- elementwise: binary (type promotion as torch's, alpha, broadcast) ----
