@@ -507,3 +507,51 @@ def test_launch_checks_arguments_and_block_size() -> None:
         mod.launch("ids", (1, 1, 1), (64, 32, 1), [mem.alloc(8)], mem)
     with pytest.raises(EmulatorError, match="no kernel 'nope'"):
         mod.launch("nope", (1, 1, 1), (1, 1, 1), [], mem)
+
+
+BARRIER_AFTER_THE_WRITES = (
+    HEAD
+    + """
+.visible .entry bar(.param .u64 po)
+{
+  .shared .align 4 .b8 s[64];
+  .reg .pred %p<2>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [po];
+  mov.u32 %r1, %tid.x;
+  setp.lt.u32 %p1, %r1, 16;
+  @%p1 bra $WRITE;                  // the writers' code comes after the barrier in program order
+$SYNC:
+  bar.sync 0;
+  and.b32 %r2, %r1, 15;
+  shl.b32 %r3, %r2, 2;
+  mov.u32 %r4, s;
+  add.u32 %r5, %r4, %r3;
+  ld.shared.u32 %r6, [%r5];
+  mov.u32 %r2, %ctaid.x;
+  mad.lo.u32 %r2, %r2, 48, %r1;
+  mul.wide.u32 %rd2, %r2, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r6;
+  ret;
+$WRITE:
+  mul.lo.u32 %r7, %r1, 7;
+  shl.b32 %r3, %r1, 2;
+  mov.u32 %r4, s;
+  add.u32 %r5, %r4, %r3;
+  st.shared.u32 [%r5], %r7;
+  bra $SYNC;
+}
+"""
+)
+
+
+def test_barrier_waits_for_threads_whose_code_lies_after_it() -> None:
+    """Threads at bar.sync wait while others still run code placed later in the program (lowest-PC-first alone
+    would release the barrier before the writes)."""
+    mem = DeviceMemory()
+    out = mem.alloc(4 * 96)
+    load_ptx(BARRIER_AFTER_THE_WRITES).launch("bar", (2, 1, 1), (48, 1, 1), [out], mem)
+    got = np.frombuffer(mem.read(out, 4 * 96), np.uint32)
+    np.testing.assert_array_equal(got, (np.arange(96) % 48 % 16) * 7)

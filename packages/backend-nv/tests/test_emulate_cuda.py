@@ -183,6 +183,44 @@ extern "C" __global__ void mma_bf16(float* d, const __nv_bfloat16* a, const __nv
 """
 
 
+PACKED_SOURCE = r"""
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+extern "C" __global__ void pack(__nv_bfloat162* o, __half2* h, const float* a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    o[i] = __floats2bfloat162_rn(a[2 * i], a[2 * i + 1]);
+    h[i] = __floats2half2_rn(a[2 * i], a[2 * i + 1]);
+    o[i] = __hmul2(o[i], o[i]);
+    h[i] = __hfma2(h[i], h[i], h[i]);
+  }
+}
+"""
+
+
+def _bf16_round(x: np.ndarray) -> np.ndarray:
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+
+
+def test_packed_half2_and_bfloat162_for_sm_90(tmp_path: Path) -> None:
+    """cvt.rn.{bf16x2,f16x2}.f32 packing, mul.bf16x2 and fma.rn.f16x2 (what cuda_bf16.h emits for sm_90)."""
+    (tmp_path / "p.cu").write_text(PACKED_SOURCE)
+    subprocess.run([str(NVCC), "-ptx", "-arch=sm_90", "p.cu", "-o", "p.ptx"], cwd=tmp_path, check=True)
+    mod = load_ptx((tmp_path / "p.ptx").read_text())
+    n = 40
+    a = (np.random.default_rng(4).standard_normal(2 * n) * 3).astype(np.float32)
+    mem = DeviceMemory()
+    o, h = mem.alloc(4 * n), mem.alloc(4 * n)
+    mod.launch("pack", (1, 1, 1), (64, 1, 1), [o, h, _buf(mem, a), n], mem)
+    got_bf = (np.frombuffer(mem.read(o, 4 * n), np.uint16).astype(np.uint32) << 16).view(np.float32)
+    b = _bf16_round(a)
+    np.testing.assert_array_equal(got_bf, _bf16_round(b * b))
+    ah = a.astype(np.float16)
+    want_h = (ah.astype(np.float64) * ah + ah).astype(np.float16)
+    np.testing.assert_array_equal(np.frombuffer(mem.read(h, 4 * n), np.float16), want_h)
+
+
 @pytest.mark.parametrize("kind", ["f16", "bf16"])
 def test_mma_m16n8k16_matches_numpy_matmul(kind: str, tmp_path: Path) -> None:
     (tmp_path / "m.cu").write_text(MMA_SOURCE)

@@ -84,6 +84,8 @@ def _cvt(ins: Instruction, dec: Decoder) -> Step:
     sat = "sat" in mods or "satfinite" in mods
     irnd = next((m for m in ins.op if m in _INT_ROUND), None)
     frnd = next((m for m in ins.op if m in _FLOAT_ROUND), "rn")
+    if dst in ("f16x2", "bf16x2") and src == "f32":  # d = {cvt(a) in the upper half, cvt(b) in the lower}
+        return _cvt_pack(ins, dec, dst[:-2], frnd, sat)
     if dst in ("e4m3x2", "e5m2x2") or src in ("e4m3x2", "e5m2x2") or "relu" in mods:
         raise dec.error(f"cvt {'.'.join(ins.op)} (fp8 / relu forms) is not supported")
     a = dec.src(ins.operands[1], src)
@@ -139,6 +141,24 @@ def _cvt(ins: Instruction, dec: Decoder) -> Step:
         w(st, to_float(v, "f32" if src == "bf16" else src, dst, frnd), m)
 
     return narrow
+
+
+def _cvt_pack(ins: Instruction, dec: Decoder, half: str, mode: str, sat: bool) -> Step:
+    hi_src = dec.src(ins.operands[1], "f32")
+    lo_src = dec.src(ins.operands[2], "f32")
+    w = dec.dst(ins.operands[0], "b32")
+
+    def bits(v: Array) -> Array:
+        v = np.asarray(v, np.float32)
+        if sat:
+            v = np.where(np.isnan(v), 0, np.clip(v, 0, 1)).astype(np.float32)
+        r = to_float(v, "f32", half, mode)
+        return np.ascontiguousarray(r).view(np.uint16).astype(np.uint32)
+
+    def step(st: Any, m: Mask) -> None:
+        w(st, (bits(hi_src(st)) << np.uint32(16)) | bits(lo_src(st)), m)
+
+    return step
 
 
 def _clamp01(r: Array, t: str) -> Array:
