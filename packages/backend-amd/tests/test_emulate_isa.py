@@ -232,6 +232,26 @@ def test_vop3p_packed_mix_and_dot() -> None:
     np.testing.assert_allclose(lanes_f32(w, 8), a[:, 0] * b[:, 0] + a[:, 1] * b[:, 1] + 1, rtol=1e-6)
 
 
+def test_vop3p_constants_are_32_bit_values_whose_halves_op_sel_picks() -> None:
+    w = wave()
+    w.v[0] = np.arange(32, dtype=U32) | (np.arange(100, 132, dtype=U32) << 16)
+    w.v[6] = 0x4000 | 0x4400 << 16  # f16 (2.0, 4.0)
+    run(w, "v_pk_add_u16 v1, v0, -1\nv_pk_add_u16 v2, v0, 1\nv_pk_add_u16 v3, v0, 1 op_sel_hi:[1,0]\n"
+        "v_pk_add_u16 v4, v0, 1 op_sel:[0,1] op_sel_hi:[1,0]\nv_pk_mul_f16 v5, v6, 0.5 op_sel_hi:[1,0]\n"
+        "v_pk_mul_f16 v7, v6, 0.5")  # fmt: skip
+    lo, hi = np.arange(32), np.arange(100, 132)
+
+    def halves(r: int) -> tuple[list[int], list[int]]:
+        return [int(x) & 0xFFFF for x in w.v[r]], [int(x) >> 16 for x in w.v[r]]
+
+    assert halves(1) == ([(x - 1) & 0xFFFF for x in lo], [x - 1 for x in hi])  # -1 is 0xFFFFFFFF: both halves
+    assert halves(2) == ([x + 1 for x in lo], list(hi))  # 1 is 0x00000001: the high half adds 0
+    assert halves(3) == ([x + 1 for x in lo], [x + 1 for x in hi])
+    assert halves(4) == (list(lo), [x + 1 for x in hi])
+    assert (w.v[5] == (0x3C00 | 0x4000 << 16)).all()  # (2, 4) * (0.5, 0.5) = (1, 2)
+    assert (w.v[7] == 0x3C00).all()  # 0.5 is f16 bits in the low half: (2, 4) * (0.5, 0) = (1, 0)
+
+
 def test_vopd_halves_read_before_either_writes() -> None:
     w = wave()
     w.v[0], w.v[1] = 7, 9

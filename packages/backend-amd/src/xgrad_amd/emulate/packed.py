@@ -42,13 +42,16 @@ _NP16 = {"f16": np.float16, "u16": np.uint16, "i16": np.int16}
 
 
 def _half(w: Wave, code: int, lit: int | None, hi: bool, t: str) -> np.ndarray:
-    """One 16-bit half of a packed source; an inline constant is the same in both halves' low bits."""
-    if code < 256 and (c := const_bits(code, lit, 16, t == "f16")) is not None:
-        if code == 255:
-            c = ((lit or 0) >> 16) & 0xFFFF if hi else (lit or 0) & 0xFFFF
-        elif hi:
-            c = 0 if t != "f16" else c  # an inline constant fills the low half; the high half reads 0 (ints)
-        return np.full(LANES, c, np.uint16).view(_NP16[t])
+    """One 16-bit half of a packed source. A constant is a 32-bit value whose halves op_sel picks: an integer inline
+    constant sign-extended to 32 bits (-1 is 0xFFFFFFFF), a float one as f16 bits in the low half (high half 0), a
+    literal as is (what clang relies on: (x, x) + 1 is `1 op_sel_hi:[1,0]`, (x, x) - 1 is `-1`)."""
+    if code < 256:
+        c32 = (
+            const_bits(code, lit, 32, False) if (128 <= code <= 208 or code == 255) else const_bits(code, lit, 16, True)
+        )
+        if c32 is not None:
+            c = (c32 >> 16) & 0xFFFF if hi else c32 & 0xFFFF
+            return np.full(LANES, c, np.uint16).view(_NP16[t])
     raw = w.vread(code, lit)
     return ((raw >> np.uint32(16)) if hi else raw).astype(np.uint16).view(_NP16[t])
 
