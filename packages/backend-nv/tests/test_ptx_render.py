@@ -15,6 +15,7 @@ from xgrad import Device, dtypes
 from xgrad.helpers import Context
 from xgrad.plugin import module_exists
 from xgrad.tensor import Tensor
+from xgrad.uop.ops import UOp
 
 pytestmark = pytest.mark.skipif(not module_exists("xgrad_nv.ptx"), reason="xgrad_nv.ptx is not installed")
 DEV = "NV:PTX"
@@ -127,8 +128,6 @@ def test_float_dtypes_compute_like_the_reference_device(dt: Any) -> None:
 
 
 def test_symbolic_shape_becomes_a_kernel_parameter() -> None:
-    from xgrad.uop.ops import UOp
-
     a = np.arange(48, dtype=np.float32).reshape(3, 16)
     n = UOp.variable("n", 1, 16)
     t = Tensor(a, device=DEV)

@@ -19,6 +19,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError
 from xgrad.uop.ops import GroupOp, Ops, UOp
@@ -116,31 +118,18 @@ class _Ctx:
 
 
 def _float_bits(value: float, dt: DType) -> str:
+    """A float immediate as PTX writes it: 0d/0f + the bits (16-bit floats as a 0x bit pattern for mov.b16)."""
     if dt == F64:
         return "0d" + struct.pack(">d", value).hex().upper()
+    with np.errstate(over="ignore"):
+        if dt == F16:
+            return f"0x{int(np.float16(value).view(np.uint16)):04X}"
+        bits = int(np.float32(value).view(np.uint32))
     if dt == F32:
-        return "0f" + struct.pack(">f", _to_f32(value)).hex().upper()
-    if dt == F16:
-        return "0x" + struct.pack(">e", _to_f16(value)).hex().upper()
-    bits = struct.unpack(">I", struct.pack(">f", _to_f32(value)))[0]  # bfloat16: round float32 bits to nearest even
-    if (bits & 0x7F800000) == 0x7F800000 and bits & 0x7FFFFF:
+        return f"0f{bits:08X}"
+    if (bits & 0x7F800000) == 0x7F800000 and bits & 0x7FFFFF:  # bfloat16: float32 bits rounded to nearest even
         return "0x7FC0"
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return f"0x{bits & 0xFFFF:04X}"
-
-
-def _to_f32(v: float) -> float:
-    try:
-        return float(struct.unpack("f", struct.pack("f", v))[0])
-    except OverflowError:
-        return float("inf") if v > 0 else float("-inf")
-
-
-def _to_f16(v: float) -> float:
-    try:
-        return float(struct.unpack("e", struct.pack("e", v))[0])
-    except OverflowError:
-        return float("inf") if v > 0 else float("-inf")
+    return f"0x{((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF:04X}"
 
 
 class PTXRenderer(Renderer):
@@ -149,31 +138,8 @@ class PTXRenderer(Renderer):
 
     device = "NV"
     name = "PTX"
-    supported_ops = frozenset(
-        {
-            Ops.NEG,
-            Ops.RECIPROCAL,
-            Ops.SQRT,
-            Ops.TRUNC,
-            Ops.ADD,
-            Ops.SUB,
-            Ops.MUL,
-            Ops.FDIV,
-            Ops.IDIV,
-            Ops.MOD,
-            Ops.MAX,
-            Ops.CMPLT,
-            Ops.CMPNE,
-            Ops.CMPEQ,
-            Ops.AND,
-            Ops.OR,
-            Ops.XOR,
-            Ops.SHL,
-            Ops.SHR,
-            Ops.WHERE,
-            Ops.MULACC,
-        }
-    )
+    # EXP2, LOG2, SIN (PTX has only .approx forms) and POW are left to codegen's decompositions
+    supported_ops = frozenset(GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
     native_dtypes = frozenset({dtypes.bool, *dtypes.ints, dtypes.index, F16, BF16, F32, F64})
     has_local = True
     has_shared = True

@@ -10,6 +10,7 @@ executed here; `decode.py` turns instructions into numpy closures.
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass, field, replace
 
 from xgrad_nv.emulate.errors import EmulatorError
@@ -221,8 +222,6 @@ def _variable(space: str, toks: list[str], extern: bool) -> Variable:
 
 
 def _encode_scalar(dtype: str, v: int | float) -> bytes:
-    import struct
-
     size = TYPE_BYTES[dtype]
     if dtype in ("f32", "f64") and isinstance(v, float):
         return struct.pack("<f" if size == 4 else "<d", v)
@@ -230,8 +229,6 @@ def _encode_scalar(dtype: str, v: int | float) -> bytes:
 
 
 def _imm_value(tok: str) -> int | float:
-    import struct
-
     if tok[:2] in ("0f", "0F"):
         return float(struct.unpack("<f", int(tok[2:], 16).to_bytes(4, "little"))[0])
     if tok[:2] in ("0d", "0D"):
