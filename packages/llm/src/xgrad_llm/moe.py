@@ -43,21 +43,36 @@ def route(scores: Tensor, k: int, normalize: bool) -> Tensor:
     return weights / weights.sum(-1, keepdim=True) if normalize else weights
 
 
-def moe_ffn(x: Tensor, w: dict[str, Tensor], act: Callable[[Tensor], Tensor], k: int, normalize: bool) -> Tensor:
+def _as_is(x: Tensor, name: str) -> Tensor:
+    return x
+
+
+def moe_ffn(
+    x: Tensor,
+    w: dict[str, Tensor],
+    act: Callable[[Tensor], Tensor],
+    k: int,
+    normalize: bool,
+    prep: Callable[[Tensor, str], Tensor] = _as_is,
+) -> Tensor:
     """The MoE feed-forward output (..., dim) of normed activations x (..., dim) with layer weights `w`:
     `ffn_gate_inp` (dim, E), `ffn_gate_exps`/`ffn_up_exps` (dim, E, F), `ffn_down_exps` (F, E, dim), and the
     optional shared expert `ffn_{gate,up,down}_shexp` (transposed matrices) with its gate `ffn_gate_inp_shexp`
-    (dim, 1)."""
+    (dim, 1). `prep(x, name)` is the input of a product with matrix `name` (the model's numerics may quantise it);
+    the routing weights multiply each expert's down-projection input after that, as llama.cpp weighs the experts'
+    outputs (the same up to float rounding)."""
     lead = x.shape[:-1]
-    weights = route(x @ w["ffn_gate_inp"], k, normalize)  # (..., E)
+    weights = route(prep(x, "ffn_gate_inp") @ w["ffn_gate_inp"], k, normalize)  # (..., E)
     dim, e, f = w["ffn_gate_exps"].shape
-    gate = (x @ w["ffn_gate_exps"].reshape(dim, e * f)).reshape(*lead, e, f)
-    up = (x @ w["ffn_up_exps"].reshape(dim, e * f)).reshape(*lead, e, f)
-    h = (act(gate) * up * weights.unsqueeze(-1)).reshape(*lead, e * f)
+    gate = (prep(x, "ffn_gate_exps") @ w["ffn_gate_exps"].reshape(dim, e * f)).reshape(*lead, e, f)
+    up = (prep(x, "ffn_up_exps") @ w["ffn_up_exps"].reshape(dim, e * f)).reshape(*lead, e, f)
+    h = prep(act(gate) * up, "ffn_down_exps")  # quantised per expert: F is a multiple of the blocks
+    h = (h * weights.unsqueeze(-1)).reshape(*lead, e * f)
     out = h @ w["ffn_down_exps"].permute(1, 0, 2).reshape(e * f, dim)
     if "ffn_up_shexp" in w:
-        shared = (act(x @ w["ffn_gate_shexp"]) * (x @ w["ffn_up_shexp"])) @ w["ffn_down_shexp"]
+        gated = act(prep(x, "ffn_gate_shexp") @ w["ffn_gate_shexp"]) * (prep(x, "ffn_up_shexp") @ w["ffn_up_shexp"])
+        shared = prep(gated, "ffn_down_shexp") @ w["ffn_down_shexp"]
         if "ffn_gate_inp_shexp" in w:
-            shared = shared * (x @ w["ffn_gate_inp_shexp"]).sigmoid()
+            shared = shared * (prep(x, "ffn_gate_inp_shexp") @ w["ffn_gate_inp_shexp"]).sigmoid()
         out = out + shared
     return out

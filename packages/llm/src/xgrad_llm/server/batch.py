@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from xgrad import Tensor, TinyJit, Variable
+from xgrad.dtype import dtypes
 from xgrad_llm.generate import LLM, Runner
-from xgrad_llm.model import Transformer, apply_rope, softcap
+from xgrad_llm.model import LayerWeights, Transformer, apply_rope, softcap
 
 
 class BatchDecoder:
@@ -36,8 +37,12 @@ class BatchDecoder:
         self.max_context, self.chunk = llm.runner.max_context, llm.runner.chunk
         self.cache_len = src.cache_len
         model = copy.copy(src)
-        model.cache_k = [Tensor.zeros(n, *c.shape[1:], device=src.device).contiguous().realize() for c in src.cache_k]
-        model.cache_v = [Tensor.zeros(n, *c.shape[1:], device=src.device).contiguous().realize() for c in src.cache_v]
+        model.cache_k = [
+            Tensor.zeros(n, *c.shape[1:], dtype=c.dtype, device=src.device).contiguous().realize() for c in src.cache_k
+        ]
+        model.cache_v = [
+            Tensor.zeros(n, *c.shape[1:], dtype=c.dtype, device=src.device).contiguous().realize() for c in src.cache_v
+        ]
         model._attention = self._attention  # type: ignore[method-assign, assignment]  # per-row positions (see the module doc)
         self.model = model
         self.toks = [Variable(f"tok{b}", 0, src.cfg.vocab_size - 1) for b in range(n)]
@@ -67,7 +72,7 @@ class BatchDecoder:
         out: np.ndarray = self._round(*bound).numpy().reshape(self.n, -1)  # the JIT reuses its buffer: copy out
         return out
 
-    def _attention(self, i: int, w: dict[str, Tensor], x: Tensor, positions: tuple[Any, ...]) -> Tensor:
+    def _attention(self, i: int, w: LayerWeights, x: Tensor, positions: tuple[Any, ...]) -> Tensor:
         """The model's attention for one new token per row, row b at position positions[b]."""
         m: Transformer = self.model
         cfg = m.cfg
@@ -84,13 +89,17 @@ class BatchDecoder:
         ck, cv = m.cache_k[i], m.cache_v[i]
         writes = []
         for b, p in enumerate(positions):
-            writes.append(ck.shrink(((b, b + 1), None, (p, p + 1), None)).assign(k[b : b + 1].transpose(1, 2)))
-            writes.append(cv.shrink(((b, b + 1), None, (p, p + 1), None)).assign(v[b : b + 1].transpose(1, 2)))
+            writes.append(
+                ck.shrink(((b, b + 1), None, (p, p + 1), None)).assign(k[b : b + 1].transpose(1, 2).cast(ck.dtype))
+            )
+            writes.append(
+                cv.shrink(((b, b + 1), None, (p, p + 1), None)).assign(v[b : b + 1].transpose(1, 2).cast(cv.dtype))
+            )
         Tensor.realize(*writes)
         end = self._span  # keys past the latest row's position are masked for every row: not read at all
-        keys = ck.shrink((None, None, (0, end), None)).unsqueeze(2)  # (N, KV, 1, end, hd)
-        values = cv.shrink((None, None, (0, end), None)).unsqueeze(2)
-        qg = q.reshape(n, 1, kv, group, hd).permute(0, 2, 3, 1, 4)  # (N, KV, G, 1, hd)
+        keys = ck.shrink((None, None, (0, end), None)).unsqueeze(2).cast(dtypes.float32)  # (N, KV, 1, end, hd)
+        values = cv.shrink((None, None, (0, end), None)).unsqueeze(2).cast(dtypes.float32)
+        qg = m._f16(q).reshape(n, 1, kv, group, hd).permute(0, 2, 3, 1, 4)  # (N, KV, G, 1, hd)
         # products as broadcast multiply + sum: `@` reshapes the keys' view, and with a row axis beside the symbolic
         # `end` its index needs a division by `end` per element (scalar kernels, 13x the one-row time for 4 rows)
         scores = (qg * keys).sum(-1).unsqueeze(3)  # (N, KV, G, 1, end)
@@ -100,7 +109,7 @@ class BatchDecoder:
         keep = cols <= at
         if sliding and cfg.sliding_window:
             keep = keep & (cols > at - cfg.sliding_window)
-        probs = keep.where(scores, -math.inf).softmax(-1)  # (N, KV, G, 1, end)
+        probs = m._f16(keep.where(scores, -math.inf).softmax(-1))  # (N, KV, G, 1, end)
         out = (probs.transpose(-1, -2) * values).sum(-2).unsqueeze(3)  # (N, KV, G, 1, vd)
         out = out.permute(0, 3, 1, 2, 4).reshape(n, 1, cfg.n_heads * vd)
         return m._project(w, "attn_output", out)

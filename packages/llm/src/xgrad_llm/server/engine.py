@@ -112,8 +112,12 @@ def batches(decoding: int, slots: int) -> bool:
 def slot_runner(llm: LLM) -> Runner:
     """A Runner over the model's weights with a KV cache of its own (zeros of the same shapes)."""
     model = copy.copy(llm.model)
-    model.cache_k = [Tensor.zeros(*c.shape, device=model.device).contiguous().realize() for c in llm.model.cache_k]
-    model.cache_v = [Tensor.zeros(*c.shape, device=model.device).contiguous().realize() for c in llm.model.cache_v]
+    model.cache_k = [
+        Tensor.zeros(*c.shape, dtype=c.dtype, device=model.device).contiguous().realize() for c in llm.model.cache_k
+    ]
+    model.cache_v = [
+        Tensor.zeros(*c.shape, dtype=c.dtype, device=model.device).contiguous().realize() for c in llm.model.cache_v
+    ]
     return Runner(model, llm.runner.max_context, llm.runner.chunk)
 
 

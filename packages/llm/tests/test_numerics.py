@@ -1,0 +1,173 @@
+"""llama.cpp's CPU numerics (`xgrad_llm.numerics`) against numpy oracles of ggml's rules, written from its source and
+checked once against its compiled library (llama-cpp-python 0.3.36's libggml-cpu.so: `from_float` of Q8_0 and Q8_K
+on 300 random rows, ties and zero blocks included, and its 65,536-entry GELU table): the activation quantisers, the
+float16/bfloat16 roundings, the GELU table, a product with packed K-quant and Q8_0 weights, and a tiny llama run
+with `numerics="llama.cpp"` against a numpy forward pass that rounds where llama.cpp rounds."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+from xgrad import Tensor
+from xgrad_llm.model import ModelError, Transformer
+from xgrad_llm.numerics import activations, gelu_f16, q8_0_values, q8_k_values, round_bf16, round_f16
+from xgrad_llm.packed import PackedMatrix
+from xgrad_llm.quants import GGMLType
+
+F32 = np.float32
+
+
+def ref_q8_0(x: np.ndarray) -> np.ndarray:
+    """ggml's quantize_row_q8_0 (x86 AVX path) then dequantised: scale float16(amax / 127), quants
+    rint(x * (127 / amax)) (halves to even), both products and quotients rounded to float32."""
+    b = x.reshape(-1, 32)
+    amax = np.abs(b).max(1, keepdims=True)
+    d = (amax / F32(127)).astype(np.float16).astype(F32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax != 0, F32(127) / amax, F32(0)).astype(F32)
+    return (np.rint((b * inv).astype(F32)) * d).reshape(x.shape)
+
+
+def ref_q8_k(x: np.ndarray) -> np.ndarray:
+    """ggml's quantize_row_q8_K_ref then dequantised: iscale = -127 / (the value of largest magnitude, the first
+    one), quants min(127, nearest_int(iscale * x)) (halves to even), block scale 1 / iscale."""
+    out = np.empty_like(x).reshape(-1, 256)
+    for i, b in enumerate(x.reshape(-1, 256)):
+        j = int(np.argmax(np.abs(b)))  # the first of the largest magnitude
+        if b[j] == 0:
+            out[i] = 0
+            continue
+        iscale = F32(-127) / b[j]
+        q = np.minimum(np.rint((iscale * b).astype(F32)), 127)
+        out[i] = q * (F32(1) / iscale)
+    return out.reshape(x.shape)
+
+
+def _rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Rows of 2048 activations: gaussian over a wide range of scales, some on a grid of quarters (many halfway
+    products), some with zero blocks, tiny ones (the float16 scale underflows) and small integers (exact ties)."""
+    rows = []
+    for i in range(n):
+        x = rng.standard_normal(2048).astype(F32) * F32(10 ** rng.uniform(-3, 3))
+        kind = i % 5
+        if kind == 1:
+            x = (np.round(x * 4) / 4).astype(F32)
+        if kind == 2:
+            x[::37] = 0
+            x[:256] = 0
+        if kind == 3:
+            x = x * F32(1e-7)
+        if kind == 4:
+            x = rng.integers(-3, 4, 2048).astype(F32)
+        rows.append(x)
+    return np.stack(rows)
+
+
+def test_q8_0_activations_are_ggmls() -> None:
+    x = _rows(np.random.default_rng(0), 20)
+    assert np.array_equal(q8_0_values(Tensor(x)).numpy(), ref_q8_0(x))
+
+
+def test_q8_k_activations_are_ggmls() -> None:
+    x = _rows(np.random.default_rng(1), 20)
+    x[0, 7] = -np.abs(x[0]).max()  # the largest magnitude twice, with both signs
+    x[0, 9] = -x[0, 7]
+    assert np.array_equal(q8_k_values(Tensor(x)).numpy(), ref_q8_k(x))
+
+
+def test_quantised_input_of_a_computed_tensor_rounds_the_stored_product() -> None:
+    """x * id is rounded to float32 before it is rounded to an integer, even where the CPU compiler would contract a
+    product and a subtraction into an FMA."""
+    x = _rows(np.random.default_rng(2), 10)
+    y = (x * F32(1.7)).astype(F32)
+    assert np.array_equal(q8_k_values(Tensor(x) * 1.7).numpy(), ref_q8_k(y))
+    assert np.array_equal(q8_0_values(Tensor(x) * 1.7).numpy(), ref_q8_0(y))
+
+
+def test_activation_type_follows_the_weight_type() -> None:
+    x = _rows(np.random.default_rng(3), 2)
+    for t in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_1, GGMLType.IQ4_NL, GGMLType.MXFP4):
+        assert np.array_equal(activations(Tensor(x), t).numpy(), ref_q8_0(x)), t.name
+    for t in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_XS):
+        assert np.array_equal(activations(Tensor(x), t).numpy(), ref_q8_k(x)), t.name
+    assert np.array_equal(activations(Tensor(x), GGMLType.F16).numpy(), x.astype(np.float16).astype(F32))
+    assert np.array_equal(activations(Tensor(x), GGMLType.F32).numpy(), x)
+
+
+def test_f16_and_bf16_rounding() -> None:
+    x = np.random.default_rng(4).standard_normal(10000).astype(F32) * F32(100)
+    x[:4] = [1 + 2**-11, 1 + 3 * 2**-11, 70000.0, 1e-9]  # halfway cases, overflow, underflow
+    with np.errstate(over="ignore"):
+        ref16 = x.astype(np.float16).astype(F32)
+    assert np.array_equal(round_f16(Tensor(x)).numpy(), ref16)
+    u = x.view(np.uint32)
+    ref = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).view(F32)  # round to nearest even on the top 16 bits
+    assert np.array_equal(round_bf16(Tensor(x)).numpy(), ref)
+
+
+def test_gelu_reads_the_float16_table() -> None:
+    """Every float16 input in (-10, 10): float16 of gelu's tanh form evaluated in float32 as ggml writes it. ggml's
+    table (built with C's tanhf) equals xgrad's on all 37,376 of these inputs (checked against libggml-cpu.so); the
+    oracle's numpy tanh differs from tanhf in the last bits, which 1 + tanh(...) magnifies where it nearly cancels
+    (x < -1), so there the oracle is held to 1.3e-4."""
+    h = np.arange(65536, dtype=np.uint16).view(np.float16).astype(F32)
+    h = h[np.isfinite(h) & (np.abs(h) < 10)]
+    inner = (F32(0.7978845608028654) * h * (F32(1) + F32(0.044715) * h * h)).astype(F32)
+    ref = (F32(0.5) * h * (F32(1) + np.tanh(inner))).astype(np.float16).astype(F32)
+    out = gelu_f16(Tensor(h)).numpy()
+    assert np.all(out.astype(np.float16).astype(F32) == out)  # float16 values
+    assert np.array_equal(out[h >= -1], ref[h >= -1])
+    assert np.abs(out - ref).max() <= 1.3e-4 and (out == ref).mean() > 0.99
+    edges = gelu_f16(Tensor(np.array([-10.0, -12.0, 10.0, 12.5, 9.9999], F32))).numpy()
+    assert edges.tolist()[:4] == [0.0, 0.0, 10.0, 12.5] and edges[4] == 10.0  # 9.9999 looks up float16 10.0
+
+
+def _random_blocks(rng: np.random.Generator, type_id: GGMLType, rows: int, cols: int) -> np.ndarray:
+    """Random valid GGUF blocks of a K-quant or Q8_0 matrix: random bytes, with the float16 scale fields set to
+    small finite values."""
+    import gguf
+
+    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(type_id))]
+    b = rng.integers(0, 256, (rows * cols // block, size), dtype=np.uint8)
+    scales = {GGMLType.Q4_K: (0, 2), GGMLType.Q6_K: (size - 2,), GGMLType.Q8_0: (0,)}[type_id]
+    for at in scales:
+        b[:, at : at + 2] = (
+            (rng.uniform(0.001, 0.01, (len(b), 1)) * rng.choice([-1, 1], (len(b), 1))).astype(np.float16).view(np.uint8)
+        )
+    return b.reshape(-1)
+
+
+@pytest.mark.parametrize("type_id", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0], ids=lambda t: t.name)
+def test_quantised_product_matches_integer_block_sums(type_id: GGMLType) -> None:
+    """x @ W.T with llama.cpp's activations and packed weights equals the numpy oracle of llama.cpp's sum: per block,
+    the integer dot product of the weight's and the activation's quants times the two scales (here as the float64
+    product of gguf's dequantised weights with the dequantised activations: the same real number)."""
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(5)
+    n, k = 48, 512
+    raw = _random_blocks(rng, type_id, n, k)
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(type_id))).reshape(n, k).astype(np.float64)
+    x = rng.standard_normal((3, k)).astype(F32)
+    xq = (ref_q8_k if type_id != GGMLType.Q8_0 else ref_q8_0)(x).astype(np.float64)
+    m = PackedMatrix(Tensor(raw), type_id, (n, k))
+    out = (activations(Tensor(x), type_id) @ m.t()).numpy()
+    ref = xq @ w.T
+    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6 * np.abs(ref).max())
+    plain = (Tensor(x) @ m.t()).numpy()  # without the activation quantisation: off by its rounding
+    assert np.abs(plain - ref).max() > 100 * np.abs(out - ref).max()
+
+
+def test_unknown_numerics_is_refused(tmp_path: pathlib.Path) -> None:
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    pytest.importorskip("gguf")
+    from serve_helpers import write_model
+
+    from xgrad_llm.gguf import open_gguf
+
+    _, path = write_model(tmp_path)
+    with pytest.raises(ModelError, match="numerics='llama'.*xgrad, llama.cpp"):
+        Transformer(open_gguf(path), cache_len=8, numerics="llama")
