@@ -29,8 +29,12 @@ def read_typed(w: Wave, code: int, lit: int | None, t: str, hi: bool = False) ->
         return w.vread(code, lit, 2, is_float).view(NP[t])
     if bits == 32:
         return w.vread(code, lit, 1, is_float).view(NP[t])
-    if code < 256 and (c := const_bits(code, lit, 16, is_float)) is not None:
-        return np.full(LANES, c, np.uint16).view(NP[t])
+    if code < 256:  # a constant is a 32-bit value as in VOP3P (see packed._half); op_sel may pick its high half
+        c32 = (
+            const_bits(code, lit, 32, False) if (128 <= code <= 208 or code == 255) else const_bits(code, lit, 16, True)
+        )
+        if c32 is not None:
+            return np.full(LANES, (c32 >> 16) & 0xFFFF if hi else c32 & 0xFFFF, np.uint16).view(NP[t])
     raw = w.vread(code, lit, 1, is_float)
     return ((raw >> np.uint32(16)) if hi else raw).astype(np.uint16).view(NP[t])
 
