@@ -14,6 +14,7 @@ from xgrad.distributed import (
     NotLaunchedError,
     all_gather,
     all_reduce,
+    all_reduce_coalesced,
     broadcast,
     local_rank,
     rank,
@@ -85,6 +86,17 @@ def test_collective_of_a_lazy_view_realizes_it_first(no_launcher: pytest.MonkeyP
     items = broadcast(x.T * 2, root=2).schedule_linear().src
     assert [it.ast.op for it in items] == [Ops.SINK, Ops.COLLECTIVE]
     assert items[1].bufs[1] is items[0].bufs[0]
+
+
+def test_coalesced_all_reduce_is_one_item_reading_every_source_buffer(no_launcher: pytest.MonkeyPatch) -> None:
+    no_launcher.setenv("OMPI_COMM_WORLD_RANK", "0")
+    no_launcher.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    a, b = Tensor(np.ones((2, 3), np.float32)).realize(), Tensor(np.ones(5, np.float32)).realize()
+    items = all_reduce_coalesced([a, b * 2]).schedule_linear().src
+    assert [it.ast.op for it in items] == [Ops.SINK, Ops.COLLECTIVE]  # b * 2 computed first, into its own buffer
+    step = items[1]
+    assert step.bufs[1] is a.uop.base.__dict__["buffer"] and step.bufs[2] is items[0].bufs[0]
+    assert step.bufs[0].size == 11
 
 
 def test_output_shapes_of_gather_and_uneven_reduce_scatter(no_launcher: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from xgrad.device import Device
 from xgrad.distributed import (
     all_gather,
     all_reduce,
+    all_reduce_coalesced,
     barrier,
     broadcast,
     local_rank,
@@ -73,6 +74,16 @@ for seed, (shape, dt) in enumerate((s, d) for s in SHAPES for d in DTYPES):
         close(reduce_scatter(x, "max").numpy(), stacked.max(0)[s:e], f"reduce_scatter max {shape} {dt}")
         checks += 2
 
+# several tensors reduced by one collective, laid end to end (DataParallel's buckets): realized, lazy, a view
+shapes = [(3, 5), (7,), (2, 2)]
+mine = [value(R, shape, "float32", 100 + k) for k, shape in enumerate(shapes)]
+every = [[value(r, shape, "float32", 100 + k) for k, shape in enumerate(shapes)] for r in range(W)]
+want = np.concatenate(
+    [sum(e[0] for e in every).reshape(-1), sum(e[1] for e in every), sum(e[2].T for e in every).reshape(-1)]
+)
+got = all_reduce_coalesced([Tensor(mine[0]).realize(), Tensor(mine[1]) * 1, Tensor(mine[2]).T]).numpy()
+close(got, want.astype(np.float32), "all_reduce_coalesced")
+
 # lazy inputs (a computed, non-contiguous view) and a bool reduction
 a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4) + R)
 close(
@@ -112,5 +123,5 @@ finally:
 assert calls == ["all_reduce(sum)"], calls
 assert local_rank() == R and MPI.COMM_WORLD.Get_rank() == R  # one host: the local rank is the rank
 barrier()
-checks += 8
+checks += 9
 print(f"OK rank={R} {checks}", flush=True)

@@ -14,7 +14,15 @@ first runs (`xgrad.distributed.comm`), never by `import xgrad` or `import xgrad.
 
 from __future__ import annotations
 
-from xgrad.distributed.collectives import all_gather, all_reduce, barrier, broadcast, reduce_scatter, split_rows
+from xgrad.distributed.collectives import (
+    all_gather,
+    all_reduce,
+    all_reduce_coalesced,
+    barrier,
+    broadcast,
+    reduce_scatter,
+    split_rows,
+)
 from xgrad.distributed.comm import MPIMissingError, RankFailedError
 from xgrad.distributed.data_parallel import DataParallel, DistributedSampler, load_checkpoint, save_checkpoint
 from xgrad.distributed.launch import DistributedError, NotLaunchedError, is_launched, local_rank, rank, world_size
@@ -28,6 +36,7 @@ __all__ = [
     "RankFailedError",
     "all_gather",
     "all_reduce",
+    "all_reduce_coalesced",
     "barrier",
     "broadcast",
     "is_launched",

@@ -18,6 +18,9 @@ How it runs, in order of preference:
 
 Every MPI call is nonblocking and waited on under the watchdog of `xgrad.distributed.comm` (DIST_TIMEOUT).
 
+Several sources: `all_reduce_coalesced(tensors)` is one COLLECTIVE over all of them; each is realized into a buffer
+of its own and copied once into the output (a memcpy), which MPI then reduces in place.
+
 Sizes: all_reduce and broadcast take any shape; all_gather concatenates every rank's tensor along axis 0 (same
 shape on every rank); reduce_scatter reduces along axis 0 and gives rank r the rows `split_rows(n, world)[r]`: n
 need not be divisible by the world size (the first n % world ranks get one row more, as numpy's array_split).
@@ -80,29 +83,43 @@ class Collective:
             else f"broadcast({self.root})"
         )
 
-    def run(self, out: Buffer, src: Buffer) -> None:
-        """Perform the collective: read `src`, write `out` (the engine calls this for the schedule item)."""
+    def run(self, out: Buffer, *srcs: Buffer) -> None:
+        """Perform the collective: read `srcs` (several: an all_reduce of them laid end to end), write `out` (the
+        engine calls this for the schedule item)."""
         comm = communicator()
         if comm.size != self.world:
             raise DistributedError(f"{self.name} was built for {self.world} ranks, this job has {comm.size}")
         hook = getattr(Device[out.device], "collective", None)
         if hook is not None:  # the device's own collective library
-            hook(self, out, src)
+            hook(self, out, *srcs)
             return
-        direct = host_visible(src.allocator) and host_visible(out.allocator)
+        direct = host_visible(out.allocator) and all(host_visible(s.allocator) for s in srcs)
         if direct:
-            send = src.as_bytes()  # synchronizes the device: the kernels writing src are done
             recv = out.allocator.as_memoryview(out.handle)  # type: ignore[attr-defined]
         else:
-            send, recv = src.as_bytes(), memoryview(bytearray(out.nbytes))
+            recv = memoryview(bytearray(out.nbytes))
+        send: memoryview | None = None
+        if len(srcs) == 1:
+            send = srcs[0].as_bytes()  # synchronizes the device: the kernels writing it are done
+        else:  # coalesced: the sources laid end to end in the output (one memcpy each), reduced there in place
+            start = 0
+            for s in srcs:
+                piece = s.as_bytes()
+                recv[start : start + piece.nbytes] = piece
+                start += piece.nbytes
         self._mpi(comm, send, recv, out.dtype)
         if not direct:
             out.copyin(recv)
 
-    def _mpi(self, comm: Any, send: memoryview, recv: memoryview, dtype: DType) -> None:
+    def _mpi(self, comm: Any, send: memoryview | None, recv: memoryview, dtype: DType) -> None:
         MPI = comm.MPI  # noqa: N806
         c = comm.comm
-        if self.kind == "broadcast":
+        if send is None:  # in place (coalesced all_reduce)
+            n = recv.nbytes // dtype.itemsize
+            ops = BOOL_OPS if dtype == dtypes.bool else MPI_OPS
+            request = c.Iallreduce(MPI.IN_PLACE, [recv, n, getattr(MPI, MPI_TYPES[dtype])], getattr(MPI, ops[self.op]))
+            comm.wait(request, self.name)
+        elif self.kind == "broadcast":
             if comm.rank == self.root:
                 recv[:] = send
             comm.wait(c.Ibcast([recv, MPI.BYTE], root=self.root), self.name)
@@ -169,6 +186,28 @@ def all_reduce(x: Tensor, op: str = "sum") -> Tensor:
     return out * (1.0 / world) if op == "mean" else out
 
 
+def all_reduce_coalesced(xs: list[Tensor], op: str = "sum") -> Tensor:
+    """The `op` over all ranks of the tensors `xs` (one device, one dtype) laid end to end, as one flat tensor: one
+    collective for all of them (lazy). Each is realized into a buffer of its own, copied into the output once, and
+    reduced there in place (what DataParallel's buckets use)."""
+    if not xs:
+        raise DistributedError("all_reduce_coalesced of no tensors; pass at least one")
+    devices = {_checked(x, "all_reduce_coalesced") for x in xs}
+    dts = {x.dtype for x in xs}
+    if len(devices) > 1 or len(dts) > 1:
+        raise DistributedError(
+            f"all_reduce_coalesced of tensors on {sorted(devices)} with dtypes {sorted(d.name for d in dts)}: pass "
+            "tensors of one device and one dtype (group them, one call per group)"
+        )
+    _reduction_dtype(xs[0], op, "all_reduce_coalesced")
+    world = world_size()
+    total = sum(int(prod(_shape(x))) for x in xs)
+    mpi_op = "max" if op == "max" else "min" if op == "min" else "sum"
+    step = Collective("all_reduce", mpi_op, 0, world, (total,))
+    out = Tensor(UOp(Ops.COLLECTIVE, xs[0].dtype, tuple(x.uop for x in xs), step))
+    return out * (1.0 / world) if op == "mean" else out
+
+
 def broadcast(x: Tensor, root: int = 0) -> Tensor:
     """Rank `root`'s `x` on every rank (lazy; every rank passes a tensor of the same shape and dtype)."""
     _checked(x, "broadcast")
@@ -229,6 +268,7 @@ __all__ = [
     "MPI_TYPES",
     "all_gather",
     "all_reduce",
+    "all_reduce_coalesced",
     "barrier",
     "broadcast",
     "reduce_scatter",

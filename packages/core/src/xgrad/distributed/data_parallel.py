@@ -6,11 +6,12 @@ parameters' `.grad`. Out: the same model, its parameters equal on every rank; `.
 the ranks, lazily, so the optimizer's step realizes the collectives with its own kernels (and a TinyJit around the
 step captures them).
 
-Buckets: the gradients are laid end to end, per device and dtype, in buckets of about DIST_BUCKET_MB (scaled by
-1/world in the same kernel), and each bucket is summed by one all_reduce; the parameters' grads become views of the
-result. Fewer, larger messages than one collective per parameter. The collectives run when the step is realized,
-after the whole backward: they are not overlapped with it (the engine runs its schedule in order, and MPI is driven
-from this thread).
+Buckets: the gradients are grouped per device and dtype in buckets of about DIST_BUCKET_MB, each gradient computed
+(scaled by 1/world) into a buffer of its own, and each bucket summed by one collective (`all_reduce_coalesced`: the
+gradients copied end to end into its output, reduced there in place); the parameters' grads become views of it.
+Fewer, larger messages than one collective per parameter. The collectives run when the step is realized, after the
+whole backward: they are not overlapped with it (the engine runs its schedule in order, and MPI is driven from this
+thread).
 
 Checkpoints: `save_checkpoint` writes safetensors on rank 0 only; `load_checkpoint` reads them on rank 0 and
 broadcasts every tensor, so the other ranks need no access to the file.
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from xgrad.distributed.collectives import all_reduce, barrier, broadcast
+from xgrad.distributed.collectives import all_reduce_coalesced, barrier, broadcast
 from xgrad.distributed.launch import DistributedError, rank, world_size
 from xgrad.helpers import DIST_BUCKET_MB, dedup
 from xgrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
@@ -49,6 +50,7 @@ def buckets(tensors: list[Tensor], bucket_bytes: int) -> list[list[Tensor]]:
 
 
 def _flat(ts: list[Tensor]) -> Tensor:
+    """The tensors flattened and laid end to end (a kernel: for the broadcast of a bucket of state)."""
     parts = [t.reshape(t.numel()) for t in ts]
     return parts[0] if len(parts) == 1 else parts[0].cat(*parts[1:])
 
@@ -120,9 +122,9 @@ class DataParallel:
                 "optimizer step"
             )
         for bucket in buckets(grads, self.bucket_bytes):
-            # 1/world in the kernel that fills the bucket: exact for a power-of-two world, the sum then is the mean
-            flat = _flat([p.grad for p in bucket if p.grad is not None]) * (1.0 / self.world)
-            summed = all_reduce(flat.contiguous(), "sum")
+            # 1/world in the kernel that computes each gradient: exact for a power-of-two world, the sum is the mean
+            scaled = [p.grad * (1.0 / self.world) for p in bucket if p.grad is not None]
+            summed = all_reduce_coalesced(scaled, "sum")
             for p, piece in _pieces(summed, bucket):
                 p.grad = piece
 

@@ -2,7 +2,7 @@
 
 IR in: the tensor graph under a SINK. IR out: the same graph (`split_reductions` rewrites big reductions into two
 steps) and the set of its boundary nodes, each the output of one kernel or copy: the roots, CONTIGUOUS, ASSIGN, COPY
-and COLLECTIVE (and their source when it is not one run of a buffer), reductions that an expand would recompute or
+and COLLECTIVE (and their sources when not one run of a buffer), reductions that an expand would recompute or
 that several nodes use, elementwise results over several buffers that an expand repeats RECOMPUTE_LIMIT times or
 more, and what a device that binds few buffers per kernel needs (`realizes_for_buffer_limit`).
 """
@@ -78,10 +78,10 @@ def find_realizes(roots: list[UOp], walk: dict[UOp, None]) -> set[UOp]:
     for u in sink_order:
         if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY, Ops.COLLECTIVE):
             realizes.add(u)
-        if u.op in (Ops.COPY, Ops.COLLECTIVE) and not (
-            is_realized(u.src[0]) and contiguous_range(u.src[0]) is not None
-        ):
+        if u.op is Ops.COPY and not (is_realized(u.src[0]) and contiguous_range(u.src[0]) is not None):
             realizes.add(u.src[0])
+        if u.op is Ops.COLLECTIVE:  # each source is one run of a buffer
+            realizes.update(s for s in u.src if not (is_realized(s) and contiguous_range(s) is not None))
     # Walk users before sources, tracking how many times an expand between here and a boundary repeats each node.
     # Reductions: realize when repeated (they would be recomputed per broadcast element) or when several nodes use
     # them. Elementwise results that read several buffers: realize when repeated many times (a conv's input gradient

@@ -492,7 +492,7 @@ class TinyJit(Generic[R]):
                 if step.item.is_copy:
                     actual[0].copyin(actual[1].as_bytes())
                 else:
-                    run_transfer(step.item, actual[0], actual[1])
+                    run_transfer(step.item, *actual)
                 continue
             handles = step.handles.copy()
             for k, s in step.from_inputs:

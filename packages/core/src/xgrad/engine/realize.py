@@ -432,16 +432,17 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = No
         if item.is_kernel:
             run_kernel(item, vals)
         else:
-            run_transfer(item, item.bufs[0], item.bufs[1])
+            run_transfer(item, *item.bufs)
 
 
-def run_transfer(item: ScheduleItem, dst: Buffer, src: Buffer) -> None:
-    """Run a copy, or a collective across processes (its arg runs it: `xgrad.distributed`), from `src` into `dst`
-    (the item's buffers, or a TinyJit replay's)."""
+def run_transfer(item: ScheduleItem, dst: Buffer, *srcs: Buffer) -> None:
+    """Run a copy from `srcs[0]`, or a collective across processes from `srcs` (its arg runs it:
+    `xgrad.distributed`), into `dst` (the item's buffers, or a TinyJit replay's)."""
     if item.ast.op is Ops.COLLECTIVE:
-        item.ast.arg.run(dst.ensure_allocated(), src)
+        item.ast.arg.run(dst.ensure_allocated(), *srcs)
         GlobalCounters.global_mem += dst.nbytes
         return
+    src = srcs[0]
     dst.copyin(src.as_bytes())
     if (read_done := getattr(src.allocator, "read_done", None)) is not None:  # optional: DISK drops pages
         read_done(src.handle)

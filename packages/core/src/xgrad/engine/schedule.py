@@ -29,7 +29,7 @@ from xgrad.uop.symshape import sint_max, sym_prod
 @dataclass
 class ScheduleItem:
     """One step: a kernel (`ast` is its SINK), a copy (`ast.op` is COPY) or a collective across processes (`ast.op`
-    is COLLECTIVE, `ast.arg` runs it). `bufs[0]` is the output; a copy and a collective read `bufs[1]`."""
+    is COLLECTIVE, `ast.arg` runs it). `bufs[0]` is the output; a copy reads `bufs[1]`, a collective `bufs[1:]`."""
 
     ast: UOp
     bufs: tuple[Buffer, ...]
@@ -130,14 +130,14 @@ def lower_kernels(sink: UOp, ctx: ScheduleCtx) -> UOp:
             ctx.items.append(ScheduleItem(ast, tuple(buffer_of(p) for p in params), device))
             continue
         out = new_buffer_uop(device, sint_max(sym_prod(shape_of(node))), node.dtype)
-        if node.op in (Ops.COPY, Ops.COLLECTIVE):  # the engine runs these on the two buffers, no kernel
-            src = node.src[0]
-            src_buf = buffer_of(realizes[src]) if src in realizes else range_view(src)
+        if node.op in (Ops.COPY, Ops.COLLECTIVE):  # the engine runs these on the buffers, no kernel
+            srcs = node.src[:1] if node.op is Ops.COPY else node.src
+            src_bufs = tuple(buffer_of(realizes[s]) if s in realizes else range_view(s) for s in srcs)
             if node.op is Ops.COPY:
-                marker = UOp(Ops.COPY, node.dtype, (UOp(Ops.DEVICE, arg=src.device), UOp(Ops.DEVICE, arg=device)))
+                marker = UOp(Ops.COPY, node.dtype, (UOp(Ops.DEVICE, arg=srcs[0].device), UOp(Ops.DEVICE, arg=device)))
             else:
                 marker = UOp(Ops.COLLECTIVE, node.dtype, (UOp(Ops.DEVICE, arg=device),), node.arg)
-            ctx.items.append(ScheduleItem(marker, (buffer_of(out), src_buf), device))
+            ctx.items.append(ScheduleItem(marker, (buffer_of(out), *src_bufs), device))
         else:
             ast, params = lower_kernel(node, out, realizes)
             ctx.items.append(ScheduleItem(ast, tuple(buffer_of(p) for p in params), device))

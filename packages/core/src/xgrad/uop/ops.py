@@ -102,9 +102,9 @@ class Ops(enum.Enum):
     # autodiff only (never scheduled): a custom kernel's call; src: (kernel SINK, *arguments), arg: grad_fxn or None.
     # Its outputs are DETACH nodes of the arguments' buffers with arg (the call, the argument's position)
     CUSTOM_KERNEL = enum.auto()
-    # tensor graph: a step across processes (a collective), scheduled as an item of its own like COPY; src: (x,),
-    # arg: a hashable description with `shape` (the output's), `name` and `run(out, src)` (Buffers: x's, a new one),
-    # e.g. `xgrad.distributed.collectives.Collective`. Kept last: the members' values stay as they were
+    # tensor graph: a step across processes (a collective), scheduled as an item of its own like COPY; src: (x, ...),
+    # arg: a hashable description with `shape` (the output's), `name` and `run(out, *srcs)` (Buffers: a new one, the
+    # sources'), e.g. `xgrad.distributed.collectives.Collective`. Kept last: the members' values stay as they were
     COLLECTIVE = enum.auto()
 
     def __repr__(self) -> str:

@@ -75,7 +75,7 @@ spec_tensor_graph = PatternMatcher(
         (UPat(Ops.REDUCE_AXIS, name="x"), lambda x: x.arg[0] in (Ops.ADD, Ops.MAX, Ops.MUL)),
         (UPat((Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH), name="x"), lambda x: x.dtype == x.src[0].dtype),
         (UPat(Ops.COPY, src=(UPat(), UPat(Ops.DEVICE))), _ok),
-        (UPat(Ops.COLLECTIVE, src=(UPat(),), name="x"), lambda x: x.src[0].shape is not None),
+        (UPat(Ops.COLLECTIVE, name="x"), lambda x: len(x.src) >= 1 and all(s.shape is not None for s in x.src)),
         (UPat(Ops.ASSIGN, name="x"), lambda x: x.src[0].shape == x.src[1].shape and x.src[0].dtype == x.src[1].dtype),
         (UPat((Ops.CAST, Ops.BITCAST)), _ok),
         (UPat(Ops.SINK), _ok),
