@@ -242,13 +242,16 @@ def open_hip() -> HIP:
 
 def hip_available() -> tuple[bool, str]:
     """(True, "") when `open_hip()` has at least one device, else (False, why). Never raises."""
-    try:
-        if MOCKGPU.value:
+    if MOCKGPU.value:
+        try:
             importlib.import_module("xgrad_amd.mock")
             emulate = importlib.import_module("xgrad_amd.emulate")
-            if not hasattr(emulate, "launch"):
-                return False, "MOCKGPU=1, but the RDNA3 emulator (xgrad_amd.emulate.launch) is not built yet"
-            return True, ""
+        except Exception as e:
+            return False, f"MOCKGPU=1, but the RDNA3 emulator failed to import: {type(e).__name__}: {e}"
+        if not hasattr(emulate, "launch"):
+            return False, "MOCKGPU=1, but the RDNA3 emulator (xgrad_amd.emulate.launch) is not built yet"
+        return True, ""
+    try:
         count = _real_hip().device_count()
     except HIPUnavailableError as e:
         return False, str(e)
