@@ -555,3 +555,51 @@ def test_barrier_waits_for_threads_whose_code_lies_after_it() -> None:
     load_ptx(BARRIER_AFTER_THE_WRITES).launch("bar", (2, 1, 1), (48, 1, 1), [out], mem)
     got = np.frombuffer(mem.read(out, 4 * 96), np.uint32)
     np.testing.assert_array_equal(got, (np.arange(96) % 48 % 16) * 7)
+
+
+DYNAMIC_SHARED = (
+    HEAD
+    + """
+.extern .shared .align 16 .b8 dyn[];
+.visible .entry rev(.param .u64 po, .param .u64 pa)
+{
+  .shared .align 4 .b8 fixed[8];
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<8>;
+  .reg .f32 %f<2>;
+  ld.param.u64 %rd1, [po];
+  ld.param.u64 %rd2, [pa];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %ntid.x;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  ld.global.f32 %f1, [%rd4];
+  shl.b32 %r3, %r1, 2;
+  mov.u32 %r4, dyn;
+  add.u32 %r5, %r4, %r3;
+  st.shared.f32 [%r5], %f1;            // the dynamic array lies after the static one
+  st.shared.u32 [fixed+4], %r2;
+  bar.sync 0;
+  sub.u32 %r6, %r2, %r1;
+  sub.u32 %r6, %r6, 1;
+  shl.b32 %r6, %r6, 2;
+  add.u32 %r6, %r4, %r6;
+  ld.shared.f32 %f1, [%r6];
+  add.s64 %rd5, %rd1, %rd3;
+  st.global.f32 [%rd5], %f1;
+  ret;
+}
+"""
+)
+
+
+def test_dynamic_shared_memory_is_sized_at_launch() -> None:
+    mem = DeviceMemory()
+    a = np.arange(64, dtype=np.float32)
+    pa, out = mem.alloc(256), mem.alloc(256)
+    mem.write(pa, a)
+    mod = load_ptx(DYNAMIC_SHARED)
+    mod.launch("rev", (1, 1, 1), (64, 1, 1), [out, pa], mem, dynamic_shared=256)
+    np.testing.assert_array_equal(np.frombuffer(mem.read(out, 256), np.float32), a[::-1])
+    with pytest.raises(EmulatorError, match="shared access"):
+        mod.launch("rev", (1, 1, 1), (64, 1, 1), [out, pa], mem, dynamic_shared=128)
