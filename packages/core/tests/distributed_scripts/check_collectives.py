@@ -16,6 +16,7 @@ from xgrad.distributed import (
     all_reduce_coalesced,
     barrier,
     broadcast,
+    broadcast_coalesced,
     local_rank,
     rank,
     reduce_scatter,
@@ -83,6 +84,10 @@ want = np.concatenate(
 )
 got = all_reduce_coalesced([Tensor(mine[0]).realize(), Tensor(mine[1]) * 1, Tensor(mine[2]).T]).numpy()
 close(got, want.astype(np.float32), "all_reduce_coalesced")
+root = W - 1
+got = broadcast_coalesced([Tensor(mine[0]).realize(), Tensor(mine[1]) * 1, Tensor(mine[2]).T], root).numpy()
+want = np.concatenate([every[root][0].reshape(-1), every[root][1], every[root][2].T.reshape(-1)])
+close(got, want, "broadcast_coalesced")
 
 # lazy inputs (a computed, non-contiguous view) and a bool reduction
 a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4) + R)
@@ -123,5 +128,5 @@ finally:
 assert calls == ["all_reduce(sum)"], calls
 assert local_rank() == R and MPI.COMM_WORLD.Get_rank() == R  # one host: the local rank is the rank
 barrier()
-checks += 9
+checks += 10
 print(f"OK rank={R} {checks}", flush=True)

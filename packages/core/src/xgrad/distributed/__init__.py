@@ -20,6 +20,7 @@ from xgrad.distributed.collectives import (
     all_reduce_coalesced,
     barrier,
     broadcast,
+    broadcast_coalesced,
     reduce_scatter,
     split_rows,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "all_reduce_coalesced",
     "barrier",
     "broadcast",
+    "broadcast_coalesced",
     "is_launched",
     "load_checkpoint",
     "local_rank",

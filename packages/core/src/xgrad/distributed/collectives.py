@@ -18,8 +18,9 @@ How it runs, in order of preference:
 
 Every MPI call is nonblocking and waited on under the watchdog of `xgrad.distributed.comm` (DIST_TIMEOUT).
 
-Several sources: `all_reduce_coalesced(tensors)` is one COLLECTIVE over all of them; each is realized into a buffer
-of its own and copied once into the output (a memcpy), which MPI then reduces in place.
+Several sources: `all_reduce_coalesced(tensors)` and `broadcast_coalesced(tensors)` are one COLLECTIVE over all of
+them; each is realized into a buffer of its own and copied once into the output (a memcpy), where MPI then reduces
+(or broadcasts) in place.
 
 Sizes: all_reduce and broadcast take any shape; all_gather concatenates every rank's tensor along axis 0 (same
 shape on every rank); reduce_scatter reduces along axis 0 and gives rank r the rows `split_rows(n, world)[r]`: n
@@ -84,7 +85,7 @@ class Collective:
         )
 
     def run(self, out: Buffer, *srcs: Buffer) -> None:
-        """Perform the collective: read `srcs` (several: an all_reduce of them laid end to end), write `out` (the
+        """Perform the collective: read `srcs` (several: the collective of them laid end to end), write `out` (the
         engine calls this for the schedule item)."""
         comm = communicator()
         if comm.size != self.world:
@@ -114,7 +115,9 @@ class Collective:
     def _mpi(self, comm: Any, send: memoryview | None, recv: memoryview, dtype: DType) -> None:
         MPI = comm.MPI  # noqa: N806
         c = comm.comm
-        if send is None:  # in place (coalesced all_reduce)
+        if send is None and self.kind == "broadcast":  # coalesced: the root's sources are in recv already
+            comm.wait(c.Ibcast([recv, MPI.BYTE], root=self.root), self.name)
+        elif send is None:  # in place (coalesced all_reduce)
             n = recv.nbytes // dtype.itemsize
             ops = BOOL_OPS if dtype == dtypes.bool else MPI_OPS
             request = c.Iallreduce(MPI.IN_PLACE, [recv, n, getattr(MPI, MPI_TYPES[dtype])], getattr(MPI, ops[self.op]))
@@ -186,26 +189,42 @@ def all_reduce(x: Tensor, op: str = "sum") -> Tensor:
     return out * (1.0 / world) if op == "mean" else out
 
 
+def _coalesced(xs: list[Tensor], what: str) -> int:
+    """The elements of `xs` together, once they are checked to share one device and one dtype."""
+    if not xs:
+        raise DistributedError(f"{what} of no tensors; pass at least one")
+    devices = {_checked(x, what) for x in xs}
+    dts = {x.dtype for x in xs}
+    if len(devices) > 1 or len(dts) > 1:
+        raise DistributedError(
+            f"{what} of tensors on {sorted(devices)} with dtypes {sorted(d.name for d in dts)}: pass tensors of one "
+            "device and one dtype (group them, one call per group)"
+        )
+    return sum(int(prod(_shape(x))) for x in xs)
+
+
 def all_reduce_coalesced(xs: list[Tensor], op: str = "sum") -> Tensor:
     """The `op` over all ranks of the tensors `xs` (one device, one dtype) laid end to end, as one flat tensor: one
     collective for all of them (lazy). Each is realized into a buffer of its own, copied into the output once, and
     reduced there in place (what DataParallel's buckets use)."""
-    if not xs:
-        raise DistributedError("all_reduce_coalesced of no tensors; pass at least one")
-    devices = {_checked(x, "all_reduce_coalesced") for x in xs}
-    dts = {x.dtype for x in xs}
-    if len(devices) > 1 or len(dts) > 1:
-        raise DistributedError(
-            f"all_reduce_coalesced of tensors on {sorted(devices)} with dtypes {sorted(d.name for d in dts)}: pass "
-            "tensors of one device and one dtype (group them, one call per group)"
-        )
+    total = _coalesced(xs, "all_reduce_coalesced")
     _reduction_dtype(xs[0], op, "all_reduce_coalesced")
     world = world_size()
-    total = sum(int(prod(_shape(x))) for x in xs)
     mpi_op = "max" if op == "max" else "min" if op == "min" else "sum"
     step = Collective("all_reduce", mpi_op, 0, world, (total,))
     out = Tensor(UOp(Ops.COLLECTIVE, xs[0].dtype, tuple(x.uop for x in xs), step))
     return out * (1.0 / world) if op == "mean" else out
+
+
+def broadcast_coalesced(xs: list[Tensor], root: int = 0) -> Tensor:
+    """Rank `root`'s tensors `xs` (one device, one dtype) laid end to end, as one flat tensor on every rank: one
+    collective for all of them (lazy; what DataParallel broadcasts the model's state with)."""
+    total = _coalesced(xs, "broadcast_coalesced")
+    world = world_size()
+    if not 0 <= root < world:
+        raise DistributedError(f"broadcast_coalesced from rank {root}, but the ranks are 0..{world - 1}")
+    step = Collective("broadcast", "", root, world, (total,))
+    return Tensor(UOp(Ops.COLLECTIVE, xs[0].dtype, tuple(x.uop for x in xs), step))
 
 
 def broadcast(x: Tensor, root: int = 0) -> Tensor:
@@ -271,6 +290,7 @@ __all__ = [
     "all_reduce_coalesced",
     "barrier",
     "broadcast",
+    "broadcast_coalesced",
     "reduce_scatter",
     "split_rows",
 ]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from xgrad.distributed.collectives import all_reduce_coalesced, barrier, broadcast
+from xgrad.distributed.collectives import all_reduce_coalesced, barrier, broadcast_coalesced
 from xgrad.distributed.launch import DistributedError, rank, world_size
 from xgrad.helpers import DIST_BUCKET_MB, dedup
 from xgrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
@@ -49,14 +49,8 @@ def buckets(tensors: list[Tensor], bucket_bytes: int) -> list[list[Tensor]]:
     return [run for runs in groups.values() for run in runs if run]
 
 
-def _flat(ts: list[Tensor]) -> Tensor:
-    """The tensors flattened and laid end to end (a kernel: for the broadcast of a bucket of state)."""
-    parts = [t.reshape(t.numel()) for t in ts]
-    return parts[0] if len(parts) == 1 else parts[0].cat(*parts[1:])
-
-
 def _pieces(flat: Tensor, ts: list[Tensor]) -> Iterator[tuple[Tensor, Tensor]]:
-    """Each tensor of `ts` with its part of `flat` (laid out by `_flat`), in its shape."""
+    """Each tensor of `ts` with its part of `flat` (the tensors laid end to end), in its shape."""
     start = 0
     for t in ts:
         n = t.numel()
@@ -74,7 +68,7 @@ def broadcast_state(obj: Any, root: int = 0, bucket_mb: float | None = None) -> 
     size = int((DIST_BUCKET_MB.value if bucket_mb is None else bucket_mb) * 2**20)
     assigned: list[Tensor] = []
     for bucket in buckets(tensors, size):
-        got = broadcast(_flat(bucket).contiguous(), root)
+        got = broadcast_coalesced(bucket, root)
         assigned.extend(t.assign(piece) for t, piece in _pieces(got, bucket))
     Tensor.realize(*assigned)
 
