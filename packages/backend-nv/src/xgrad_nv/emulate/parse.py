@@ -17,12 +17,12 @@ from xgrad_nv.emulate.errors import EmulatorError
 
 _TOKEN = re.compile(
     r"""
-    (?P<ws>\s+)
-  | (?P<str>"(?:[^"\\]|\\.)*")
-  | (?P<num>0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|0[xX][0-9a-fA-F]+U?
-           |\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+U?)
-  | (?P<name>[A-Za-z_$%.][\w$.]*)
-  | (?P<punct>[{}()\[\],;:@!|+\-<>=*])
+    "(?:[^"\\]|\\.)*"                                      # a string
+  | 0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|0[xX][0-9a-fA-F]+U?  # float bits, hex
+  | \d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+U?           # decimal numbers
+  | [A-Za-z_$%.][\w$.]*                                        # names, directives, registers, opcodes
+  | [{}()\[\],;:@!|+\-<>=*]                                   # punctuation
+  | \S                                                        # anything else (the parser rejects it)
     """,
     re.VERBOSE,
 )
@@ -126,18 +126,8 @@ class _Tokens:
         self.toks: list[tuple[str, str, int]] = []  # (kind, text, line)
         text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
         text = re.sub(r"//[^\n]*", "", text)
-        line = 1
-        pos = 0
-        while pos < len(text):
-            m = _TOKEN.match(text, pos)
-            if m is None:
-                raise EmulatorError(f"PTX line {line}: cannot read {text[pos : pos + 20]!r}; is this PTX text?")
-            kind = m.lastgroup or ""
-            if kind == "ws":
-                line += m.group(0).count("\n")
-            else:
-                self.toks.append((kind, m.group(0), line))
-            pos = m.end()
+        for line, row in enumerate(text.split("\n"), 1):
+            self.toks.extend(("", tok, line) for tok in _TOKEN.findall(row))
         self.i = 0
 
     def peek(self, k: int = 0) -> str:
