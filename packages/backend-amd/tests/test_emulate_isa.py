@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from xgrad_amd.emulate import DeviceMemory, EmulatorError
-from xgrad_amd.emulate.launch import Program, run_wave
-from xgrad_amd.emulate.wave import EXEC, VCC, Group, Wave
+from xgrad_amd.emulate.launch import Program
+from xgrad_amd.emulate.launch import run as run_program
+from xgrad_amd.emulate.wave import EXEC, VCC, Waves
 
 MC = shutil.which("llvm-mc-19")
 pytestmark = pytest.mark.skipif(MC is None, reason="llvm-mc-19 not installed (apt-get install llvm-19)")
@@ -27,15 +28,15 @@ def assemble(text: str) -> bytes:
     return b"".join(bytes(int(b, 16) for b in m.split(",")) for m in re.findall(r"encoding: \[(.*?)\]", out))
 
 
-def wave(vgprs: int = 16, lds: int = 1024, mem: DeviceMemory | None = None) -> Wave:
-    group = Group(lds, mem or DeviceMemory(), 0x1000)
-    w = Wave(vgprs, group.lds, group, 0)
+def wave(vgprs: int = 16, lds: int = 1024, mem: DeviceMemory | None = None) -> Waves:
+    """A batch of one wave, all lanes on, its code at 0x1000."""
+    w = Waves(1, vgprs, mem or DeviceMemory(), 0x1000, lds)
     w.s[EXEC] = 0xFFFFFFFF
     return w
 
 
-def run(w: Wave, text: str) -> Wave:
-    run_wave(w, Program(assemble(text)))
+def run(w: Waves, text: str) -> Waves:
+    run_program(w, Program(assemble(text)))
     return w
 
 
@@ -43,7 +44,7 @@ def f32(v: np.ndarray) -> np.ndarray:
     return np.asarray(v, F32).view(U32)
 
 
-def lanes_f32(w: Wave, r: int) -> np.ndarray:
+def lanes_f32(w: Waves, r: int) -> np.ndarray:
     return w.v[r].view(F32)
 
 

@@ -58,6 +58,18 @@ K void reduce(float* o, const float* a) {
   }
   if (i == 0) o[GID] = sh[0];
 }
+K void per_group_loop(float* o, const float* a) {
+  __attribute__((shared)) float sh[64];
+  int g = GID, t = TID;
+  float acc = 0.0f;
+  for (int k = 0; k <= g % 4; k++) {  // a scalar loop whose trip count differs between workgroups
+    sh[t] = a[g * 64 + t] * (k + 1);
+    __builtin_amdgcn_s_barrier();
+    acc += sh[63 - t];
+    __builtin_amdgcn_s_barrier();
+  }
+  o[g * 64 + t] = acc;
+}
 K void branchy(float* o, const float* a, int n) {
   int i = TID;
   float x = a[i], acc = 0.0f;
@@ -211,6 +223,31 @@ def test_lds_reduction_with_barriers_across_waves(co: CodeObject) -> None:
     o = r.buf(np.zeros(3, np.float32))
     r("reduce", [o, r.buf(a)], (3, 1, 1), (256, 1, 1))
     np.testing.assert_allclose(r.get(o, np.zeros(3, np.float32)), a.reshape(3, 256).sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_workgroups_with_different_scalar_control_flow_and_barriers(co: CodeObject) -> None:
+    rng = np.random.default_rng(9)
+    groups = 7
+    a = rng.standard_normal((groups, 64)).astype(np.float32)
+    r = Run(co)
+    o = r.buf(np.zeros((groups, 64), np.float32))
+    r("per_group_loop", [o, r.buf(a)], (groups, 1, 1), (64, 1, 1))
+    trips = np.arange(groups) % 4 + 1
+    want = a[:, ::-1] * (trips * (trips + 1) / 2)[:, None]  # sum over k of a[g, 63 - t] * (k + 1)
+    np.testing.assert_allclose(r.get(o, np.zeros((groups, 64), np.float32)), want, rtol=1e-6)
+
+
+def test_grid_larger_than_one_batch(co: CodeObject) -> None:
+    rng = np.random.default_rng(10)
+    groups = 1100  # 70400 lanes: more than one batch of waves
+    n = groups * 64 - 5
+    a = rng.uniform(0.1, 4, n).astype(np.float32)
+    b = rng.uniform(0.5, 3, n).astype(np.float32)
+    r = Run(co)
+    o = r.buf(np.zeros(n, np.float32))
+    r("elementwise", [o, r.buf(a), r.buf(b), n], (groups, 1, 1), (64, 1, 1))
+    want = np.exp2(a) * b + np.sqrt(b) - np.log2(a) / b
+    np.testing.assert_allclose(r.get(o, np.zeros(n, np.float32)), want, rtol=2e-6)
 
 
 def test_divergent_branch_and_loop(co: CodeObject) -> None:

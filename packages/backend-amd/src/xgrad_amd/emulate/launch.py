@@ -1,9 +1,11 @@
 """Kernel launch on the emulated gfx1100: loading the code object into device memory, the initial register state the
-kernel descriptor asks for, and running every workgroup's waves (in turn up to each s_barrier).
+kernel descriptor asks for, and running the waves of every workgroup together as one `Waves` batch (or several, of
+whole workgroups, for large grids).
 
 In: a `CodeObject`, a kernel name, grid (workgroups) and block (work-items), the kernarg bytes, a `DeviceMemory`.
 Out: the kernel's effects in that memory. Each instruction is decoded and turned into a Python function once per
-code object (cached by address), so a kernel's loop costs one call per instruction per wave.
+kernel (cached by its machine code), and one call executes it for every wave at that program counter, so the
+Python cost grows with the instructions a kernel runs, not with its grid.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from xgrad_amd.emulate.decode import EmulatorError, Inst, decode_at
 from xgrad_amd.emulate.mem import build_ds, build_flat, build_smem
 from xgrad_amd.emulate.salu import build_scalar
 from xgrad_amd.emulate.valu import build_vector
-from xgrad_amd.emulate.wave import EXEC, LANES, Group, Wave
+from xgrad_amd.emulate.wave import EXEC, LANES, Waves
 from xgrad_codegen.devmem import DeviceMemory, MemoryFaultError
 
-Exec = Callable[[Wave], None]
-MAX_STEPS = 50_000_000  # instructions one wave may execute before the launch is declared hung
+Exec = Callable[[Waves], None]
+MAX_STEPS = 50_000_000  # steps a batch may take before the launch is declared hung
+MAX_BATCH_LANES = 1 << 16  # lanes executed together (whole workgroups; VGPRs are [n, lanes] uint32)
 LDS_LIMIT = 64 * 1024
 
 # memory -> {code object: image base}: where each code object was loaded in each emulated memory; an image is freed
@@ -110,18 +113,20 @@ def program(co: CodeObject, name: str) -> Program:
     return prog
 
 
-def _initial_sgprs(k: Kernel, wave: Wave, kernarg: int, dispatch: int, wg: tuple[int, int, int]) -> None:
+def _initial_sgprs(k: Kernel, w: Waves, kernarg: int, dispatch: int, wg: np.ndarray) -> None:
+    """The user SGPRs the descriptor enables (in their fixed order from s0), then from USER_SGPR_COUNT the system
+    SGPRs: the workgroup ids enabled (`wg`: [3, waves]) and the workgroup info."""
     d = k.descriptor
     i = 0
     if d.enable_sgpr_private_segment_buffer:
         i += 4
     if d.enable_sgpr_dispatch_ptr:
-        wave.s[i], wave.s[i + 1] = dispatch & 0xFFFFFFFF, dispatch >> 32
+        w.s[i], w.s[i + 1] = dispatch & 0xFFFFFFFF, dispatch >> 32
         i += 2
     if d.enable_sgpr_queue_ptr:
         i += 2
     if d.enable_sgpr_kernarg_segment_ptr:
-        wave.s[i], wave.s[i + 1] = kernarg & 0xFFFFFFFF, kernarg >> 32
+        w.s[i], w.s[i + 1] = kernarg & 0xFFFFFFFF, kernarg >> 32
         i += 2
     if d.enable_sgpr_dispatch_id:
         i += 2
@@ -130,14 +135,14 @@ def _initial_sgprs(k: Kernel, wave: Wave, kernarg: int, dispatch: int, wg: tuple
     if d.enable_sgpr_private_segment_size:
         i += 1
     s = d.user_sgpr_count
-    for enabled, value in zip(
+    for enabled, ids in zip(
         (d.enable_sgpr_workgroup_id_x, d.enable_sgpr_workgroup_id_y, d.enable_sgpr_workgroup_id_z), wg
     ):
         if enabled:
-            wave.s[s] = value
+            w.s[s] = ids
             s += 1
     if d.enable_sgpr_workgroup_info:
-        wave.s[s] = 0
+        w.s[s] = 0
         s += 1
 
 
@@ -184,54 +189,48 @@ def launch(
     packet = mem.alloc(64)
     mem.write(packet, _dispatch_packet(grid, block, k, karg))
     prog = program(co, name)
-    n_waves = -(-threads // LANES)
+    per_group = -(-threads // LANES)
     n_vgprs = max(k.vgpr_count, (k.descriptor.granulated_workitem_vgpr_count + 1) * 8)
-    t = np.arange(n_waves * LANES)
-    packed = ((t % block[0]) | ((t // block[0]) % block[1]) << 10 | (t // (block[0] * block[1])) << 20).astype(
-        np.uint32
-    )
+    t = np.arange(per_group * LANES)
+    packed = (t % block[0]) | ((t // block[0]) % block[1]) << 10 | (t // (block[0] * block[1])) << 20
+    live = np.minimum(LANES, threads - np.arange(per_group) * LANES)
+    exec_bits = (np.int64(1) << live) - 1
+    n_groups = grid[0] * grid[1] * grid[2]
+    chunk = max(1, min(n_groups, MAX_BATCH_LANES // (per_group * LANES)))  # whole workgroups per batch
     try:
-        for gz in range(grid[2]):
-            for gy in range(grid[1]):
-                for gx in range(grid[0]):
-                    group = Group(lds_bytes, mem, code_base)
-                    for wi in range(n_waves):
-                        w = Wave(n_vgprs, group.lds, group, wi)
-                        _initial_sgprs(k, w, karg, packet, (gx, gy, gz))
-                        w.v[0] = packed[wi * LANES : (wi + 1) * LANES]
-                        live = min(LANES, threads - wi * LANES)
-                        w.s[EXEC] = (1 << live) - 1
-                        group.waves.append(w)
-                    _run_group(group, prog)
+        for first in range(0, n_groups, chunk):
+            ids = np.arange(first, min(first + chunk, n_groups))
+            g = ids.size
+            w = Waves(g * per_group, n_vgprs, mem, code_base, lds_bytes, np.repeat(np.arange(g), per_group))
+            wg = np.stack([ids % grid[0], (ids // grid[0]) % grid[1], ids // (grid[0] * grid[1])])
+            _initial_sgprs(k, w, karg, packet, np.repeat(wg, per_group, axis=1))
+            w.v[0] = np.tile(packed, g).astype(np.uint32)
+            w.s[EXEC] = np.tile(exec_bits, g)
+            run(w, prog)
     finally:
         mem.free(karg)
         mem.free(packet)
 
 
-def _run_group(group: Group, prog: Program) -> None:
-    """Run each wave until it ends or reaches s_barrier; when every live wave waits there, release them all."""
-    waves = group.waves
-    while True:
-        for w in waves:
-            if not w.done:
-                _run_wave(w, prog)
-        live = [w for w in waves if not w.done]
-        if not live:
-            return
-        for w in live:
-            w.at_barrier = False
-
-
-def run_wave(w: Wave, prog: Program) -> None:
-    """Execute one wave from its pc until s_endpgm or s_barrier (also how tests run hand-assembled code)."""
-    _run_wave(w, prog)
-
-
-def _run_wave(w: Wave, prog: Program) -> None:
+def run(w: Waves, prog: Program) -> None:
+    """Execute a batch of waves to s_endpgm: each step runs the instruction at the lowest program counter for the
+    waves there. Waves reconverge after divergent branches, and no wave passes an instruction (an s_barrier among
+    them) before every wave behind it has reached it, so barriers need no other handling."""
     at = prog.at
-    steps = 0
-    while not w.done and not w.at_barrier:
-        at(w.pc)(w)
-        steps += 1
-        if steps > MAX_STEPS:
-            raise EmulatorError(f"a wave ran {MAX_STEPS} instructions without ending (pc {w.pc:#x}): a hung kernel?")
+    pc, done = w.pc, w.done
+    for _ in range(MAX_STEPS):
+        if done.any():
+            live = ~done
+            if not live.any():
+                return
+            p = int(pc[live].min())
+            sel = live & (pc == p)
+        else:
+            p = int(pc.min())
+            sel = pc == p
+        if sel.all():
+            w.select_all()
+        else:
+            w.select(np.nonzero(sel)[0])
+        at(p)(w)
+    raise EmulatorError(f"waves ran {MAX_STEPS} steps without ending (pc {int(w.pc.min()):#x}): a hung kernel?")

@@ -1,10 +1,11 @@
 """Memory instructions: SMEM scalar loads, GLOBAL/FLAT loads, stores and atomics through `DeviceMemory`, and DS
-(LDS) loads, stores and atomics on the workgroup's LDS bytes.
+(LDS) loads, stores and atomics on each workgroup's LDS block.
 
-In: a decoded `Inst`. Out: its executor. Only lanes EXEC enables touch memory (an inactive lane's address may be
-garbage). Addresses: SMEM sbase pair + offset (+ soffset SGPR); GLOBAL with saddr an SGPR pair + the lane's 32-bit
-VGPR offset, else a 64-bit VGPR pair, + the signed 13-bit offset; FLAT addresses in the shared aperture go to LDS;
-DS the lane's VGPR + offset (offset0/offset1 times the element size, or 64 times it for *_stride64).
+In: a decoded `Inst`. Out: its executor for the selected waves. Only lanes EXEC enables touch memory (an inactive
+lane's address may be garbage). Addresses: SMEM sbase pair + offset (+ soffset SGPR); GLOBAL with saddr an SGPR pair
++ the lane's 32-bit VGPR offset, else a 64-bit VGPR pair, + the signed 13-bit offset; FLAT addresses in the shared
+aperture go to LDS; DS the lane's VGPR + offset modulo 2^32 (offset0/offset1 times the element size, or 64 times it
+for *_stride64). An element of n dwords moves as one access of n * 4 bytes.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ import numpy as np
 
 from xgrad_amd.elf import SHARED_APERTURE_HI
 from xgrad_amd.emulate.decode import EmulatorError, Inst
-from xgrad_amd.emulate.wave import LANES, M32, Wave
+from xgrad_amd.emulate.wave import LANES, M32, Waves
 
-Exec = Callable[[Wave], None]
+Exec = Callable[[Waves], None]
+
+
+def _dwords(count: int) -> np.dtype:
+    return np.dtype(np.uint32) if count == 1 else np.dtype((np.void, 4 * count))
 
 
 def build_smem(inst: Inst) -> Exec:
@@ -28,12 +33,14 @@ def build_smem(inst: Inst) -> Exec:
     n = int(name[len("s_load_b") :]) // 32
     sdata, sbase, offset, soffset = f["sdata"], f["sbase"], f["offset"], f["soffset"]
 
-    def sload(w: Wave) -> None:
-        addr = w.sread64(sbase) + offset + (w.s[soffset] if soffset != 124 else 0)
-        data = np.frombuffer(w.group.mem.read(addr & ~3, 4 * n), np.uint32)
+    def sload(w: Waves) -> None:
+        addr = w.sread64(sbase).astype(np.int64) + offset
+        if soffset != 124:
+            addr = addr + w.sread(soffset)
+        data = w.mem.load((addr & ~3).astype(np.uint64), _dwords(n)).view(np.uint32).reshape(-1, n)
         for i in range(n):
-            w.s[sdata + i] = int(data[i])
-        w.pc += size
+            w.s[sdata + i, w.ix] = data[:, i]
+        w.pc[w.ix] += size
 
     return sload
 
@@ -44,46 +51,47 @@ _STORE = {"b8": (np.uint8, 1), "b16": (np.uint16, 1), "b32": (np.uint32, 1), "b6
           "b96": (np.uint32, 3), "b128": (np.uint32, 4)}  # fmt: skip
 
 
-def _lane_addresses(w: Wave, inst: Inst) -> np.ndarray:
+def _addresses(w: Waves, inst: Inst, lanes: np.ndarray) -> np.ndarray:
+    """The byte addresses of `lanes` (absolute lane indices of active lanes)."""
     f = inst.f
+    off = np.uint64(f["offset"] & ((1 << 64) - 1))
     if inst.enc != "FLAT" and f["saddr"] not in (124, 125):
-        base = np.uint64(w.sread64(f["saddr"]))
-        return np.asarray(base + w.v[f["addr"]].astype(np.uint64) + np.uint64(f["offset"] & ((1 << 64) - 1)))
-    lo = w.v[f["addr"]].astype(np.uint64)
-    hi = w.v[f["addr"] + 1].astype(np.uint64)
-    return np.asarray(((hi << np.uint64(32)) | lo) + np.uint64(f["offset"] & ((1 << 64) - 1)))
+        base = w.s[f["saddr"]].astype(np.uint64) | (w.s[f["saddr"] + 1].astype(np.uint64) << np.uint64(32))
+        return np.asarray(base[lanes // LANES] + w.v[f["addr"], lanes].astype(np.uint64) + off)
+    lo = w.v[f["addr"], lanes].astype(np.uint64)
+    hi = w.v[f["addr"] + 1, lanes].astype(np.uint64)
+    return np.asarray(((hi << np.uint64(32)) | lo) + off)
+
+
+def _as_unsigned(vals: np.ndarray) -> np.ndarray:
+    return vals.astype(np.int64).astype(np.uint32) if vals.dtype.kind == "i" else vals.astype(np.uint32)
 
 
 class _Space:
     """Loads and stores of one access: global memory, or LDS for flat addresses in the shared aperture."""
 
-    def __init__(self, w: Wave, addrs: np.ndarray, flat: bool) -> None:
+    def __init__(self, w: Waves, lanes: np.ndarray, addrs: np.ndarray, flat: bool) -> None:
         self.w = w
+        self.lanes = lanes
         self.addrs = addrs
         self.lds = flat and bool(((addrs >> np.uint64(32)) == np.uint64(SHARED_APERTURE_HI)).any())
         if self.lds:
             self.addrs = addrs & np.uint64(M32)
 
     def load(self, dtype: type, count: int) -> np.ndarray:
-        dt = np.dtype(dtype)
         if self.lds:
-            return _lds_load(self.w.lds, self.addrs, dt, count)
+            return _lds_load(self.w, self.lanes, self.addrs.astype(np.int64), np.dtype(dtype), count)
         if count == 1:
-            return self.w.group.mem.load(self.addrs, dt)
-        out = np.empty((self.addrs.size, count), dt)
-        for i in range(count):
-            out[:, i] = self.w.group.mem.load(self.addrs + np.uint64(4 * i), dt)
-        return out
+            return self.w.mem.load(self.addrs, dtype)
+        return self.w.mem.load(self.addrs, _dwords(count)).view(np.uint32).reshape(-1, count)
 
     def store(self, values: np.ndarray, count: int) -> None:
         if self.lds:
-            _lds_store(self.w.lds, self.addrs, values, count)
-            return
-        if count == 1:
-            self.w.group.mem.store(self.addrs, values)
-            return
-        for i in range(count):
-            self.w.group.mem.store(self.addrs + np.uint64(4 * i), np.ascontiguousarray(values[:, i]))
+            _lds_store(self.w, self.lanes, self.addrs.astype(np.int64), values, count)
+        elif count == 1:
+            self.w.mem.store(self.addrs, values)
+        else:
+            self.w.mem.store(self.addrs, np.ascontiguousarray(values, np.uint32).view(_dwords(count)).reshape(-1))
 
 
 def build_flat(inst: Inst) -> Exec:
@@ -97,60 +105,53 @@ def build_flat(inst: Inst) -> Exec:
 
     if kind.startswith("load_d16"):
         hi = "_hi_" in kind
-        src = kind.rsplit("_", 1)[1]
-        dt = {"u8": np.uint8, "i8": np.int8, "b16": np.uint16}[src]
+        dt = {"u8": np.uint8, "i8": np.int8, "b16": np.uint16}[kind.rsplit("_", 1)[1]]
 
-        def load_d16(w: Wave) -> None:
-            m = w.mask()
-            if m.any():
-                sp = _Space(w, _lane_addresses(w, inst)[m], flat)
-                vals = sp.load(dt, 1).astype(np.int32 if dt == np.int8 else np.uint32).view(np.uint32) & np.uint32(
-                    0xFFFF
-                )
-                old = w.v[vdst, m]
-                w.v[vdst, m] = (
-                    (old & np.uint32(0xFFFF)) | (vals << np.uint32(16)) if hi else (old & np.uint32(0xFFFF0000)) | vals
-                )
-            w.pc += size
+        def load_d16(w: Waves) -> None:
+            lanes = w.active()
+            if lanes.size:
+                vals = _as_unsigned(_Space(w, lanes, _addresses(w, inst, lanes), flat).load(dt, 1)) & np.uint32(0xFFFF)
+                old = w.v[vdst, lanes]
+                keep = old & np.uint32(0xFFFF) if hi else old & np.uint32(0xFFFF0000)
+                w.v[vdst, lanes] = keep | (vals << np.uint32(16) if hi else vals)
+            w.pc[w.ix] += size
 
         return load_d16
     if kind.startswith("load_"):
         dt, count = _LOAD[kind[5:]]
 
-        def load(w: Wave) -> None:
-            m = w.mask()
-            if m.any():
-                sp = _Space(w, _lane_addresses(w, inst)[m], flat)
-                vals = sp.load(dt, count)
+        def load(w: Waves) -> None:
+            lanes = w.active()
+            if lanes.size:
+                vals = _Space(w, lanes, _addresses(w, inst, lanes), flat).load(dt, count)
                 if count == 1:
-                    w.v[vdst, m] = (
-                        vals.astype(np.int64).astype(np.uint32) if vals.dtype.kind == "i" else vals.astype(np.uint32)
-                    )
+                    w.v[vdst, lanes] = _as_unsigned(vals)
                 else:
-                    w.v[vdst : vdst + count, m] = vals.T
-            w.pc += size
+                    w.v[vdst : vdst + count, lanes] = vals.T
+            w.pc[w.ix] += size
 
         return load
     if kind.startswith("store_d16_hi"):
-        dt = {"b8": np.uint8, "b16": np.uint16}[kind.rsplit("_", 1)[1]]
+        sdt = {"b8": np.uint8, "b16": np.uint16}[kind.rsplit("_", 1)[1]]
 
-        def store_hi(w: Wave) -> None:
-            m = w.mask()
-            if m.any():
-                sp = _Space(w, _lane_addresses(w, inst)[m], flat)
-                sp.store((w.v[vdata, m] >> np.uint32(16)).astype(dt), 1)
-            w.pc += size
+        def store_hi(w: Waves) -> None:
+            lanes = w.active()
+            if lanes.size:
+                sp = _Space(w, lanes, _addresses(w, inst, lanes), flat)
+                sp.store((w.v[vdata, lanes] >> np.uint32(16)).astype(sdt), 1)
+            w.pc[w.ix] += size
 
         return store_hi
     if kind.startswith("store_"):
-        dt, count = _STORE[kind[6:]]
+        sdt, count = _STORE[kind[6:]]
 
-        def store(w: Wave) -> None:
-            m = w.mask()
-            if m.any():
-                sp = _Space(w, _lane_addresses(w, inst)[m], flat)
-                sp.store(w.v[vdata, m].astype(dt) if count == 1 else w.v[vdata : vdata + count, m].T.copy(), count)
-            w.pc += size
+        def store(w: Waves) -> None:
+            lanes = w.active()
+            if lanes.size:
+                sp = _Space(w, lanes, _addresses(w, inst, lanes), flat)
+                vals = w.v[vdata, lanes].astype(sdt) if count == 1 else w.v[vdata : vdata + count, lanes].T
+                sp.store(vals, count)
+            w.pc[w.ix] += size
 
         return store
     if kind.startswith("atomic_"):
@@ -174,47 +175,42 @@ def _build_atomic(inst: Inst, op: str, flat: bool) -> Exec:
     f, size = inst.f, inst.size
     returns = bool(f["glc"])
 
-    def atomic(w: Wave) -> None:
-        m = w.mask()
-        lanes = np.nonzero(m)[0]
-        addrs = _lane_addresses(w, inst)
-        olds = np.zeros(LANES, np.uint32)
-        for lane in lanes:  # one lane after another, as the memory system serialises them
-            sp = _Space(w, addrs[lane : lane + 1], flat)
+    def atomic(w: Waves) -> None:
+        lanes = w.active()
+        addrs = _addresses(w, inst, lanes)
+        for i, lane in enumerate(lanes):  # one lane after another, as the memory system serialises them
+            sp = _Space(w, lanes[i : i + 1], addrs[i : i + 1], flat)
             old = sp.load(dt, 1)
-            new = fn(old, w.v[f["data"], lane : lane + 1].view(dt))
-            sp.store(np.asarray(new, dt), 1)
-            olds[lane] = old.view(np.uint32)[0]
-        if returns:
-            w.v[f["vdst"], m] = olds[m]
-        w.pc += size
+            sp.store(np.asarray(fn(old, w.v[f["data"], lane : lane + 1].view(dt)), dt), 1)
+            if returns:
+                w.v[f["vdst"], lane] = old.view(np.uint32)[0]
+        w.pc[w.ix] += size
 
     return atomic
 
 
 # ----------------------------------------------------------------------------------------------------------- LDS
-def _check_lds(lds: np.ndarray, addrs: np.ndarray, nbytes: int) -> None:
-    if addrs.size and int(addrs.max()) + nbytes > lds.size:
+def _lds_index(w: Waves, lanes: np.ndarray, addrs: np.ndarray, nbytes: int) -> np.ndarray:
+    """Byte indices into the batch's LDS for `nbytes` at each lane's address, in the lane's workgroup block."""
+    if addrs.size and (int(addrs.max()) + nbytes > w.lds_bytes or int(addrs.min()) < 0):
+        bad = int(addrs.max()) if int(addrs.max()) + nbytes > w.lds_bytes else int(addrs.min())
         raise EmulatorError(
-            f"LDS access of {nbytes} bytes at {int(addrs.max()):#x} is past the workgroup's {lds.size} bytes of LDS"
+            f"LDS access of {nbytes} bytes at {bad:#x} is past the workgroup's {w.lds_bytes} bytes of LDS"
         )
+    start = w.group[lanes // LANES] * w.lds_bytes + addrs
+    return np.asarray(start[:, None] + np.arange(nbytes))
 
 
-def _lds_load(lds: np.ndarray, addrs: np.ndarray, dt: np.dtype, count: int) -> np.ndarray:
-    a = addrs.astype(np.int64)
+def _lds_load(w: Waves, lanes: np.ndarray, addrs: np.ndarray, dt: np.dtype, count: int) -> np.ndarray:
     n = dt.itemsize * count
-    _check_lds(lds, a, n)
-    raw = lds[a[:, None] + np.arange(n)]
-    vals = np.ascontiguousarray(raw).view(dt)
+    vals = np.ascontiguousarray(w.lds[_lds_index(w, lanes, addrs, n)]).view(dt)
     return vals.reshape(-1) if count == 1 else vals.reshape(-1, count)
 
 
-def _lds_store(lds: np.ndarray, addrs: np.ndarray, values: np.ndarray, count: int) -> None:
-    a = addrs.astype(np.int64)
+def _lds_store(w: Waves, lanes: np.ndarray, addrs: np.ndarray, values: np.ndarray, count: int) -> None:
     v = np.ascontiguousarray(values)
     n = v.dtype.itemsize * count
-    _check_lds(lds, a, n)
-    lds[a[:, None] + np.arange(n)] = v.view(np.uint8).reshape(a.size, n)
+    w.lds[_lds_index(w, lanes, addrs, n)] = v.view(np.uint8).reshape(addrs.size, n)
 
 
 def build_ds(inst: Inst) -> Exec:
@@ -230,45 +226,43 @@ def build_ds(inst: Inst) -> Exec:
         count = width // 4
         is_load = kind.startswith("load")
 
-        def ds2(w: Wave) -> None:
-            m = w.mask()
-            if m.any():
-                base = w.v[addr_r, m].astype(np.int64)
+        def ds2(w: Waves) -> None:
+            lanes = w.active()
+            if lanes.size:
+                base = w.v[addr_r, lanes].astype(np.int64)
                 for i, o in enumerate(offs):
                     if is_load:
-                        vals = _lds_load(w.lds, base + o, np.dtype(np.uint32), count)
-                        w.v[vdst + i * count : vdst + (i + 1) * count, m] = vals.reshape(-1, count).T
+                        vals = _lds_load(w, lanes, (base + o) & M32, np.dtype(np.uint32), count)
+                        w.v[vdst + i * count : vdst + (i + 1) * count, lanes] = vals.reshape(-1, count).T
                     else:
                         src = (d0, d1)[i]
-                        _lds_store(w.lds, base + o, w.v[src : src + count, m].T.copy(), count)
-            w.pc += size
+                        _lds_store(w, lanes, (base + o) & M32, w.v[src : src + count, lanes].T, count)
+            w.pc[w.ix] += size
 
         return ds2
     if kind.startswith("load_") and kind[5:] in _LOAD:
         dt, count = _LOAD[kind[5:]]
 
-        def dsload(w: Wave) -> None:
-            m = w.mask()
-            if m.any():
-                vals = _lds_load(w.lds, w.v[addr_r, m].astype(np.int64) + off, np.dtype(dt), count)
+        def dsload(w: Waves) -> None:
+            lanes = w.active()
+            if lanes.size:
+                vals = _lds_load(w, lanes, (w.v[addr_r, lanes].astype(np.int64) + off) & M32, np.dtype(dt), count)
                 if count == 1:
-                    w.v[vdst, m] = (
-                        vals.astype(np.int64).astype(np.uint32) if vals.dtype.kind == "i" else vals.astype(np.uint32)
-                    )
+                    w.v[vdst, lanes] = _as_unsigned(vals)
                 else:
-                    w.v[vdst : vdst + count, m] = vals.T
-            w.pc += size
+                    w.v[vdst : vdst + count, lanes] = vals.T
+            w.pc[w.ix] += size
 
         return dsload
     if kind.startswith("store_") and kind[6:] in _STORE:
-        dt, count = _STORE[kind[6:]]
+        sdt, count = _STORE[kind[6:]]
 
-        def dsstore(w: Wave) -> None:
-            m = w.mask()
-            if m.any():
-                vals = w.v[d0, m].astype(dt) if count == 1 else w.v[d0 : d0 + count, m].T.copy()
-                _lds_store(w.lds, w.v[addr_r, m].astype(np.int64) + off, vals, count)
-            w.pc += size
+        def dsstore(w: Waves) -> None:
+            lanes = w.active()
+            if lanes.size:
+                vals = w.v[d0, lanes].astype(sdt) if count == 1 else w.v[d0 : d0 + count, lanes].T
+                _lds_store(w, lanes, (w.v[addr_r, lanes].astype(np.int64) + off) & M32, vals, count)
+            w.pc[w.ix] += size
 
         return dsstore
     atomic = kind.replace("_rtn", "")
@@ -276,15 +270,15 @@ def build_ds(inst: Inst) -> Exec:
         adt, afn = _ATOMIC[atomic]
         returns = "_rtn" in kind
 
-        def dsatomic(w: Wave) -> None:
-            m = w.mask()
-            for lane in np.nonzero(m)[0]:
-                a = np.array([int(w.v[addr_r, lane]) + off], np.int64)
-                old = _lds_load(w.lds, a, np.dtype(adt), 1)
-                _lds_store(w.lds, a, np.asarray(afn(old, w.v[d0, lane : lane + 1].view(adt)), adt), 1)
+        def dsatomic(w: Waves) -> None:
+            for lane in w.active():
+                one = np.array([lane])
+                a = np.array([(int(w.v[addr_r, lane]) + off) & M32], np.int64)
+                old = _lds_load(w, one, a, np.dtype(adt), 1)
+                _lds_store(w, one, a, np.asarray(afn(old, w.v[d0, lane : lane + 1].view(adt)), adt), 1)
                 if returns:
                     w.v[vdst, lane] = old.view(np.uint32)[0]
-            w.pc += size
+            w.pc[w.ix] += size
 
         return dsatomic
     raise EmulatorError(f"unimplemented LDS instruction {name} (DS opcode {inst.op}) at {inst.addr:#x}")

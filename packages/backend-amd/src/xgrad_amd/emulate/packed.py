@@ -14,9 +14,9 @@ import numpy as np
 
 from xgrad_amd.emulate.decode import EmulatorError, Inst
 from xgrad_amd.emulate.valu import read_typed, write_typed
-from xgrad_amd.emulate.wave import LANES, Wave, const_bits
+from xgrad_amd.emulate.wave import LANES, Waves, const_bits
 
-Exec = Callable[[Wave], None]
+Exec = Callable[[Waves], None]
 _PK: dict[str, tuple[str, Callable[..., np.ndarray]]] = {
     "v_pk_add_f16": ("f16", lambda a, b: a + b),
     "v_pk_mul_f16": ("f16", lambda a, b: a * b),
@@ -41,7 +41,7 @@ _PK: dict[str, tuple[str, Callable[..., np.ndarray]]] = {
 _NP16 = {"f16": np.float16, "u16": np.uint16, "i16": np.int16}
 
 
-def _half(w: Wave, code: int, lit: int | None, hi: bool, t: str) -> np.ndarray:
+def _half(w: Waves, code: int, lit: int | None, hi: bool, t: str) -> np.ndarray:
     """One 16-bit half of a packed source. A constant is a 32-bit value whose halves op_sel picks: an integer inline
     constant sign-extended to 32 bits (-1 is 0xFFFFFFFF), a float one as f16 bits in the low half (high half 0), a
     literal as is (what clang relies on: (x, x) + 1 is `1 op_sel_hi:[1,0]`, (x, x) - 1 is `-1`)."""
@@ -51,7 +51,7 @@ def _half(w: Wave, code: int, lit: int | None, hi: bool, t: str) -> np.ndarray:
         )
         if c32 is not None:
             c = (c32 >> 16) & 0xFFFF if hi else c32 & 0xFFFF
-            return np.full(LANES, c, np.uint16).view(_NP16[t])
+            return np.full(LANES * w.k, c, np.uint16).view(_NP16[t])
     raw = w.vread(code, lit)
     return ((raw >> np.uint32(16)) if hi else raw).astype(np.uint16).view(_NP16[t])
 
@@ -67,7 +67,7 @@ def build_packed(inst: Inst) -> Exec:
         t, fn = _PK[name]
         n = len(inst.widths) - 1
 
-        def pk(w: Wave) -> None:
+        def pk(w: Waves) -> None:
             lo = [_half(w, codes[i], lit, bool(opsel >> i & 1), t) for i in range(n)]
             hi = [_half(w, codes[i], lit, bool(opsel_hi >> i & 1), t) for i in range(n)]
             if t == "f16":
@@ -79,12 +79,12 @@ def build_packed(inst: Inst) -> Exec:
             if f["clamp"] and t == "f16":
                 raise EmulatorError(f"{name} with clamp at {inst.addr:#x} is not implemented")
             w.vwrite(f["vdst"], r_lo | (r_hi << np.uint32(16)))
-            w.pc += size
+            w.pc[w.ix] += size
 
         return pk
     if name.startswith("v_fma_mix"):
 
-        def mix(w: Wave) -> None:
+        def mix(w: Waves) -> None:
             args = []
             for i in range(3):
                 if opsel_hi >> i & 1:
@@ -103,13 +103,13 @@ def build_packed(inst: Inst) -> Exec:
                 write_typed(w, f["vdst"], r.astype(np.float32), "f32")
             else:
                 write_typed(w, f["vdst"], r.astype(np.float32).astype(np.float16), "f16", name == "v_fma_mixhi_f16")
-            w.pc += size
+            w.pc[w.ix] += size
 
         return mix
     if name in ("v_dot2_f32_f16", "v_dot2_f32_bf16"):
         t = "f16" if name.endswith("f16") else "u16"
 
-        def dot2(w: Wave) -> None:
+        def dot2(w: Waves) -> None:
             def part(i: int, hi: bool) -> np.ndarray:
                 x = _half(w, codes[i], lit, hi, t)
                 v = (
@@ -123,17 +123,18 @@ def build_packed(inst: Inst) -> Exec:
             hi = part(0, bool(opsel_hi & 1)) * part(1, bool(opsel_hi & 2))
             c = read_typed(w, codes[2], lit, "f32").astype(np.float64)
             write_typed(w, f["vdst"], (lo + hi + c).astype(np.float32), "f32")
-            w.pc += size
+            w.pc[w.ix] += size
 
         return dot2
     raise EmulatorError(f"unimplemented vector instruction {name} (VOP3P opcode {inst.op}) at {inst.addr:#x}")
 
 
-def _matrix_ab(w: Wave, code: int, kind: str) -> np.ndarray:
-    """A (or B) of a WMMA: [16 lanes, 16 k] from 8 VGPRs of 2 halves each (lanes 0-15; 16-31 hold a copy)."""
-    regs = w.v[code - 256 : code - 256 + 8, :16]  # [8, 16 lanes]
-    halves = np.stack([regs & np.uint32(0xFFFF), regs >> np.uint32(16)], axis=1).reshape(16, 16)  # [k, lane]
-    u16 = halves.astype(np.uint16).T  # [lane, k]
+def _matrix_ab(w: Waves, code: int, kind: str) -> np.ndarray:
+    """A (or B) of a WMMA per selected wave: [k, 16 lanes, 16 k-values] from 8 VGPRs of 2 halves each (lanes 0-15;
+    16-31 hold a copy)."""
+    regs = w.v[code - 256 : code - 256 + 8][:, w.lx].reshape(8, w.k, LANES)[:, :, :16]  # [8, waves, 16 lanes]
+    halves = np.stack([regs & np.uint32(0xFFFF), regs >> np.uint32(16)], axis=1)  # [8, 2, waves, 16]
+    u16 = halves.reshape(16, w.k, 16).transpose(1, 2, 0).astype(np.uint16)  # [waves, lane, k]
     if kind == "f16":
         return u16.view(np.float16).astype(np.float32)
     return (u16.astype(np.uint32) << np.uint32(16)).view(np.float32)  # bf16
@@ -146,33 +147,33 @@ def _build_wmma(inst: Inst) -> Exec:
     if "iu" in name:
         raise EmulatorError(f"unimplemented vector instruction {name} (VOP3P opcode {inst.op}) at {inst.addr:#x}")
     lane = np.arange(LANES)
+    rows = 2 * np.arange(8)[:, None] + lane[None, :] // 16  # [i, lane] -> m
+    cols = np.broadcast_to(lane % 16, (8, LANES))
 
-    def wmma(w: Wave) -> None:
-        a = _matrix_ab(w, f["src0"], kind).astype(np.float64)  # [m, k]
-        b = _matrix_ab(w, f["src1"], kind).astype(np.float64)  # [n, k]
-        rows = 2 * np.arange(8)[:, None] + lane[None, :] // 16  # [i, lane] -> m
-        cols = np.broadcast_to(lane % 16, (8, LANES))
+    def wmma(w: Waves) -> None:
+        a = _matrix_ab(w, f["src0"], kind).astype(np.float64)  # [waves, m, k]
+        b = _matrix_ab(w, f["src1"], kind).astype(np.float64)  # [waves, n, k]
+        raw = w.v[f["src2"] - 256 : f["src2"] - 256 + 8][:, w.lx].reshape(8, w.k, LANES)  # [i, waves, lane]
         if out16:
-            raw = w.v[f["src2"] - 256 : f["src2"] - 256 + 8]
-            c = (raw & np.uint32(0xFFFF)).astype(np.uint16)
+            c16 = (raw & np.uint32(0xFFFF)).astype(np.uint16)
             c = (
-                c.view(np.float16).astype(np.float64)
+                c16.view(np.float16).astype(np.float64)
                 if kind == "f16"
-                else (c.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+                else (c16.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
             )
         else:
-            c = w.v[f["src2"] - 256 : f["src2"] - 256 + 8].view(np.float32).astype(np.float64)
-        d = (a @ b.T)[rows, cols] + c  # [8, 32]
+            c = raw.view(np.float32).astype(np.float64)
+        d = np.einsum("wmk,wnk->wmn", a, b)[:, rows, cols].transpose(1, 0, 2) + c  # [i, waves, lane]
         if out16:
             if kind == "f16":
                 bits = d.astype(np.float16).view(np.uint16).astype(np.uint32)
             else:
                 bits = d.astype(np.float32).view(np.uint32) >> np.uint32(16)
-            old = w.v[f["vdst"] - 256 : f["vdst"] - 256 + 8]
+            old = w.v[f["vdst"] - 256 : f["vdst"] - 256 + 8][:, w.lx].reshape(8, w.k, LANES)
             value = (old & np.uint32(0xFFFF0000)) | bits
         else:
             value = d.astype(np.float32).view(np.uint32)
-        w.vwrite(f["vdst"], value)
-        w.pc += size
+        w.vwrite(f["vdst"], value.reshape(8, w.k * LANES))
+        w.pc[w.ix] += size
 
     return wmma

@@ -1,8 +1,9 @@
 """Vector ALU instructions: VOP1, VOP2, VOP3, VOPC, VOPD (dual issue) and VOP3P (packed 16-bit, mixed FMA, dot, WMMA).
 
-In: a decoded `Inst`. Out: a function of a `Wave` that executes it on the lanes EXEC enables, built once. Sources are
-read as the types `valu_ops.OPS` gives, with VOP3's abs/neg source modifiers and clamp/omod output modifiers applied;
-16-bit results go to the low half of the VGPR (the high half with op_sel[3]) and keep the other half.
+In: a decoded `Inst`. Out: a function of `Waves` that executes it on the lanes EXEC enables in the selected waves,
+built once. Sources are read as the types `valu_ops.OPS` gives, with VOP3's abs/neg source modifiers and clamp/omod
+output modifiers applied; 16-bit results go to the low half of the VGPR (the high half with op_sel[3]) and keep the
+other half.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ import numpy as np
 
 from xgrad_amd.emulate.decode import LITERAL, EmulatorError, Inst
 from xgrad_amd.emulate.valu_ops import CLASS, NP, OPS
-from xgrad_amd.emulate.wave import EXEC, LANES, M32, VCC, Wave, bits_of, const_bits, mask_of
+from xgrad_amd.emulate.wave import EXEC, LANES, M32, VCC, Waves, bits_of, const_bits, lanes_of
 
-Exec = Callable[[Wave], None]
-Compute = Callable[[Wave], tuple[int, np.ndarray, str]]  # -> (destination code, typed value, type)
+Exec = Callable[[Waves], None]
+Compute = Callable[[Waves], tuple[int, np.ndarray, str]]  # -> (destination code, typed value, type)
 BITS = {"f16": 16, "u16": 16, "i16": 16, "bf16": 16, "f32": 32, "u32": 32, "i32": 32, "f64": 64, "u64": 64, "i64": 64}
 _LANE = np.arange(LANES, dtype=np.uint32)
 
 
-def read_typed(w: Wave, code: int, lit: int | None, t: str, hi: bool = False) -> np.ndarray:
+def read_typed(w: Waves, code: int, lit: int | None, t: str, hi: bool = False) -> np.ndarray:
     """Source `code` as 32 values of type `t` (16-bit types from the low half, or the high half when `hi`)."""
     bits = BITS[t]
     is_float = t[0] == "f"
@@ -34,13 +35,13 @@ def read_typed(w: Wave, code: int, lit: int | None, t: str, hi: bool = False) ->
             const_bits(code, lit, 32, False) if (128 <= code <= 208 or code == 255) else const_bits(code, lit, 16, True)
         )
         if c32 is not None:
-            return np.full(LANES, (c32 >> 16) & 0xFFFF if hi else c32 & 0xFFFF, np.uint16).view(NP[t])
+            return np.full(LANES * w.k, (c32 >> 16) & 0xFFFF if hi else c32 & 0xFFFF, np.uint16).view(NP[t])
     raw = w.vread(code, lit, 1, is_float)
     return ((raw >> np.uint32(16)) if hi else raw).astype(np.uint16).view(NP[t])
 
 
 def write_typed(
-    w: Wave, code: int, value: np.ndarray, t: str, hi: bool = False, mask: np.ndarray | None = None
+    w: Waves, code: int, value: np.ndarray, t: str, hi: bool = False, mask: np.ndarray | None = None
 ) -> None:
     """Write a typed result to VGPR `code` under `mask` (EXEC when None)."""
     bits = BITS[t]
@@ -50,7 +51,7 @@ def write_typed(
     elif bits == 32:
         w.vwrite(code, v.view(np.uint32), mask)
     else:
-        old = w.v[code - 256]
+        old = w.v[code - 256, w.lx]
         u = v.view(np.uint16).astype(np.uint32)
         new = (old & np.uint32(0xFFFF)) | (u << np.uint32(16)) if hi else (old & np.uint32(0xFFFF0000)) | u
         w.vwrite(code, new, mask)
@@ -99,7 +100,7 @@ def build_compute(inst: Inst) -> Compute:
     dst = inst.f["vdst"]
     mods = [(t, (neg >> i) & 1, (ab >> i) & 1, bool((opsel >> i) & 1)) for i, t in enumerate(src_t)]
 
-    def compute(w: Wave) -> tuple[int, np.ndarray, str]:
+    def compute(w: Waves) -> tuple[int, np.ndarray, str]:
         args = [_modify(read_typed(w, c, lit, t, hi), t, n, a) for c, (t, n, a, hi) in zip(codes, mods)]
         r = np.asarray(fn(*args))
         if omod and dst_t[0] == "f":
@@ -128,10 +129,10 @@ def build_vector(inst: Inst) -> Exec:
     compute = build_compute(inst)
     hi = bool(inst.f.get("opsel", 0) & 8) if inst.enc == "VOP3" else False
 
-    def run(w: Wave) -> None:
+    def run(w: Waves) -> None:
         dst, value, t = compute(w)
         write_typed(w, dst, value, t, hi)
-        w.pc += size
+        w.pc[w.ix] += size
 
     return run
 
@@ -147,18 +148,18 @@ def _build_vopd(inst: Inst) -> Exec:
             halves.append(build_compute(half))
     size = inst.size
 
-    def run(w: Wave) -> None:
+    def run(w: Waves) -> None:
         results = [(d, np.array(v), t) for d, v, t in (h(w) for h in halves)]  # copies: a result may view a VGPR
         for dst, value, t in results:
             write_typed(w, dst, value, t)
-        w.pc += size
+        w.pc[w.ix] += size
 
     return run
 
 
 def _cndmask_compute(s0: int, s1: int, d: int, lit: int | None, sel: int = VCC) -> Compute:
-    def compute(w: Wave) -> tuple[int, np.ndarray, str]:
-        m = mask_of(w.s[sel] if sel < 128 else w.sread(sel, lit))
+    def compute(w: Waves) -> tuple[int, np.ndarray, str]:
+        m = lanes_of(w.sread(sel, lit))
         return d, np.where(m, w.vread(s1, lit), w.vread(s0, lit)), "u32"
 
     return compute
@@ -203,16 +204,13 @@ def _build_cmp(inst: Inst) -> Exec:
     else:
         ts, fn = (t, t), _CMP[op]
 
-    def run(w: Wave) -> None:
+    def run(w: Waves) -> None:
         a = _modify(read_typed(w, codes[0], lit, ts[0], bool(opsel & 1)), ts[0], neg & 1, ab & 1)
         b = _modify(read_typed(w, codes[1], lit, ts[1], bool(opsel & 2)), ts[1], neg & 2, ab & 2)
         with np.errstate(all="ignore"):
             result = bits_of(np.asarray(fn(a, b)) & w.mask())
-        if cmpx:
-            w.s[EXEC] = result  # gfx11's v_cmpx writes EXEC only
-        else:
-            w.swrite(dst, result)  # wave32: the low half of VCC or of an SGPR pair
-        w.pc += size
+        w.swrite(EXEC if cmpx else dst, result)  # gfx11's v_cmpx writes EXEC only; wave32: a 32-bit mask
+        w.pc[w.ix] += size
 
     return run
 
@@ -226,14 +224,14 @@ def _sp_cndmask(inst: Inst) -> Exec:
         compute = _cndmask_compute(f["src0"], f["src1"], f["vdst"], lit, f["src2"])
     neg, ab = f.get("neg", 0), f.get("abs", 0)
 
-    def run(w: Wave) -> None:
+    def run(w: Waves) -> None:
         d, value, _ = compute(w)
         if inst.enc == "VOP3" and (neg or ab):
             a = _modify(w.vread(f["src0"], lit).view(np.float32), "f32", neg & 1, ab & 1).view(np.uint32)
             b = _modify(w.vread(f["src1"], lit).view(np.float32), "f32", neg & 2, ab & 2).view(np.uint32)
-            value = np.where(mask_of(w.sread(f["src2"])), b, a)
+            value = np.where(lanes_of(w.sread(f["src2"])), b, a)
         w.vwrite(d, value)
-        w.pc += size
+        w.pc[w.ix] += size
 
     return run
 
@@ -249,10 +247,10 @@ def _sp_carry(inst: Inst) -> Exec:
     d = f["vdst"]
     kind = name.split("_")[1]  # add, sub, subrev
 
-    def run(w: Wave) -> None:
+    def run(w: Waves) -> None:
         a = w.vread(a_code, lit).astype(np.int64)
         b = w.vread(b_code, lit).astype(np.int64)
-        cin = (mask_of(w.sread(cin_code)).astype(np.int64)) if cin_code is not None else 0
+        cin = lanes_of(w.sread(cin_code)).astype(np.int64) if cin_code is not None else 0
         if kind == "add":
             r = a + b + cin
             carry = r > M32
@@ -262,46 +260,53 @@ def _sp_carry(inst: Inst) -> Exec:
         m = w.mask()
         w.vwrite(d, (r & M32).astype(np.uint32))
         w.swrite(cout, bits_of(carry & m))
-        w.pc += size
+        w.pc[w.ix] += size
 
     return run
 
 
 def _sp_lanes(inst: Inst) -> Exec:
     f, size, name, lit = inst.f, inst.size, inst.name, inst.literal
+    src0 = f["src0"]
 
-    def run(w: Wave) -> None:
+    def run(w: Waves) -> None:
+        waves = np.arange(w.k)
         if name == "v_readfirstlane_b32":
-            e = w.s[EXEC]
-            lane = (e & -e).bit_length() - 1 if e else 0
-            w.swrite(f["vdst"], int(w.vread(f["src0"], lit)[lane]))
+            e = w.s[EXEC, w.ix]
+            lane = np.where(e == 0, 0, np.log2(np.where(e == 0, 1, e & -e)).astype(np.int64))
+            w.swrite(f["vdst"], w.vread(src0, lit).reshape(w.k, LANES)[waves, lane])
         elif name == "v_readlane_b32":
-            w.swrite(f["vdst"], int(w.vread(f["src0"], lit)[w.sread(f["src1"], lit) & 31]))
+            lane = w.sread(f["src1"], lit) & 31
+            w.swrite(f["vdst"], w.vread(src0, lit).reshape(w.k, LANES)[waves, lane])
         else:  # v_writelane_b32 ignores EXEC
-            w.v[f["vdst"] - 256, w.sread(f["src1"], lit) & 31] = w.sread(f["src0"], lit)
-        w.pc += size
+            lane = w.sread(f["src1"], lit) & 31
+            rows = np.arange(w.n)[w.ix]
+            w.v[f["vdst"] - 256].reshape(w.n, LANES)[rows, lane] = w.sread(src0, lit).astype(np.uint32)
+        w.pc[w.ix] += size
 
     return run
 
 
 def _sp_mad64(inst: Inst) -> Exec:
+    """v_mad_u64_u32 / v_mad_i64_i32: D (64 bits) = S0 * S1 + S2, carry or overflow out to SDST."""
     f, size, lit, signed = inst.f, inst.size, inst.literal, inst.name == "v_mad_i64_i32"
 
-    def run(w: Wave) -> None:
+    def run(w: Waves) -> None:
+        c = w.vread(f["src2"], lit, 2)
         if signed:
-            a = w.vread(f["src0"], lit).view(np.int32).astype(object)
-            b = w.vread(f["src1"], lit).view(np.int32).astype(object)
-            c = w.vread(f["src2"], lit, 2).view(np.int64).astype(object)
+            p = w.vread(f["src0"], lit).view(np.int32).astype(np.int64) * w.vread(f["src1"], lit).view(np.int32)
+            ci = c.view(np.int64)
+            with np.errstate(over="ignore"):
+                r = p + ci
+            out = ((p < 0) == (ci < 0)) & ((r < 0) != (p < 0))  # signed overflow of the 64-bit sum
+            value = r.view(np.uint64)
         else:
-            a = w.vread(f["src0"], lit).astype(object)
-            b = w.vread(f["src1"], lit).astype(object)
-            c = w.vread(f["src2"], lit, 2).astype(object)
-        r = a * b + c
-        lo = np.array([int(x) & 0xFFFFFFFFFFFFFFFF for x in r], np.uint64)
-        carry = np.array([(x >> 64) != 0 if not signed else not (-(1 << 63) <= x < 1 << 63) for x in r], bool)
-        w.vwrite(f["vdst"], lo)
-        w.swrite(f["sdst"], bits_of(carry & w.mask()))
-        w.pc += size
+            pu = w.vread(f["src0"], lit).astype(np.uint64) * w.vread(f["src1"], lit).astype(np.uint64)
+            value = pu + c
+            out = value < c  # the sum wrapped past 2^64
+        w.vwrite(f["vdst"], value)
+        w.swrite(f["sdst"], bits_of(out & w.mask()))
+        w.pc[w.ix] += size
 
     return run
 
@@ -314,22 +319,30 @@ def _sp_div_scale(inst: Inst) -> Exec:
     f, size, lit = inst.f, inst.size, inst.literal
     t = "f64" if inst.name.endswith("f64") else "f32"
 
-    def run(w: Wave) -> None:
+    def run(w: Waves) -> None:
         write_typed(w, f["vdst"], read_typed(w, f["src0"], lit, t), t)
-        w.swrite(f["sdst"], 0)
-        w.pc += size
+        w.swrite(f["sdst"], np.zeros(w.k, np.int64))
+        w.pc[w.ix] += size
 
     return run
 
 
+_BELOW = ((np.int64(1) << np.arange(LANES, dtype=np.int64)) - 1).astype(np.uint32)  # bits of the lanes below each
+
+
 def _sp_mbcnt(inst: Inst) -> Exec:
+    """v_mbcnt_lo/hi_u32_b32: S1 + the set bits of S0 below the lane (wave32: the hi form adds nothing)."""
     f, size, lit, hi = inst.f, inst.size, inst.literal, inst.name.endswith("hi_u32_b32")
 
-    def run(w: Wave) -> None:
-        bits = w.sread(f["src0"], lit) if f["src0"] < 256 else int(w.vread(f["src0"])[0])
-        counts = np.array([0 if hi else (bits & ((1 << i) - 1)).bit_count() for i in range(LANES)], np.uint32)
-        w.vwrite(f["vdst"], counts + w.vread(f["src1"], lit))
-        w.pc += size
+    def run(w: Waves) -> None:
+        add = w.vread(f["src1"], lit)
+        if hi:
+            counts = np.zeros(add.shape, np.uint32)
+        else:
+            below = w.vread(f["src0"], lit).reshape(w.k, LANES) & _BELOW
+            counts = np.bitwise_count(below).astype(np.uint32).reshape(-1)
+        w.vwrite(f["vdst"], counts + add)
+        w.pc[w.ix] += size
 
     return run
 
@@ -337,8 +350,8 @@ def _sp_mbcnt(inst: Inst) -> Exec:
 def _sp_nop(inst: Inst) -> Exec:
     size = inst.size
 
-    def run(w: Wave) -> None:
-        w.pc += size
+    def run(w: Waves) -> None:
+        w.pc[w.ix] += size
 
     return run
 
