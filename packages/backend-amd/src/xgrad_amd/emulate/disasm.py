@@ -125,9 +125,9 @@ def _vop12c(inst: Inst) -> list[str]:
     ws = list(w) + [1] * 4
     lit = inst.literal
     if inst.enc == "VOPC":
-        srcs = [operand(f["src0"], ws[-3 if False else (0 if name.startswith("v_cmpx") else 1)], lit)]
-        srcs.append(operand(f["vsrc1"], ws[1 if name.startswith("v_cmpx") else 2]))
-        return srcs if name.startswith("v_cmpx") else ["vcc_lo", *srcs]
+        first = 0 if name.startswith("v_cmpx") else 1  # v_cmp prints its VCC destination first, v_cmpx none
+        srcs = [operand(f["src0"], ws[first], lit), operand(f["vsrc1"], ws[first + 1])]
+        return srcs if first == 0 else ["vcc_lo", *srcs]
     if inst.enc == "VOP1":
         if len(w) == 0:
             return []
