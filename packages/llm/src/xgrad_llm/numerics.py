@@ -22,6 +22,12 @@ llama-cpp-python 0.3.36, through its type traits and `from_float` functions):
   (ggml converts the float32 operand of a matrix product with a float16 matrix to float16). `round_f16`.
 - GELU reads a table of float16 values indexed by the float16 input: y = f16(gelu(f16(x))) for -10 < x < 10, 0
   below, x above (`gelu_f16`).
+
+What this does not reproduce: the order in which llama.cpp's SIMD kernels sum (lanes, FMA), so sums differ from
+llama.cpp's in their last bits. Where such a sum is next quantised or rounded to float16 right at a rounding
+boundary, one quantum flips, and over many layers the flips spread: on Gemma 3 270M the logits differ from
+llama.cpp's about as much as llama.cpp's own runs with different batch sizes differ from each other (the package
+README has the numbers). Greedy ids agree except at ties closer than that.
 """
 
 from __future__ import annotations
