@@ -12,6 +12,8 @@ holds whole blocks, so this is at least as strict as a per-block barrier).
 
 from __future__ import annotations
 
+import gc
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,15 +177,14 @@ class Kernel:
 class Module:
     """A loaded PTX module: its kernels by name, and `launch`."""
 
-    def __init__(self, parsed: ParsedModule) -> None:
+    def __init__(self, parsed: ParsedModule, kernels: dict[str, Kernel] | None = None) -> None:
         self.parsed = parsed
-        self.kernels: dict[str, Kernel] = {}
         self._globals: dict[int, dict[str, int]] = {}  # id(mem) -> module-level .global/.const addresses
         self._mems: dict[int, DeviceMemory] = {}
-        spaces = {v.name: v.space for v in parsed.variables}
-        for fn in parsed.functions.values():
-            if fn.entry:
-                self.kernels[fn.name] = _build_kernel(fn, parsed, spaces)
+        if kernels is None:
+            spaces = {v.name: v.space for v in parsed.variables}
+            kernels = {n: _build_kernel(fn, parsed, spaces) for n, fn in parsed.functions.items() if fn.entry}
+        self.kernels: dict[str, Kernel] = kernels
 
     def _global_symbols(self, mem: DeviceMemory) -> dict[str, int]:
         key = id(mem)
@@ -293,9 +294,27 @@ def _build_kernel(fn: Function, parsed: ParsedModule, spaces: dict[str, str]) ->
     return Kernel(fn.name, params, fn.params, widths, code, off, local_offsets, shared)
 
 
+_LOADED: OrderedDict[str, Module] = OrderedDict()  # PTX text -> a module decoded from it (most recent last)
+LOAD_CACHE = 64
+
+
 def load_ptx(text: str) -> Module:
-    """Parse and decode a PTX module."""
-    return Module(parse_ptx(text))
+    """Parse and decode a PTX module. Decoded kernels hold no state, so loading the same text again shares them
+    (a new Module: module-level variables stay per module and device memory)."""
+    if (done := _LOADED.get(text)) is not None:
+        _LOADED.move_to_end(text)
+        return Module(done.parsed, done.kernels)
+    was_enabled = gc.isenabled()
+    gc.disable()  # a module is tens of thousands of small objects: collections while building them double the time
+    try:
+        mod = Module(parse_ptx(text))
+    finally:
+        if was_enabled:
+            gc.enable()
+    _LOADED[text] = mod
+    while len(_LOADED) > LOAD_CACHE:
+        _LOADED.popitem(last=False)
+    return Module(mod.parsed, mod.kernels)
 
 
 def _run(k: Kernel, st: Threads) -> None:

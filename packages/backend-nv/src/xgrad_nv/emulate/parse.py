@@ -123,24 +123,30 @@ TYPE_BYTES = {
 
 class _Tokens:
     def __init__(self, text: str) -> None:
-        self.toks: list[tuple[str, str, int]] = []  # (kind, text, line)
         text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
         text = re.sub(r"//[^\n]*", "", text)
+        self.texts: list[str] = []
+        self.lines: list[int] = []
         for line, row in enumerate(text.split("\n"), 1):
-            self.toks.extend(("", tok, line) for tok in _TOKEN.findall(row))
+            found = _TOKEN.findall(row)
+            self.texts += found
+            self.lines += [line] * len(found)
         self.i = 0
+
+    def __len__(self) -> int:
+        return len(self.texts)
 
     def peek(self, k: int = 0) -> str:
         j = self.i + k
-        return self.toks[j][1] if j < len(self.toks) else ""
+        return self.texts[j] if j < len(self.texts) else ""
 
     def line(self) -> int:
-        return self.toks[min(self.i, len(self.toks) - 1)][2] if self.toks else 0
+        return self.lines[min(self.i, len(self.lines) - 1)] if self.lines else 0
 
     def next(self) -> str:
-        if self.i >= len(self.toks):
+        if self.i >= len(self.texts):
             raise EmulatorError("PTX ends in the middle of a statement (a missing ';' or '}')")
-        tok = self.toks[self.i][1]
+        tok = self.texts[self.i]
         self.i += 1
         return tok
 
@@ -150,10 +156,13 @@ class _Tokens:
             raise EmulatorError(f"PTX line {self.line()}: expected {tok!r}, found {got!r}")
 
     def until(self, stop: str) -> list[str]:
-        out = []
-        while self.peek() != stop:
-            out.append(self.next())
-        self.next()
+        """The tokens up to `stop` (consumed, not returned)."""
+        try:
+            j = self.texts.index(stop, self.i)
+        except ValueError:
+            raise EmulatorError(f"PTX ends without a {stop!r} after line {self.line()}") from None
+        out = self.texts[self.i : j]
+        self.i = j + 1
         return out
 
 
@@ -390,7 +399,7 @@ def parse_ptx(text: str) -> ParsedModule:
     """Parse a whole PTX module."""
     tk = _Tokens(text)
     mod = ParsedModule()
-    while tk.i < len(tk.toks):
+    while tk.i < len(tk):
         tok = tk.next()
         if tok == ".version":
             mod.version = tk.next()
@@ -426,7 +435,7 @@ def _skip_directive(tk: _Tokens) -> None:
             pass
         return
     line = tk.line()
-    while tk.i < len(tk.toks) and tk.toks[tk.i][2] == line:
+    while tk.i < len(tk) and tk.lines[tk.i] == line:
         tk.next()
 
 
