@@ -5,12 +5,14 @@ the mock runs their PTX. A compile error fails the test that made the kernel."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 ARCHS = ("sm_80", "sm_90", "sm_120")
 built: list[str] = []
+POOL = ThreadPoolExecutor(len(ARCHS))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -18,18 +20,23 @@ def pytest_configure(config: pytest.Config) -> None:
     from xgrad_nv.compiler import CUDACompiler, PTXCompiler
     from xgrad_nv.device import NVDevice
 
+    def cubin(renderer: Any, name: str, uops: list[Any], src: str, arch: str) -> None:
+        arch_src = type(renderer)(arch).render(name, uops) if uops else src
+        if renderer.name == "PTX":
+            compiler: Any = PTXCompiler(arch)
+            assert compiler.ptxas is not None, "ptxas is needed to compile PTX to cubin"
+        else:
+            compiler = CUDACompiler(arch)
+        assert compiler.compile(arch_src)[:4] == b"\x7fELF", f"{name}: no cubin for {arch}"
+
     def build(self: NVDevice, name: str, uops: list[Any], src: str) -> Any:
-        kind = type(self.renderer)
-        for arch in ARCHS:
-            arch_src = kind(arch).render(name, uops) if uops else src
-            if self.renderer.name == "PTX":
-                compiler: Any = PTXCompiler(arch)
-                assert compiler.ptxas is not None, "ptxas is needed to compile PTX to cubin"
-            else:
-                compiler = CUDACompiler(arch)
-            assert compiler.compile(arch_src)[:4] == b"\x7fELF", f"{name}: no cubin for {arch}"
+        # the three archs at once: NVRTC (through ctypes) and ptxas (a process) run without the GIL
+        jobs = [POOL.submit(cubin, self.renderer, name, uops, src, arch) for arch in ARCHS]
+        program = CompiledDevice.build(self, name, uops, src)
+        for job in jobs:
+            job.result()
         built.append(name)
-        return CompiledDevice.build(self, name, uops, src)
+        return program
 
     NVDevice.build = build  # type: ignore[method-assign]
 

@@ -16,7 +16,7 @@ def test_gpu_check_runs_end_to_end_on_the_mock(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "nv_check.json"
     env = {**os.environ, "PYTHON": sys.executable}
     env.pop("MOCKGPU", None)
-    cmd = ["bash", "scripts/gpu-check", "--mock", "--size", "32", "--json", str(out)]
+    cmd = ["bash", "scripts/gpu-check", "--mock", "--size", "32", "--beam-steps", "1", "--json", str(out)]
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     results = json.loads(out.read_text())
