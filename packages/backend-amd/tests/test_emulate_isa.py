@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from xgrad_amd.emulate import DeviceMemory, EmulatorError
-from xgrad_amd.emulate.launch import Program
-from xgrad_amd.emulate.launch import run as run_program
+from xgrad_amd.emulate.dispatch import Program
+from xgrad_amd.emulate.dispatch import run as run_program
 from xgrad_amd.emulate.wave import EXEC, VCC, Waves
 
 MC = shutil.which("llvm-mc-19")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from xgrad_amd.elf import CodeObject, load_code_object
-from xgrad_amd.emulate import DeviceMemory, EmulatorError, MemoryFaultError, launch, load, unload
+from xgrad_amd.emulate import DeviceMemory, EmulatorError, MemoryFaultError, dispatch, launch, load, unload
 
 CLANG = shutil.which("clang-19")
 pytestmark = pytest.mark.skipif(CLANG is None, reason="clang-19 not installed")
@@ -69,6 +69,13 @@ K void per_group_loop(float* o, const float* a) {
     __builtin_amdgcn_s_barrier();
   }
   o[g * 64 + t] = acc;
+}
+K void scratch(float* o, const int* idx) {
+  float arr[64];  // indexed by a value known only at run time: the array goes to scratch memory
+  int t = TID;
+  for (int i = 0; i < 64; i++) arr[i] = o[t * 64 + i] * i;
+  __builtin_amdgcn_s_barrier();  // every lane has read its row before lanes 0..47 overwrite o[t]
+  o[t] = arr[idx[t] & 63];
 }
 K void branchy(float* o, const float* a, int n) {
   int i = TID;
@@ -237,9 +244,10 @@ def test_workgroups_with_different_scalar_control_flow_and_barriers(co: CodeObje
     np.testing.assert_allclose(r.get(o, np.zeros((groups, 64), np.float32)), want, rtol=1e-6)
 
 
-def test_grid_larger_than_one_batch(co: CodeObject) -> None:
+def test_grid_over_several_batches(co: CodeObject, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatch, "MAX_BATCH_BYTES", 1 << 18)  # a few dozen workgroups per batch
     rng = np.random.default_rng(10)
-    groups = 1100  # 70400 lanes: more than one batch of waves
+    groups = 300
     n = groups * 64 - 5
     a = rng.uniform(0.1, 4, n).astype(np.float32)
     b = rng.uniform(0.5, 3, n).astype(np.float32)
@@ -248,6 +256,19 @@ def test_grid_larger_than_one_batch(co: CodeObject) -> None:
     r("elementwise", [o, r.buf(a), r.buf(b), n], (groups, 1, 1), (64, 1, 1))
     want = np.exp2(a) * b + np.sqrt(b) - np.log2(a) / b
     np.testing.assert_allclose(r.get(o, np.zeros(n, np.float32)), want, rtol=2e-6)
+
+
+def test_private_array_lives_in_scratch(co: CodeObject) -> None:
+    rng = np.random.default_rng(11)
+    src = rng.standard_normal((48, 64)).astype(np.float32)
+    idx = rng.integers(0, 1000, 48).astype(np.int32)
+    assert co.kernels["scratch"].descriptor.private_segment_fixed_size > 0  # the array is in scratch memory
+    r = Run(co)
+    o = r.buf(src)
+    r("scratch", [o, r.buf(idx)], (1, 1, 1), (48, 1, 1))
+    want = src[np.arange(48), idx & 63] * (idx & 63).astype(np.float32)
+    got = np.frombuffer(r.mem.read(o, 48 * 4), np.float32)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_divergent_branch_and_loop(co: CodeObject) -> None:

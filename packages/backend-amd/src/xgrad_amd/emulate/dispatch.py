@@ -27,7 +27,7 @@ from xgrad_codegen.devmem import DeviceMemory, MemoryFaultError
 
 Exec = Callable[[Waves], None]
 MAX_STEPS = 50_000_000  # steps a batch may take before the launch is declared hung
-MAX_BATCH_LANES = 1 << 16  # lanes executed together (whole workgroups; VGPRs are [n, lanes] uint32)
+MAX_BATCH_BYTES = 1 << 25  # VGPR and scratch bytes of the lanes executed together (whole workgroups)
 LDS_LIMIT = 64 * 1024
 
 # memory -> {code object: image base}: where each code object was loaded in each emulated memory; an image is freed
@@ -144,6 +144,8 @@ def _initial_sgprs(k: Kernel, w: Waves, kernarg: int, dispatch: int, wg: np.ndar
     if d.enable_sgpr_workgroup_info:
         w.s[s] = 0
         s += 1
+    if d.enable_private_segment:
+        w.s[s] = 0  # the private segment wave offset: scratch addresses here are offsets in each lane's own segment
 
 
 def _dispatch_packet(grid: tuple[int, int, int], block: tuple[int, int, int], k: Kernel, kernarg: int) -> bytes:
@@ -178,8 +180,8 @@ def launch(
     lds_bytes = k.lds_size + dynamic_lds
     if lds_bytes > LDS_LIMIT:
         raise EmulatorError(f"kernel {name} needs {lds_bytes} bytes of LDS, over gfx1100's {LDS_LIMIT}")
-    if k.descriptor.private_segment_fixed_size or k.descriptor.enable_private_segment:
-        raise EmulatorError(f"kernel {name} uses scratch memory (register spills), which the emulator does not model")
+    if k.descriptor.uses_dynamic_stack:
+        raise EmulatorError(f"kernel {name} uses a dynamic stack (recursion or variable-size allocas): not emulated")
     if min(grid) == 0:
         return  # no workgroups: a launch over a zero-size tensor does nothing
     image = load(co, mem)
@@ -196,12 +198,14 @@ def launch(
     live = np.minimum(LANES, threads - np.arange(per_group) * LANES)
     exec_bits = (np.int64(1) << live) - 1
     n_groups = grid[0] * grid[1] * grid[2]
-    chunk = max(1, min(n_groups, MAX_BATCH_LANES // (per_group * LANES)))  # whole workgroups per batch
+    lane_bytes = 4 * n_vgprs + k.descriptor.private_segment_fixed_size
+    chunk = max(1, min(n_groups, MAX_BATCH_BYTES // (per_group * LANES * lane_bytes)))  # whole workgroups per batch
     try:
         for first in range(0, n_groups, chunk):
             ids = np.arange(first, min(first + chunk, n_groups))
             g = ids.size
-            w = Waves(g * per_group, n_vgprs, mem, code_base, lds_bytes, np.repeat(np.arange(g), per_group))
+            group = np.repeat(np.arange(g), per_group)
+            w = Waves(g * per_group, n_vgprs, mem, code_base, lds_bytes, group, k.descriptor.private_segment_fixed_size)
             wg = np.stack([ids % grid[0], (ids // grid[0]) % grid[1], ids // (grid[0] * grid[1])])
             _initial_sgprs(k, w, karg, packet, np.repeat(wg, per_group, axis=1))
             w.v[0] = np.tile(packed, g).astype(np.uint32)

@@ -68,17 +68,33 @@ def _as_unsigned(vals: np.ndarray) -> np.ndarray:
 
 
 class _Space:
-    """Loads and stores of one access: global memory, or LDS for flat addresses in the shared aperture."""
+    """Loads and stores of one access: global memory, LDS for flat addresses in the shared aperture, or each lane's
+    private (scratch) memory for SCRATCH instructions, whose addresses are offsets into the lane's own segment."""
 
-    def __init__(self, w: Waves, lanes: np.ndarray, addrs: np.ndarray, flat: bool) -> None:
+    def __init__(self, w: Waves, lanes: np.ndarray, addrs: np.ndarray, flat: bool, private: bool = False) -> None:
         self.w = w
         self.lanes = lanes
         self.addrs = addrs
+        self.private = private
         self.lds = flat and bool(((addrs >> np.uint64(32)) == np.uint64(SHARED_APERTURE_HI)).any())
         if self.lds:
             self.addrs = addrs & np.uint64(M32)
 
+    def _private_index(self, nbytes: int) -> np.ndarray:
+        a = self.addrs.astype(np.int64)
+        size = self.w.private_bytes
+        if a.size and (int(a.max()) + nbytes > size or int(a.min()) < 0):
+            bad = int(a.max()) if int(a.max()) + nbytes > size else int(a.min())
+            raise EmulatorError(
+                f"scratch access of {nbytes} bytes at {bad:#x} is outside the lane's {size} private bytes"
+            )
+        return np.asarray((self.lanes * size + a)[:, None] + np.arange(nbytes))
+
     def load(self, dtype: type, count: int) -> np.ndarray:
+        if self.private:
+            dt = np.dtype(dtype)
+            vals = np.ascontiguousarray(self.w.private[self._private_index(dt.itemsize * count)]).view(dt)
+            return vals.reshape(-1) if count == 1 else vals.reshape(-1, count)
         if self.lds:
             return _lds_load(self.w, self.lanes, self.addrs.astype(np.int64), np.dtype(dtype), count)
         if count == 1:
@@ -86,7 +102,11 @@ class _Space:
         return self.w.mem.load(self.addrs, _dwords(count)).view(np.uint32).reshape(-1, count)
 
     def store(self, values: np.ndarray, count: int) -> None:
-        if self.lds:
+        if self.private:
+            v = np.ascontiguousarray(values)
+            n = v.dtype.itemsize * count
+            self.w.private[self._private_index(n)] = v.view(np.uint8).reshape(-1, n)
+        elif self.lds:
             _lds_store(self.w, self.lanes, self.addrs.astype(np.int64), values, count)
         elif count == 1:
             self.w.mem.store(self.addrs, values)
@@ -94,12 +114,28 @@ class _Space:
             self.w.mem.store(self.addrs, np.ascontiguousarray(values, np.uint32).view(_dwords(count)).reshape(-1))
 
 
+def _scratch_offsets(w: Waves, inst: Inst, lanes: np.ndarray) -> np.ndarray:
+    """SCRATCH addresses: the offset, plus an SGPR (saddr) and the lane's VGPR when the instruction names them."""
+    f = inst.f
+    off = np.full(lanes.size, f["offset"], np.int64)
+    if f["saddr"] not in (124, 125):
+        off = off + w.s[f["saddr"]][lanes // LANES]
+    if f["sve"]:
+        off = off + w.v[f["addr"], lanes].astype(np.int64)
+    return (off & M32).astype(np.uint64)
+
+
+def _space(w: Waves, inst: Inst, lanes: np.ndarray, flat: bool, private: bool) -> _Space:
+    if private:
+        return _Space(w, lanes, _scratch_offsets(w, inst, lanes), False, True)
+    return _Space(w, lanes, _addresses(w, inst, lanes), flat)
+
+
 def build_flat(inst: Inst) -> Exec:
-    """global_*/flat_* loads, stores (incl. d16 halves) and the 32-bit atomics."""
+    """global_*/flat_*/scratch_* loads, stores (incl. d16 halves) and the 32-bit global/flat atomics."""
     name, f, size = inst.name, inst.f, inst.size
     flat = inst.enc == "FLAT"
-    if inst.enc == "SCRATCH":
-        raise EmulatorError(f"{name} at {inst.addr:#x}: scratch memory (register spills) is not emulated")
+    private = inst.enc == "SCRATCH"
     kind = name.split("_", 1)[1]  # load_b32, store_b64, load_d16_hi_b16, atomic_add_f32, ...
     vdst, vdata = f["vdst"], f["data"]
 
@@ -110,7 +146,7 @@ def build_flat(inst: Inst) -> Exec:
         def load_d16(w: Waves) -> None:
             lanes = w.active()
             if lanes.size:
-                vals = _as_unsigned(_Space(w, lanes, _addresses(w, inst, lanes), flat).load(dt, 1)) & np.uint32(0xFFFF)
+                vals = _as_unsigned(_space(w, inst, lanes, flat, private).load(dt, 1)) & np.uint32(0xFFFF)
                 old = w.v[vdst, lanes]
                 keep = old & np.uint32(0xFFFF) if hi else old & np.uint32(0xFFFF0000)
                 w.v[vdst, lanes] = keep | (vals << np.uint32(16) if hi else vals)
@@ -123,7 +159,7 @@ def build_flat(inst: Inst) -> Exec:
         def load(w: Waves) -> None:
             lanes = w.active()
             if lanes.size:
-                vals = _Space(w, lanes, _addresses(w, inst, lanes), flat).load(dt, count)
+                vals = _space(w, inst, lanes, flat, private).load(dt, count)
                 if count == 1:
                     w.v[vdst, lanes] = _as_unsigned(vals)
                 else:
@@ -137,7 +173,7 @@ def build_flat(inst: Inst) -> Exec:
         def store_hi(w: Waves) -> None:
             lanes = w.active()
             if lanes.size:
-                sp = _Space(w, lanes, _addresses(w, inst, lanes), flat)
+                sp = _space(w, inst, lanes, flat, private)
                 sp.store((w.v[vdata, lanes] >> np.uint32(16)).astype(sdt), 1)
             w.pc[w.ix] += size
 
@@ -148,13 +184,13 @@ def build_flat(inst: Inst) -> Exec:
         def store(w: Waves) -> None:
             lanes = w.active()
             if lanes.size:
-                sp = _Space(w, lanes, _addresses(w, inst, lanes), flat)
+                sp = _space(w, inst, lanes, flat, private)
                 vals = w.v[vdata, lanes].astype(sdt) if count == 1 else w.v[vdata : vdata + count, lanes].T
                 sp.store(vals, count)
             w.pc[w.ix] += size
 
         return store
-    if kind.startswith("atomic_"):
+    if kind.startswith("atomic_") and not private:
         return _build_atomic(inst, kind[7:], flat)
     raise EmulatorError(f"unimplemented memory instruction {name} ({inst.enc} opcode {inst.op}) at {inst.addr:#x}")
 

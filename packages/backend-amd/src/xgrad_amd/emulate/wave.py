@@ -74,10 +74,11 @@ def bits_of(lanes: np.ndarray) -> np.ndarray:
 
 class Waves:
     """Registers of a batch of waves (see the module docstring) plus what they share: device memory, LDS (one block
-    of `lds_bytes` per workgroup, `group` giving each wave's) and the address of the kernel's first instruction."""
+    of `lds_bytes` per workgroup, `group` giving each wave's), each lane's `private_bytes` of scratch memory and the
+    address of the kernel's first instruction."""
 
     def __init__(self, n_waves: int, n_vgprs: int, mem: DeviceMemory, code_base: int = 0, lds_bytes: int = 0,
-                 group: np.ndarray | None = None) -> None:  # fmt: skip
+                 group: np.ndarray | None = None, private_bytes: int = 0) -> None:  # fmt: skip
         self.n = n_waves
         self.s = np.zeros((128, n_waves), np.int64)
         self.scc = np.zeros(n_waves, np.int64)
@@ -89,6 +90,8 @@ class Waves:
         self.group = np.zeros(n_waves, np.int64) if group is None else group
         self.lds_bytes = max(lds_bytes, 4)
         self.lds = np.zeros(self.lds_bytes * (int(self.group.max()) + 1 if n_waves else 1), np.uint8)
+        self.private_bytes = private_bytes
+        self.private = np.zeros(LANES * n_waves * private_bytes, np.uint8)  # each lane's scratch segment
         self.select_all()
 
     # ------------------------------------------------------------------------------------------------ selection
