@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xgrad.dtype import dtypes
@@ -398,117 +398,170 @@ def _tile_axis(ast: UOp, contiguous: UOp | None) -> UOp | None:
     return next((r for r in fits if not any(r.arg[0] in axes for axes in along)), fits[0] if fits else None)
 
 
-def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> list[Opt]:
-    """The heuristic. Each opt's axis indexes the ranges of the kernel after the opts before it.
+@dataclass
+class _Heuristic:
+    """What the heuristic's stages share: the kernel as the opts chosen so far left it, and those opts."""
 
-    1. upcast the store-contiguous output axis by the vector width (in a reduction with a tile: by two vectors when
-       that divides; pad it when nothing divides);
-    2. in a reduction, also upcast another output axis (`_tile_axis`) into a register tile: 6 rows x 2 vectors
-       (12 accumulators; the axis is padded to a multiple of 6 when needed, its extra rows' loads clamped), 4 x 2
-       for short axes, or 8 x 1 (with 8-float vectors, a conv's 4 channels x 2 image rows instead: `_window_rows`),
-       so each loaded vector and each broadcast value is used several times by independent FMA chains (matmul,
-       conv); reductions of at most SMALL_REDUCE steps (a conv's window rows and
+    ast: UOp
+    vector_width: int
+    scratch: bool
+    opts: list[Opt] = field(default_factory=list)
+
+    def add(self, op: str, axis: int, amount: int = 0) -> None:
+        opt = Opt(op, axis, amount)
+        self.opts.append(opt)
+        self.ast = apply_opt(self.ast, opt)
+
+    def at(self, rng: UOp) -> int:
+        """The axis of range `rng` (or of the range that kept its id after a split) in the kernel now."""
+        return next(i for i, r in enumerate(kernel_ranges(self.ast)) if r.arg[0] == rng.arg[0])
+
+    def now(self, rng: UOp) -> UOp:
+        """Range `rng` (by id) as the kernel has it now."""
+        return kernel_ranges(self.ast)[self.at(rng)]
+
+    def find(self, rng: UOp) -> UOp | None:
+        """Range `rng` (by id) as the kernel has it now; None when no range has its id any more."""
+        return next((r for r in kernel_ranges(self.ast) if r.arg[0] == rng.arg[0]), None)
+
+
+def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> list[Opt]:
+    """The heuristic, in named stages. Each opt's axis indexes the ranges of the kernel after the opts before it.
+
+    1. vector axis (`_vector_axis`): upcast the store-contiguous output axis by the vector width (in a reduction
+       with a tile: by two vectors when that divides; pad it when nothing divides);
+    2. register tile (`_register_tile`): in a reduction, also upcast another output axis (`_tile_axis`) into a
+       register tile: 6 rows x 2 vectors (12 accumulators; the axis is padded to a multiple of 6 when needed, its
+       extra rows' loads clamped), 4 x 2 for short axes, or 8 x 1 (with 8-float vectors, a conv's 4 channels x 2
+       image rows instead: `_window_rows`), so each loaded vector and each broadcast value is used several times by
+       independent FMA chains (matmul, conv); reductions of at most SMALL_REDUCE steps (a conv's window rows and
        columns) are unrolled completely, so their short loops and per-step gates disappear;
-    3. with such a tile, the blocks of one of the two tiled axes become the parallel outer loop, the one whose panel
-       (the operand read through that axis and the reduction) is read with a stride: every inner tile reuses it, and
-       if the renderer allows `scratch` it is PACKed into a contiguous array (a matmul's right operand, a conv's
-       weights). When that leaves enough parallel blocks, the blocks are SPLIT first so one panel covers several
-       tiles (`_panel_split`). A matmul with a batch loop of enough iterations whose whole panel fits the scratch
-       limit makes the batch the parallel loop instead and packs every tile's panel at once (`_batch_panel`). A conv
-       makes its batch (or its rows) the parallel loop and packs its weights whole before it (`_window_batch`,
-       `_unread_panel`). A long reduction stays a plain loop: the C compiler unrolls it without chaining lanes;
-    4. a reduction with no vector axis: upcast the outermost output loop that every memory access steps through by a
-       constant stride (`_linear_lanes`: its lanes share the rest of the index math), then further output loops that
-       some load does not read (`_reuse_lanes`: a scalar register tile, each such value used by all its lanes); else
-       unroll the innermost reduction by 4."""
+    3. parallel panel (`_parallel_panel`): with such a tile, the blocks of one of the two tiled axes become the
+       parallel outer loop, the one whose panel (the operand read through that axis and the reduction) is read with
+       a stride: every inner tile reuses it, and if the renderer allows `scratch` it is PACKed into a contiguous
+       array (a matmul's right operand, a conv's weights). When that leaves enough parallel blocks, the blocks are
+       SPLIT first so one panel covers several tiles (`_panel_split`). A matmul with a batch loop of enough
+       iterations whose whole panel fits the scratch limit makes the batch the parallel loop instead and packs every
+       tile's panel at once (`_batch_panel`). A conv makes its batch (or its rows) the parallel loop and packs its
+       weights whole before it (`_window_batch`, `_unread_panel`). A long reduction stays a plain loop: the C
+       compiler unrolls it without chaining lanes;
+    4. lanes without a tile (`_untiled_lanes`): a reduction with no vector axis: upcast the outermost output loop
+       that every memory access steps through by a constant stride (`_linear_lanes`: its lanes share the rest of the
+       index math), then further output loops that some load does not read (`_reuse_lanes`: a scalar register tile,
+       each such value used by all its lanes); else unroll the innermost reduction by 4 (after up to 4 vector chains
+       side by side in a matrix-vector product)."""
     if NOOPT:
         return []
-    opts: list[Opt] = []
-
-    def add(opt: Opt) -> None:
-        nonlocal ast
-        opts.append(opt)
-        ast = apply_opt(ast, opt)
-
+    h = _Heuristic(ast, vector_width, scratch)
     rngs = kernel_ranges(ast)
     outs = [r for r in rngs if r.arg[1] is AxisType.LOOP]
-    has_reduce = any(r.arg[1] is AxisType.REDUCE for r in rngs)
     contiguous = next((r for r in reversed(outs) if _stores_contiguous_on(ast, r)), None)
-    tile = _tile_axis(ast, contiguous) if has_reduce else None
+    tile = _tile_axis(ast, contiguous) if any(r.arg[1] is AxisType.REDUCE for r in rngs) else None
     amount = 0
-    if contiguous is not None and (size := range_size(contiguous)) is not None:
-        # the vector, its halves down to 4 lanes (a 56-wide conv row takes 8-lane vectors where 16 do not divide it),
-        # and with a tile first two vectors
-        widths = (vector_width, *(vector_width >> k for k in range(1, 4) if vector_width >> k > 4), 4)
-        widths = (2 * vector_width, *widths) if tile is not None else widths
-        amount = next((w for w in widths if w > 1 and size % w == 0 and (size > w or len(outs) > 1)), 0)
-        # AVX-512's 16-float vectors: a tiled row that 16 does not divide is padded to whole vectors when that adds
-        # at most a quarter (a conv's 56-pixel rows: 64, the last vector's padded lanes masked off) rather than tiled
-        # by half vectors (the bench's conv kernel on a Zen 5 host, both in one process: 37.0 -> 29.7 ms)
-        wide = tile is not None and vector_width >= 16 and size > vector_width and 4 * (-size % vector_width) <= size
-        if wide and amount < vector_width:
-            amount = 0
-        if not amount and vector_width > 1 and (wide or size > 2 * vector_width):  # e.g. 1000: pad to 1008, upcast
-            add(Opt("PADTO", kernel_ranges(ast).index(contiguous), vector_width))
-            contiguous = next(r for r in kernel_ranges(ast) if r.arg[0] == contiguous.arg[0])
-            amount = vector_width
-        if amount:
-            add(Opt("UPCAST", kernel_ranges(ast).index(contiguous), amount))
-    if tile is not None and opts:
-        tile_size = range_size(tile) or 0
-        rows = None
-        if amount <= vector_width and tile_size % 8 == 0 and tile_size > 8:
-            # AVX-512 has 32 registers: 16 rows of one 16-float vector (the bench's conv: 30.2 -> 27.7 ms)
-            depth = 16 if vector_width >= 16 and tile_size % 16 == 0 and tile_size > 16 else 8
-            rows = _window_rows(ast, {a.arg[0] for a in (contiguous, tile) if a}) if vector_width <= 8 else None
-            if rows is not None:
-                depth = 4  # with 16 registers, a conv tiles 4 channels x 2 image rows (see _window_rows)
-        elif amount == 2 * vector_width and (tile_size >= TALL or tile_size % 6 == 0):
-            depth = 6
-        else:
-            depth = 4
-        depth = min(depth, tile_size)  # a short tile axis is upcast whole
-        if tile_size % depth:  # the padded rows' loads are clamped (see pad_range): no test in the inner loop
-            add(Opt("PADTO", kernel_ranges(ast).index(tile), depth))
-            tile = next(r for r in kernel_ranges(ast) if r.arg[0] == tile.arg[0])
-        add(Opt("UPCAST", kernel_ranges(ast).index(tile), depth))
-        for red in [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.REDUCE]:
-            if (range_size(red) or SMALL_REDUCE + 1) <= SMALL_REDUCE:  # a conv's window: straight-line code
-                add(Opt("UNROLL", kernel_ranges(ast).index(red), 0))
-        if rows is not None:
-            add(Opt("UPCAST", next(i for i, r in enumerate(kernel_ranges(ast)) if r.arg[0] == rows.arg[0]), 2))
+    if contiguous is not None:
+        amount, contiguous = _vector_axis(h, contiguous, tile is not None, len(outs))
+    if tile is not None and h.opts:
         tiled = {a.arg[0] for a in (contiguous, tile) if a is not None}
-        if scratch and (batch := _batch_panel(ast, tiled)):
-            add(Opt("GLOBAL", kernel_ranges(ast).index(batch[0])))
-            add(Opt("PACK", batch[1]))
-            return opts
-        if (images := _window_batch(ast, tiled)) is not None:
-            add(Opt("GLOBAL", kernel_ranges(ast).index(images)))
-            if scratch and (weights := _unread_panel(ast)) is not None:
-                add(Opt("PACK", weights, 1))
-            return opts
-        for axis in (contiguous, tile):  # their outer parts keep the axis ids
-            blocks = next((r for r in kernel_ranges(ast) if axis is not None and r.arg[0] == axis.arg[0]), None)
-            if blocks is None or blocks.arg[1] is not AxisType.LOOP or (range_size(blocks) or 0) < 2:
-                continue
-            swapped = apply_opt(ast, Opt("GLOBAL", kernel_ranges(ast).index(blocks)))
-            if (which := _strided_panel(swapped)) is not None:
-                add(Opt("GLOBAL", kernel_ranges(ast).index(blocks)))
-                if scratch:
-                    if (split := _panel_split(ast, which)) > 1:
-                        glob = next(r for r in kernel_ranges(ast) if r.arg[1] is AxisType.GLOBAL)
-                        add(Opt("SPLIT", kernel_ranges(ast).index(glob), split))
-                        which = _strided_panel(ast)
-                    if which is not None:
-                        add(Opt("PACK", which))
-                break
-        return opts
-    reds = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.REDUCE]
-    if reds and not opts and (lanes := _linear_lanes(ast)) is not None:
-        add(Opt("UPCAST", kernel_ranges(ast).index(lanes[0]), lanes[1]))
+        _register_tile(h, tile, amount, contiguous)
+        _parallel_panel(h, contiguous, tile, tiled)
+    else:
+        _untiled_lanes(h, contiguous, amount)
+    return h.opts
+
+
+def _vector_axis(h: _Heuristic, contiguous: UOp, tiled: bool, n_outs: int) -> tuple[int, UOp]:
+    """Stage 1: upcast the store-contiguous output axis by a vector (two with a register tile to come), padding it to
+    whole vectors where nothing divides it. Returns the lanes upcast (0: none) and the axis as it was before the
+    upcast (padded, if it was)."""
+    size, vw = range_size(contiguous), h.vector_width
+    if size is None:
+        return 0, contiguous
+    # the vector, its halves down to 4 lanes (a 56-wide conv row takes 8-lane vectors where 16 do not divide it),
+    # and with a tile first two vectors
+    widths = (vw, *(vw >> k for k in range(1, 4) if vw >> k > 4), 4)
+    widths = (2 * vw, *widths) if tiled else widths
+    amount = next((w for w in widths if w > 1 and size % w == 0 and (size > w or n_outs > 1)), 0)
+    # AVX-512's 16-float vectors: a tiled row that 16 does not divide is padded to whole vectors when that adds
+    # at most a quarter (a conv's 56-pixel rows: 64, the last vector's padded lanes masked off) rather than tiled
+    # by half vectors (the bench's conv kernel on a Zen 5 host, both in one process: 37.0 -> 29.7 ms)
+    wide = tiled and vw >= 16 and size > vw and 4 * (-size % vw) <= size
+    if wide and amount < vw:
+        amount = 0
+    if not amount and vw > 1 and (wide or size > 2 * vw):  # e.g. 1000: pad to 1008, upcast
+        h.add("PADTO", h.at(contiguous), vw)
+        contiguous, amount = h.now(contiguous), vw
+    if amount:
+        h.add("UPCAST", h.at(contiguous), amount)
+    return amount, contiguous
+
+
+def _register_tile(h: _Heuristic, tile: UOp, amount: int, contiguous: UOp | None) -> None:
+    """Stage 2: upcast the tile axis into rows of registers (6, 4, 8 or 16 deep by the vector width and the axis),
+    unroll a conv's short window reductions whole, and tile a conv's image rows by 2 where `_window_rows` finds them."""
+    vw = h.vector_width
+    tile_size = range_size(tile) or 0
+    rows = None
+    if amount <= vw and tile_size % 8 == 0 and tile_size > 8:
+        # AVX-512 has 32 registers: 16 rows of one 16-float vector (the bench's conv: 30.2 -> 27.7 ms)
+        depth = 16 if vw >= 16 and tile_size % 16 == 0 and tile_size > 16 else 8
+        rows = _window_rows(h.ast, {a.arg[0] for a in (contiguous, tile) if a}) if vw <= 8 else None
+        if rows is not None:
+            depth = 4  # with 16 registers, a conv tiles 4 channels x 2 image rows (see _window_rows)
+    elif amount == 2 * vw and (tile_size >= TALL or tile_size % 6 == 0):
+        depth = 6
+    else:
+        depth = 4
+    depth = min(depth, tile_size)  # a short tile axis is upcast whole
+    if tile_size % depth:  # the padded rows' loads are clamped (see pad_range): no test in the inner loop
+        h.add("PADTO", h.at(tile), depth)
+    h.add("UPCAST", h.at(tile), depth)
+    for red in [r for r in kernel_ranges(h.ast) if r.arg[1] is AxisType.REDUCE]:
+        if (range_size(red) or SMALL_REDUCE + 1) <= SMALL_REDUCE:  # a conv's window: straight-line code
+            h.add("UNROLL", h.at(red), 0)
+    if rows is not None:
+        h.add("UPCAST", h.at(rows), 2)
+
+
+def _parallel_panel(h: _Heuristic, contiguous: UOp | None, tile: UOp, tiled: set[int]) -> None:
+    """Stage 3: choose the parallel (GLOBAL) loop and what to PACK: a batch whose whole panel fits, a conv's images,
+    or the blocks of the tiled axis whose panel is read with a stride (SPLIT first when one panel can cover several
+    tiles)."""
+    if h.scratch and (batch := _batch_panel(h.ast, tiled)):
+        h.add("GLOBAL", h.at(batch[0]))
+        h.add("PACK", batch[1])
+        return
+    if (images := _window_batch(h.ast, tiled)) is not None:
+        h.add("GLOBAL", h.at(images))
+        if h.scratch and (weights := _unread_panel(h.ast)) is not None:
+            h.add("PACK", weights, 1)
+        return
+    for axis in (contiguous, tile):  # their outer parts keep the axis ids
+        blocks = h.find(axis) if axis is not None else None
+        if blocks is None or blocks.arg[1] is not AxisType.LOOP or (range_size(blocks) or 0) < 2:
+            continue
+        swapped = apply_opt(h.ast, Opt("GLOBAL", h.at(blocks)))
+        if (which := _strided_panel(swapped)) is not None:
+            h.add("GLOBAL", h.at(blocks))
+            if h.scratch:
+                if (split := _panel_split(h.ast, which)) > 1:
+                    glob = next(r for r in kernel_ranges(h.ast) if r.arg[1] is AxisType.GLOBAL)
+                    h.add("SPLIT", h.at(glob), split)
+                    which = _strided_panel(h.ast)
+                if which is not None:
+                    h.add("PACK", which)
+            return
+
+
+def _untiled_lanes(h: _Heuristic, contiguous: UOp | None, amount: int) -> None:
+    """Stage 4: a reduction without a register tile. With no vector axis, lanes that share index math
+    (`_linear_lanes`) and then lanes that reuse loaded values (`_reuse_lanes`); else up to 4 vector chains side by
+    side (a matrix-vector product) and the innermost reduction unrolled by 4."""
+    reds = [r for r in kernel_ranges(h.ast) if r.arg[1] is AxisType.REDUCE]
+    if reds and not h.opts and (lanes := _linear_lanes(h.ast)) is not None:
+        h.add("UPCAST", h.at(lanes[0]), lanes[1])
         upcast, total = {lanes[0].arg[0]}, lanes[1]
-        while (more := _reuse_lanes(ast, upcast, MAX_REUSE_LANES // total)) is not None:
-            add(Opt("UPCAST", kernel_ranges(ast).index(more[0]), more[1]))
+        while (more := _reuse_lanes(h.ast, upcast, MAX_REUSE_LANES // total)) is not None:
+            h.add("UPCAST", h.at(more[0]), more[1])
             upcast.add(more[0].arg[0])
             total *= more[1]
     elif reds and (size := range_size(reds[-1])) is not None and size % 4 == 0 and size >= 8:
@@ -517,10 +570,8 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
             # up to 4 vectors side by side are independent chains that overlap
             chains = next((c for c in (4, 2) if rest % (c * amount) == 0 and rest >= 2 * c * amount), 1)
             if chains > 1:
-                at = next(i for i, r in enumerate(kernel_ranges(ast)) if r.arg[0] == contiguous.arg[0])
-                add(Opt("UPCAST", at, chains))
-        add(Opt("UNROLL", kernel_ranges(ast).index(reds[-1]), 4))
-    return opts
+                h.add("UPCAST", h.at(contiguous), chains)
+        h.add("UNROLL", h.at(reds[-1]), 4)
 
 
 def _linear_lanes(ast: UOp) -> tuple[UOp, int] | None:
