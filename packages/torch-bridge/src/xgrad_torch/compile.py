@@ -79,10 +79,11 @@ class CompiledGraph:
         self.input_dtypes = [a.dtype for a in args]
         xs = []
         for a in args:
-            if not isinstance(a, torch.Tensor) or a.device.type != "xgrad":
+            if not isinstance(a, torch.Tensor) or a.device.type not in ("xgrad", "cpu"):
                 raise BridgeError(f"the xgrad backend got an input on {getattr(a, 'device', type(a).__name__)}; "
                                   "move the model and its inputs to 'xgrad' before calling it")  # fmt: skip
-            xs.append(read(a))
+            # a CPU input (an optimizer's step count) is copied in; the graph then runs it on xgrad
+            xs.append(read(a) if a.device.type == "xgrad" else storage.from_cpu(a).realize())
         storage.flush()  # pending writes to inputs (an optimizer's step) first: the replay reads their buffers
         # one xgrad Tensor per storage read whole: a tensor passed twice (or two sharing a storage) goes in once
         first: dict[int, int] = {}

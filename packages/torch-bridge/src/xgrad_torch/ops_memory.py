@@ -208,7 +208,8 @@ def _foreach(name: str, overload: str) -> Callable[..., Any]:
     method = getattr(torch.Tensor, name.removeprefix("_foreach_"))
     inplace = name.endswith("_")
     addc = name.startswith("_foreach_addc")
-    names = [a.name for a in op._schema.arguments]
+    names = [a.name for a in op._schema.arguments if not a.kwarg_only]
+    keywords = [a.name for a in op._schema.arguments if a.kwarg_only]  # alpha: keyword-only in torch's methods too
     lists = {a.name for a in op._schema.arguments if str(a.type).startswith("List[")}
     scalar_list = next((a.name for a in op._schema.arguments if str(a.type) == "List[number]"), None)
     if overload == "Tensor" and addc:  # one CPU tensor of per-element scalars
@@ -223,12 +224,13 @@ def _foreach(name: str, overload: str) -> Callable[..., Any]:
         results = []
         for i in range(len(a[names[0]])):
             call = [a[k][i] if k in lists else a[k] for k in names]
+            extra = {k: a[k] for k in keywords}
             if addc and isinstance(call[3], torch.Tensor):  # value as a tensor: scale the numerator by it
                 results.append(method(call[0], call[1] * call[3], call[2]))
             elif addc:  # value is keyword-only in torch's Python binding
                 results.append(method(*call[:3], value=call[3]))
             else:
-                results.append(method(*call))
+                results.append(method(*call, **extra))
         return None if inplace else results
 
     return run

@@ -268,11 +268,15 @@ def from_cpu(src: torch.Tensor) -> Tensor:
     if src.dtype == torch.bfloat16:
         return Tensor(src.float().numpy().copy()).cast(dtypes.bfloat16)
     arr = src.numpy()
-    return Tensor(arr.copy() if arr.shape != () else arr, dtype=to_xgrad_dtype(src.dtype))
+    if arr.shape == ():  # a buffer, not a constant: a value that changes (a step count, a learning rate) keeps kernels
+        return Tensor(arr.reshape(1).copy(), dtype=to_xgrad_dtype(src.dtype)).reshape(())
+    return Tensor(arr.copy(), dtype=to_xgrad_dtype(src.dtype))
 
 
 def to_cpu_tensor(t: torch.Tensor) -> torch.Tensor:
     """A new CPU torch tensor with `t`'s values."""
-    arr = np.ascontiguousarray(to_numpy(t))
-    out = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
+    arr = to_numpy(t)
+    if not (arr.flags.c_contiguous and arr.flags.writeable):
+        arr = np.array(arr, order="C")  # (not ascontiguousarray: it makes a 0-d array 1-d)
+    out = torch.from_numpy(arr)
     return out.to(torch.bfloat16) if t.dtype == torch.bfloat16 else out
