@@ -233,6 +233,36 @@ def test_vop3p_packed_mix_and_dot() -> None:
     np.testing.assert_allclose(lanes_f32(w, 8), a[:, 0] * b[:, 0] + a[:, 1] * b[:, 1] + 1, rtol=1e-6)
 
 
+def test_integer_and_half_dot_products() -> None:
+    rng = np.random.default_rng(5)
+    a8 = rng.integers(-128, 128, (32, 4)).astype(np.int8)
+    b8 = rng.integers(-128, 128, (32, 4)).astype(np.int8)
+    h = rng.uniform(-2, 2, (2, 32, 2)).astype(F16)
+    w = wave()
+    w.v[0], w.v[1] = a8.view(U32).ravel(), b8.view(U32).ravel()
+    w.v[2] = np.arange(32, dtype=U32) * 1000
+    w.v[5] = f32(np.full(32, 0.5, F32))
+    w.v[8] = h[0].view(U32).ravel()
+    w.v[9] = h[1].view(U32).ravel()
+    w.v[7] = 0xFFFFFF00
+    run(w, "v_dot4_i32_iu8 v3, v0, v1, v2 neg_lo:[1,1,0]\nv_dot4_u32_u8 v4, v0, v1, v2\nv_dot2acc_f32_f16 v5, v8, v9\n"
+        "v_dot8_i32_iu4 v6, v0, v1, v2 neg_lo:[1,0,0]\nv_dot4_u32_u8 v7, v0, v1, v7 clamp")  # fmt: skip
+    c = np.arange(32) * 1000
+    sa, sb = a8.astype(np.int64), b8.astype(np.int64)
+    ua, ub = a8.view(np.uint8).astype(np.int64), b8.view(np.uint8).astype(np.int64)
+    assert [int(x) for x in w.v[3].view(np.int32)] == list((sa * sb).sum(1) + c)  # both signed
+    assert [int(x) for x in w.v[4]] == list((ua * ub).sum(1) + c)
+    want5 = (h[0].astype(np.float64) * h[1].astype(np.float64)).sum(1) + 0.5
+    np.testing.assert_allclose(lanes_f32(w, 5), want5, rtol=1e-6)
+    nib_a = (a8.view(U32).ravel()[:, None] >> (4 * np.arange(8, dtype=U32))) & 15  # S0 signed nibbles, S1 unsigned
+    nib_a = np.where(nib_a >= 8, nib_a.astype(np.int64) - 16, nib_a.astype(np.int64))
+    nib_b = ((b8.view(U32).ravel()[:, None] >> (4 * np.arange(8, dtype=U32))) & 15).astype(np.int64)
+    assert [int(x) for x in w.v[6].view(np.int32)] == list((nib_a * nib_b).sum(1) + c)
+    sums = (ua * ub).sum(1) + 0xFFFFFF00
+    assert [int(x) for x in w.v[7]] == [min(int(x), 2**32 - 1) for x in sums]  # clamp saturates
+    assert (sums > 2**32 - 1).any()
+
+
 def test_vop3p_constants_are_32_bit_values_whose_halves_op_sel_picks() -> None:
     w = wave()
     w.v[0] = np.arange(32, dtype=U32) | (np.arange(100, 132, dtype=U32) << 16)

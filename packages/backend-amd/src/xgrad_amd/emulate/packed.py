@@ -126,7 +126,42 @@ def build_packed(inst: Inst) -> Exec:
             w.pc[w.ix] += size
 
         return dot2
+    if name in _DOT_INT:
+        return _build_dot_int(inst)
     raise EmulatorError(f"unimplemented vector instruction {name} (VOP3P opcode {inst.op}) at {inst.addr:#x}")
+
+
+# integer dot products: name -> (bits per element, elements, signedness fixed (None: the neg bits pick per source))
+_DOT_INT: dict[str, tuple[int, int, bool | None]] = {
+    "v_dot4_i32_iu8": (8, 4, None),
+    "v_dot4_u32_u8": (8, 4, False),
+    "v_dot8_i32_iu4": (4, 8, None),
+    "v_dot8_u32_u4": (4, 8, False),
+}
+
+
+def _build_dot_int(inst: Inst) -> Exec:
+    """D = S2 + the sum of the products of S0's and S1's packed elements; for the iu forms neg[0]/neg[1] make S0/S1
+    signed (gfx11 repurposes the modifier bits), and clamp saturates instead of wrapping."""
+    f, lit, size = inst.f, inst.literal, inst.size
+    bits, n, fixed = _DOT_INT[inst.name]
+    signed = [bool(f["neg"] & 1), bool(f["neg"] & 2)] if fixed is None else [False, False]
+    shifts = (np.arange(n, dtype=np.uint32) * bits)[:, None]
+
+    def elements(w: Waves, code: int, sign: bool) -> np.ndarray:
+        e = ((w.vread(code, lit)[None, :] >> shifts) & np.uint32((1 << bits) - 1)).astype(np.int64)
+        return np.where(e >= 1 << (bits - 1), e - (1 << bits), e) if sign else e
+
+    def dot(w: Waves) -> None:
+        total = (elements(w, f["src0"], signed[0]) * elements(w, f["src1"], signed[1])).sum(axis=0)
+        c = w.vread(f["src2"], lit)
+        total = total + (c.view(np.int32).astype(np.int64) if fixed is None else c.astype(np.int64))
+        if f["clamp"]:
+            total = np.clip(total, -(1 << 31), (1 << 31) - 1) if fixed is None else np.clip(total, 0, (1 << 32) - 1)
+        w.vwrite(f["vdst"], (total & 0xFFFFFFFF).astype(np.uint32))
+        w.pc[w.ix] += size
+
+    return dot
 
 
 def _matrix_ab(w: Waves, code: int, kind: str) -> np.ndarray:

@@ -68,7 +68,7 @@ def _modify(x: np.ndarray, t: str, neg: int, ab: int) -> np.ndarray:
 def _sources(inst: Inst) -> list[int]:
     f, name, enc = inst.f, inst.name, inst.enc
     base = name.replace("v_dual_", "v_")
-    if base in ("v_fmac_f32", "v_fmac_f16", "v_fmac_f64", "v_fmac_dx9_zero_f32"):  # the destination accumulates
+    if base in ("v_fmac_f32", "v_fmac_f16", "v_fmac_f64", "v_fmac_dx9_zero_f32", "v_dot2acc_f32_f16"):  # accumulators
         return [f["src0"], f["vsrc1"] if enc in ("VOP2", "VOPD") else f["src1"], f["vdst"]]
     if base in ("v_fmamk_f32", "v_fmamk_f16"):
         return [f["src0"], LITERAL, f["vsrc1"]]

@@ -392,4 +392,18 @@ _op(
         | (np.clip(b, -32768, 32767).astype(np.int16).view(np.uint16).astype(np.uint32) << np.uint32(16))
     ),
 )
+
+
+def _dot2acc(a: A, b: A, c: A) -> A:
+    """v_dot2acc_f32_f16: the two f16 products of the packed sources summed into the f32 accumulator."""
+    halves = [
+        ((x >> np.uint32(16 * i)) & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16)
+        for x in (a, b)
+        for i in (0, 1)
+    ]
+    a0, a1, b0, b1 = (h.astype(np.float64) for h in halves)
+    return np.asarray((a0 * b0 + a1 * b1 + c.astype(np.float64)).astype(np.float32))
+
+
+_op("v_dot2acc_f32_f16", "f32", "u32 u32 f32", _dot2acc)
 CLASS = _class
