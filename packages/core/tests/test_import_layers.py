@@ -52,7 +52,6 @@ FUNCTION_LEVEL: dict[tuple[str, str], str] = {
     ("xgrad.device", "xgrad.buffer"): "cycle: buffer.py imports Device (the check of an opened device's members)",
     ("xgrad.uop.ops", "xgrad.uop.symbolic"): "cycle: the simplifier is a rewrite table over UOp",
     ("xgrad.uop.ops", "xgrad.engine.multi"): "UOp.axis/bounds (tinygrad API on UOp) ask the multi-device lowering",
-    ("xgrad.engine.jit", "xgrad.tensor"): "to hoist once tensor.py imports `capturing` from xgrad.engine.capture",
     ("xgrad.custom_kernel", "xgrad.tensor"): "cycle: tensor.py imports custom_kernel at the top",
     ("xgrad.mixin.autograd", "xgrad.custom_kernel"): "cycle: custom_kernel builds Tensors",
     ("xgrad.mixin.autograd", "xgrad.gradient"): "cycle: gradient builds Tensors",

@@ -24,7 +24,7 @@ from xgrad.dtype import (
     to_dtype,
     to_np_dtype,
 )
-from xgrad.engine.jit import capturing
+from xgrad.engine.capture import capturing
 from xgrad.engine.realize import (
     Linear,
     all_tensors,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from xgrad.buffer import Buffer
 from xgrad.device import Device
@@ -22,11 +22,9 @@ from xgrad.engine.realize import all_tensors, run_transfer
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.errors import JitError, ShapeError
 from xgrad.helpers import BEAM, DEBUG, JIT, JITBEAM, Context
+from xgrad.tensor import Tensor
 from xgrad.uop.ops import Ops, UOp, sint
 from xgrad.uop.symshape import bound_values, graph_binds, rebind, unbind_graph
-
-if TYPE_CHECKING:
-    from xgrad.tensor import Tensor
 
 R = TypeVar("R")
 
@@ -66,15 +64,11 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]
 
 def _arg_names(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int | str]:
     """How the Tensor arguments were passed (position or keyword name), as tinygrad compares them on replay."""
-    from xgrad.tensor import Tensor
-
     names: list[int | str] = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
     return names + sorted(k for k, a in kwargs.items() if isinstance(a, Tensor))
 
 
 def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor]:
-    from xgrad.tensor import Tensor
-
     found: list[Tensor] = []
     for a in _arguments(args, kwargs):
         inner = a.values() if isinstance(a, dict) else a if isinstance(a, (list, tuple)) else (a,)
@@ -131,8 +125,6 @@ def _replace_base(u: UOp, new: UOp) -> UOp:
 def _returned_tensors(ret: Any, check: bool) -> list[Tensor]:
     """The Tensors in a jitted function's return value (inside lists, tuples and dicts too). With `check`, anything
     else but None raises: a replay returns the captured value, so a Python value in it would never change."""
-    from xgrad.tensor import Tensor
-
     if isinstance(ret, Tensor):
         return [ret]
     if isinstance(ret, (list, tuple, dict)):
@@ -360,8 +352,6 @@ class TinyJit(Generic[R]):
 
     def _plain_args(self, args: tuple[Any, ...]) -> list[Buffer] | None:
         """`_plain_inputs` when every argument is a Tensor and none is passed twice; None otherwise."""
-        from xgrad.tensor import Tensor
-
         if not all(type(a) is Tensor for a in args) or len(set(map(id, args))) != len(args):
             return None
         return self._plain_inputs(list(args))
@@ -505,8 +495,6 @@ class TinyJit(Generic[R]):
 
     def _rebind_result(self, var_vals: dict[str, int]) -> None:
         """The returned tensors are the captured ones; a symbolic shape among them now shows the new values."""
-        from xgrad.tensor import Tensor
-
         ret = self.result
         for t in ret if isinstance(ret, (list, tuple)) else (ret,):
             if isinstance(t, Tensor):
