@@ -245,3 +245,82 @@ def test_mma_m16n8k16_matches_numpy_matmul(kind: str, tmp_path: Path) -> None:
     want = a.astype(np.float64) @ b.astype(np.float64) + c
     got = np.frombuffer(mem.read(d, c.nbytes), np.float32).reshape(c.shape)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+MMA_MORE_SOURCE = r"""
+#include <cuda_fp16.h>
+__device__ unsigned pack(__half lo, __half hi) {
+  return (unsigned)__half_as_ushort(lo) | ((unsigned)__half_as_ushort(hi) << 16);
+}
+// m16n8k8 with f16 inputs: A 16x8 row-major, B 8x8 row-major, C/D 16x8 float (PTX ISA fragment tables)
+extern "C" __global__ void k8_f16(float* d, const __half* a, const __half* b, const float* c) {
+  int lane = threadIdx.x, g = lane >> 2, t = lane % 4;
+  unsigned ra[2], rb;
+  for (int i = 0; i < 2; i++) ra[i] = pack(a[(g + 8 * i) * 8 + 2 * t], a[(g + 8 * i) * 8 + 2 * t + 1]);
+  rb = pack(b[(2 * t) * 8 + g], b[(2 * t + 1) * 8 + g]);
+  float acc[4];
+  for (int i = 0; i < 4; i++) acc[i] = c[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]) : "r"(ra[0]), "r"(ra[1]), "r"(rb));
+  for (int i = 0; i < 4; i++) d[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = acc[i];
+}
+// m16n8k8 with tf32 inputs (float bits; the low 13 mantissa bits are ignored)
+extern "C" __global__ void k8_tf32(float* d, const float* a, const float* b, const float* c) {
+  int lane = threadIdx.x, g = lane >> 2, t = lane % 4;
+  unsigned ra[4], rb[2];
+  for (int i = 0; i < 4; i++) ra[i] = __float_as_uint(a[(g + 8 * (i & 1)) * 8 + t + 4 * (i >> 1)]);
+  for (int i = 0; i < 2; i++) rb[i] = __float_as_uint(b[(t + 4 * i) * 8 + g]);
+  float acc[4];
+  for (int i = 0; i < 4; i++) acc[i] = c[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+  for (int i = 0; i < 4; i++) d[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = acc[i];
+}
+// m16n8k16 with f16 accumulators: C/D as two registers of packed halves
+extern "C" __global__ void k16_f16acc(__half* d, const __half* a, const __half* b, const __half* c) {
+  int lane = threadIdx.x, g = lane >> 2, t = lane % 4;
+  unsigned ra[4], rb[2], rc[2];
+  for (int i = 0; i < 4; i++) {
+    int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
+    ra[i] = pack(a[row * 16 + col], a[row * 16 + col + 1]);
+  }
+  for (int i = 0; i < 2; i++) rb[i] = pack(b[(2 * t + 8 * i) * 8 + g], b[(2 * t + 8 * i + 1) * 8 + g]);
+  for (int i = 0; i < 2; i++) rc[i] = pack(c[(g + 8 * i) * 8 + 2 * t], c[(g + 8 * i) * 8 + 2 * t + 1]);
+  asm("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, {%0,%1};"
+      : "+r"(rc[0]), "+r"(rc[1]) : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+  for (int i = 0; i < 2; i++) {
+    d[(g + 8 * i) * 8 + 2 * t] = __ushort_as_half((unsigned short)(rc[i] & 0xFFFF));
+    d[(g + 8 * i) * 8 + 2 * t + 1] = __ushort_as_half((unsigned short)(rc[i] >> 16));
+  }
+}
+"""
+
+
+def test_mma_m16n8k8_f16_tf32_and_half_accumulators_match_numpy(tmp_path: Path) -> None:
+    (tmp_path / "m.cu").write_text(MMA_MORE_SOURCE)
+    subprocess.run([str(NVCC), "-ptx", "-arch=sm_80", "m.cu", "-o", "m.ptx"], cwd=tmp_path, check=True)
+    mod = load_ptx((tmp_path / "m.ptx").read_text())
+    rng = np.random.default_rng(5)
+    mem = DeviceMemory()
+    c = rng.standard_normal((16, 8)).astype(np.float32)
+    a8 = rng.standard_normal((16, 8)).astype(np.float16)
+    b8 = rng.standard_normal((8, 8)).astype(np.float16)
+    d = mem.alloc(c.nbytes)
+    mod.launch("k8_f16", (1, 1, 1), (32, 1, 1), [d, _buf(mem, a8), _buf(mem, b8), _buf(mem, c)], mem)
+    got = np.frombuffer(mem.read(d, c.nbytes), np.float32).reshape(16, 8)
+    np.testing.assert_allclose(got, a8.astype(np.float64) @ b8.astype(np.float64) + c, rtol=1e-5, atol=1e-5)
+    at = rng.standard_normal((16, 8)).astype(np.float32)
+    bt = rng.standard_normal((8, 8)).astype(np.float32)
+    mod.launch("k8_tf32", (1, 1, 1), (32, 1, 1), [d, _buf(mem, at), _buf(mem, bt), _buf(mem, c)], mem)
+    got = np.frombuffer(mem.read(d, c.nbytes), np.float32).reshape(16, 8)
+    tf32 = lambda x: (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)  # noqa: E731
+    np.testing.assert_allclose(got, tf32(at) @ tf32(bt) + c, rtol=1e-5, atol=1e-5)
+    a16 = rng.standard_normal((16, 16)).astype(np.float16)
+    b16 = rng.standard_normal((16, 8)).astype(np.float16)
+    c16 = c.astype(np.float16)
+    dh = mem.alloc(c16.nbytes)
+    mod.launch("k16_f16acc", (1, 1, 1), (32, 1, 1), [dh, _buf(mem, a16), _buf(mem, b16), _buf(mem, c16)], mem)
+    got_h = np.frombuffer(mem.read(dh, c16.nbytes), np.float16).reshape(16, 8)
+    want_h = (a16.astype(np.float64) @ b16.astype(np.float64) + c16).astype(np.float16)
+    np.testing.assert_allclose(got_h.astype(np.float64), want_h.astype(np.float64), rtol=2e-3, atol=2e-3)
