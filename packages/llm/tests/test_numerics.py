@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -171,3 +172,76 @@ def test_unknown_numerics_is_refused(tmp_path: pathlib.Path) -> None:
     _, path = write_model(tmp_path)
     with pytest.raises(ModelError, match="numerics='llama'.*xgrad, llama.cpp"):
         Transformer(open_gguf(path), cache_len=8, numerics="llama")
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return x / (1 + np.exp(-x))
+
+
+def _llama_numerics_logits(w: dict[str, np.ndarray], spec: object, ids: list[int]) -> np.ndarray:
+    """A numpy forward pass (float64) of a tiny llama whose matrices are Q8_0, rounding where llama.cpp does: each
+    matrix input quantised to Q8_0 blocks (`ref_q8_0`), keys, values and queries to float16 after RoPE, attention
+    weights to float16. Logits (T, vocab)."""
+    s: Any = spec
+    hd, t = s.head_dim, len(ids)
+
+    def rms(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6) * g
+
+    def mm(x: np.ndarray, m: np.ndarray) -> np.ndarray:
+        return ref_q8_0(x.astype(F32)).astype(np.float64) @ m.T
+
+    def f16(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float16).astype(np.float64)
+
+    def rope(x: np.ndarray) -> np.ndarray:
+        half = hd // 2
+        ang = np.arange(t)[:, None] * (1.0 / s.rope_theta ** (np.arange(0, hd, 2) / hd))[None, :]
+        cos, sin = np.concatenate([np.cos(ang)] * 2, -1)[:, None], np.concatenate([np.sin(ang)] * 2, -1)[:, None]
+        return x * cos + np.concatenate([-x[..., half:], x[..., :half]], -1) * sin
+
+    h = w["model.embed_tokens.weight"][ids]
+    mask = np.triu(np.full((t, t), -np.inf), 1)
+    for i in range(s.n_layers):
+        p = f"model.layers.{i}."
+        x = rms(h, w[p + "input_layernorm.weight"])
+        q = f16(rope(mm(x, w[p + "self_attn.q_proj.weight"]).reshape(t, s.n_heads, hd)))
+        k = f16(rope(mm(x, w[p + "self_attn.k_proj.weight"]).reshape(t, s.n_kv_heads, hd)))
+        v = f16(mm(x, w[p + "self_attn.v_proj.weight"]).reshape(t, s.n_kv_heads, hd))
+        rep = s.n_heads // s.n_kv_heads
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(hd) + mask
+        att = np.exp(scores - scores.max(-1, keepdims=True))
+        att = f16(att / att.sum(-1, keepdims=True))
+        h = h + mm(np.einsum("hts,shd->thd", att, v).reshape(t, -1), w[p + "self_attn.o_proj.weight"])
+        x = rms(h, w[p + "post_attention_layernorm.weight"])
+        gated = _silu(mm(x, w[p + "mlp.gate_proj.weight"])) * mm(x, w[p + "mlp.up_proj.weight"])
+        h = h + mm(gated, w[p + "mlp.down_proj.weight"])
+    return mm(rms(h, w["model.norm.weight"]), w["model.embed_tokens.weight"])
+
+
+def test_tiny_llama_with_llama_cpp_numerics_matches_a_numpy_forward(tmp_path: pathlib.Path) -> None:
+    """A 2-layer Q8_0 llama run with numerics="llama.cpp" (prefill, then decode steps through the float16 KV cache)
+    against `_llama_numerics_logits`, and float32 numerics against it. (The oracle computes in float64: a value
+    within float32 error of a rounding boundary could round the other way on one side; none does here.)"""
+    torch = pytest.importorskip("torch")
+    gguf = pytest.importorskip("gguf")
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from serve_helpers import SPEC, NumpyLlama
+    from tiny_models import write_gguf
+
+    from xgrad_llm.generate import LLM
+
+    ref = NumpyLlama(SPEC, seed=3)
+    state = {k: torch.from_numpy(v.copy()) for k, v in ref.w.items()}
+    holder = type("M", (), {"state_dict": lambda self: state})()
+    path = write_gguf(SPEC, holder, tmp_path / "q8.gguf", gguf.GGMLQuantizationType.Q8_0)
+    w = {k: v.numpy().astype(np.float64) for k, v in state.items()}  # gguf's dequantisation of the file's blocks
+    ids = [2, 5, 100, 270, 271, 30, 260, 262, 263, 9, 40, 200]
+    want = _llama_numerics_logits(w, SPEC, ids)
+    llm = LLM.load(path, max_context=32, chunk=4, numerics="llama.cpp")
+    assert llm.model.cache_v[0].dtype.name == "float16"
+    got = np.stack([llm.runner.feed(ids[: n + 1]) for n in range(3, len(ids))])  # a prefill, then decodes
+    fp32 = Transformer(llm.file, cache_len=32).logits_all(ids).numpy()[0]
+    err, err32 = np.abs(got - want[3:]).max(), np.abs(fp32 - want).max()
+    assert err < 1e-4 and err32 > 100 * err  # measured: 1.5e-6 and 0.19
