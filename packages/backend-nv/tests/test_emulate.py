@@ -139,6 +139,37 @@ INT_CASES: list[tuple[str, str, Callable[..., np.ndarray]]] = [
 ]
 
 
+def _s24(x: np.ndarray) -> np.ndarray:
+    v = x.astype(np.int64) & 0xFFFFFF
+    return v - ((v >> 23) << 24)
+
+
+def _dot(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, width: int, signed_a: bool, signed_b: bool, hi: bool
+) -> list[int]:
+    out = []
+    for x, y, z in zip(a.tolist(), b.tolist(), c.tolist(), strict=True):
+        xs = (x & 0xFFFFFFFF).to_bytes(4, "little")
+        ys = (y & 0xFFFFFFFF).to_bytes(4, "little")
+        n = 4 // (width // 8)
+        xa = [int.from_bytes(xs[k * width // 8 : (k + 1) * width // 8], "little", signed=signed_a) for k in range(n)]
+        yb = [int.from_bytes(ys[k : k + 1], "little", signed=signed_b) for k in range(4)]
+        yb = yb if width == 8 else yb[2:] if hi else yb[:2]
+        out.append(z + sum(p * q for p, q in zip(xa, yb, strict=False)))
+    return out
+
+
+INT_CASES += [
+    ("mul24.lo.s32 D, A, B;", "s32", lambda a, b, c: _s24(a) * _s24(b)),
+    ("mul24.hi.u32 D, A, B;", "u32", lambda a, b, c: ((a.astype(np.int64) & 0xFFFFFF) * (b & 0xFFFFFF)) >> 16),
+    ("mad24.lo.s32 D, A, B, C;", "s32", lambda a, b, c: _s24(a) * _s24(b) + c),
+    ("dp4a.s32.u32 D, A, B, C;", "s32", lambda a, b, c: np.array(_dot(a, b, c, 8, True, False, False))),
+    ("dp4a.u32.u32 D, A, B, C;", "u32", lambda a, b, c: np.array(_dot(a, b, c, 8, False, False, False))),
+    ("dp2a.hi.s32.s32 D, A, B, C;", "s32", lambda a, b, c: np.array(_dot(a, b, c, 16, True, True, True))),
+    ("dp2a.lo.u32.s32 D, A, B, C;", "s32", lambda a, b, c: np.array(_dot(a, b, c, 16, False, True, False))),
+]
+
+
 @pytest.mark.parametrize(("body", "t", "want"), INT_CASES, ids=[c[0].split()[0] + c[1] for c in INT_CASES])
 def test_integer_instruction_matches_numpy(body: str, t: str, want: Callable[..., np.ndarray]) -> None:
     a, b, c = (S32, S32B, S32[::-1].copy()) if t == "s32" else (U32, U32B, U32[::-1].copy())
@@ -603,3 +634,61 @@ def test_dynamic_shared_memory_is_sized_at_launch() -> None:
     np.testing.assert_array_equal(np.frombuffer(mem.read(out, 256), np.float32), a[::-1])
     with pytest.raises(EmulatorError, match="shared access"):
         mod.launch("rev", (1, 1, 1), (64, 1, 1), [out, pa], mem, dynamic_shared=128)
+
+
+def test_cvt_rna_tf32_rounds_ties_away_from_zero() -> None:
+    x = np.concatenate([RNG.standard_normal(100) * 50, [1 + 2**-11, -(1 + 2**-11), 1 + 3 * 2**-11, 3.0]])
+    x = x.astype(np.float32)
+    got = run("cvt.rna.tf32.f32 %r5, A;\n mov.b32 D, %r5;", "f32", "f32", x, x, x, np.float32)
+    m, e = np.frexp(x.astype(np.float64))
+    want = np.sign(m) * np.floor(np.abs(m) * 2**11 + 0.5) / 2**11 * np.exp2(e)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+WARP_REDUCE = (
+    HEAD
+    + """
+.visible .entry red(.param .u64 po)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<12>;
+  ld.param.u64 %rd1, [po];
+  mov.u32 %r1, %tid.x;
+  mul.lo.u32 %r2, %r1, 37;
+  and.b32 %r2, %r2, 255;
+  sub.s32 %r2, %r2, 100;
+  mov.u32 %r3, 0;
+  mov.u32 %r4, 0;
+  setp.ne.u32 %p1, %r1, 5;           // lane 5 of warp 0 sits the add out
+  @%p1 redux.sync.add.s32 %r3, %r2, -1;
+  redux.sync.min.s32 %r4, %r2, -1;
+  redux.sync.xor.b32 %r5, %r1, -1;
+  cvta.to.shared.u64 %rd2, %rd1;     // not a shared address: isspacep says so
+  isspacep.global %p2, %rd1;
+  isspacep.shared %p3, %rd1;
+  selp.u32 %r6, 1, 0, %p2;
+  selp.u32 %r7, 2, 0, %p3;
+  or.b32 %r6, %r6, %r7;
+  mul.wide.u32 %rd3, %r1, 16;
+  add.s64 %rd4, %rd1, %rd3;
+  st.global.v4.u32 [%rd4], {%r3, %r4, %r5, %r6};
+  ret;
+}
+"""
+)
+
+
+def test_redux_reduces_the_active_lanes_of_each_warp_and_isspacep() -> None:
+    mem = DeviceMemory()
+    out = mem.alloc(16 * 64)
+    load_ptx(WARP_REDUCE).launch("red", (1, 1, 1), (64, 1, 1), [out], mem)
+    got = np.frombuffer(mem.read(out, 16 * 64), np.int32).reshape(64, 4)
+    t = np.arange(64)
+    v = (t * 37 & 255) - 100
+    sums = [v[:32].sum() - v[5], v[32:].sum()]
+    np.testing.assert_array_equal(got[:, 0], np.where(t == 5, 0, np.repeat(sums, 32)))
+    np.testing.assert_array_equal(got[:, 1], np.repeat([v[:32].min(), v[32:].min()], 32))
+    xors = [np.bitwise_xor.reduce(t[:32]), np.bitwise_xor.reduce(t[32:])]
+    np.testing.assert_array_equal(got[:, 2], np.repeat(xors, 32))
+    np.testing.assert_array_equal(got[:, 3], np.ones(64))

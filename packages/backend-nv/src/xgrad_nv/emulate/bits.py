@@ -164,8 +164,65 @@ def _shf(ins: Instruction, dec: Decoder) -> Step:
     return step
 
 
+def _mul24(ins: Instruction, dec: Decoder) -> Step:
+    """mul24/mad24 .lo/.hi: the 48-bit product of the low 24 bits (sign-extended for .s32); .lo its low 32 bits,
+    .hi its bits 16..47; mad24 adds c."""
+    t = itype(ins)
+    signed = t == "s32"
+    hi = "hi" in ins.op
+    nsrc = 3 if ins.op[0] == "mad24" else 2
+
+    def f(*v: Array) -> Array:
+        a, b = (np.asarray(x).astype(np.int64) & 0xFFFFFF for x in v[:2])
+        if signed:
+            a, b = ((x ^ 0x800000) - 0x800000 for x in (a, b))
+        p = a * b
+        r = (p >> 16) if hi else p
+        if nsrc == 3:
+            r = r + np.asarray(v[2]).astype(np.int64)
+        return (r & 0xFFFFFFFF).astype(np.uint32).view(NP[t])
+
+    return _elementwise(ins, dec, f, t, nsrc)
+
+
+def _dp(ins: Instruction, dec: Decoder) -> Step:
+    """dp4a: c + the dot product of a's and b's four bytes; dp2a.lo/.hi: c + a's two 16-bit halves times b's bytes
+    0-1 (.lo) or 2-3 (.hi); each operand signed or unsigned by its type."""
+    types = [p for p in ins.op[1:] if p in ("u32", "s32")]
+    if len(types) != 2:
+        raise dec.error(f"{ins.op[0]} needs two operand types (.u32/.s32)")
+    ta, tb = types
+    tc = "s32" if "s32" in types else "u32"
+    four = ins.op[0] == "dp4a"
+    high = "hi" in ins.op
+
+    def parts(x: Array, width: int, signed: bool) -> list[Array]:
+        u = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+        mask, half = (1 << width) - 1, 1 << (width - 1)
+        out = [(u >> (width * k)) & mask for k in range(32 // width)]
+        return [(p ^ half) - half for p in out] if signed else out
+
+    def f(a: Array, b: Array, c: Array) -> Array:
+        bb = parts(b, 8, tb == "s32")
+        if four:
+            aa = parts(a, 8, ta == "s32")
+            acc = sum(aa[k] * bb[k] for k in range(4))
+        else:
+            ah = parts(a, 16, ta == "s32")
+            k = 2 if high else 0
+            acc = ah[0] * bb[k] + ah[1] * bb[k + 1]
+        r = np.asarray(c).astype(np.int64) + acc
+        return (r & 0xFFFFFFFF).astype(np.uint32).view(NP[tc])
+
+    return _elementwise(ins, dec, f, tc, 3, [ta, tb, tc])
+
+
 OPS.update(
     {
+        "mul24": _mul24,
+        "mad24": _mul24,
+        "dp4a": _dp,
+        "dp2a": _dp,
         "bfe": _bfe,
         "bfi": _bfi,
         "prmt": _prmt,

@@ -84,6 +84,17 @@ def _cvt(ins: Instruction, dec: Decoder) -> Step:
     sat = "sat" in mods or "satfinite" in mods
     irnd = next((m for m in ins.op if m in _INT_ROUND), None)
     frnd = next((m for m in ins.op if m in _FLOAT_ROUND), "rn")
+    if dst == "tf32" and src == "f32":  # .rna: to 10 mantissa bits, ties away from zero; NaN/inf kept
+        a32 = dec.src(ins.operands[1], "u32")
+        w32 = dec.dst(ins.operands[0], "b32")
+
+        def tf32(st: Any, m: Mask) -> None:
+            u = np.asarray(a32(st), np.uint32)
+            special = (u & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+            rounded = (u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+            w32(st, np.where(special, u, rounded).astype(np.uint32), m)
+
+        return tf32
     if dst in ("f16x2", "bf16x2") and src == "f32":  # d = {cvt(a) in the upper half, cvt(b) in the lower}
         return _cvt_pack(ins, dec, dst[:-2], frnd, sat)
     if dst in ("e4m3x2", "e5m2x2") or src in ("e4m3x2", "e5m2x2") or "relu" in mods:

@@ -322,4 +322,37 @@ def _xg_copy(ins: Instruction, dec: Decoder) -> Step:
     return step
 
 
-OPS.update({"xg": _xg_copy, "ld": _ld, "ldu": _ld, "st": _st, "cvta": _cvta, "atom": _atom, "red": _atom})
+def _isspacep(ins: Instruction, dec: Decoder) -> Step:
+    """isspacep.space p, a: whether generic address a lies in that state space's window."""
+    space = space_of(ins)
+    a = dec.src(ins.operands[1], "u64")
+    w = dec.dst(ins.operands[0], "pred")
+    sw, lw = np.uint64(SHARED_WINDOW), np.uint64(LOCAL_WINDOW)
+
+    def step(st: Any, m: Mask) -> None:
+        v = np.broadcast_to(a(st), (st.n,))
+        if space == "shared":
+            r = (v >= sw) & (v < lw)
+        elif space == "local":
+            r = v >= lw
+        elif space in ("global", "const"):
+            r = v < sw
+        else:
+            raise st.fault(f"isspacep.{space} is not supported")
+        w(st, r, m)
+
+    return step
+
+
+OPS.update(
+    {
+        "isspacep": _isspacep,
+        "xg": _xg_copy,
+        "ld": _ld,
+        "ldu": _ld,
+        "st": _st,
+        "cvta": _cvta,
+        "atom": _atom,
+        "red": _atom,
+    }
+)

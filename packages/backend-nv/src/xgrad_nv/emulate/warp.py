@@ -209,4 +209,28 @@ def _mma(ins: Instruction, dec: Decoder) -> Step:
     return step
 
 
-OPS.update({"shfl": _shfl, "vote": _vote, "activemask": _activemask, "mma": _mma})
+def _redux(ins: Instruction, dec: Decoder) -> Step:
+    """redux.sync.op.type d, a, membermask: every active lane of a warp gets the reduction of their values."""
+    op = next((p for p in ins.op[1:] if p in ("add", "min", "max", "and", "or", "xor")), None)
+    t = next((p for p in ins.op[1:] if p in ("u32", "s32", "b32")), None)
+    if op is None or t is None:
+        raise dec.error(f"unsupported redux form {'.'.join(ins.op)} (add/min/max .u32/.s32, and/or/xor .b32)")
+    a = dec.src(ins.operands[1], t)
+    w = dec.dst(ins.operands[0], t)
+    dt = np.dtype(np.int32 if t == "s32" else np.uint32)
+    ident = {"add": 0, "and": ~0, "or": 0, "xor": 0, "min": np.iinfo(dt).max, "max": np.iinfo(dt).min}[op]
+    ufunc = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or}
+    ufunc["xor"] = np.bitwise_xor
+
+    def step(st: Any, m: Mask) -> None:
+        nw = _warps(st, "redux.sync")
+        v = np.broadcast_to(a(st), (st.n,)).astype(dt)
+        if m is not None:
+            v = np.where(m, v, np.asarray(ident).astype(dt))
+        r = ufunc[op].reduce(v.reshape(nw, 32), axis=1).astype(dt)
+        w(st, np.repeat(r, 32), m)
+
+    return step
+
+
+OPS.update({"redux": _redux, "shfl": _shfl, "vote": _vote, "activemask": _activemask, "mma": _mma})
