@@ -288,7 +288,9 @@ def _atom(ins: Instruction, dec: Decoder) -> Step:
 
 
 def _atomic_add(st: Any, space: str, addrs: Array, lanes: Array, bv: Array, olds: Array) -> None:
-    """Lanes adding to one address take turns in lane order: each sees the sum of the earlier lanes' values."""
+    """Lanes adding to one address take turns in lane order: each sees the sum of the earlier lanes' values.
+    Integers (wrapping, so order does not matter): one segmented prefix sum. Floats add in lane order: one cumsum
+    per address while addresses are few, else rounds of one lane per address (as many rounds as lanes share one)."""
     order = np.argsort(addrs, kind="stable")
     sa = addrs[order]
     starts = np.r_[True, sa[1:] != sa[:-1]]
@@ -296,13 +298,25 @@ def _atomic_add(st: Any, space: str, addrs: Array, lanes: Array, bv: Array, olds
     group = np.cumsum(starts) - 1
     base = load(st, space, sa[first], lanes[order][first], olds.dtype)
     vals = bv[order]
-    acc = np.empty_like(vals)
-    for g, s in enumerate(first):
-        e = first[g + 1] if g + 1 < first.size else vals.size
-        run = np.cumsum(np.r_[base[g], vals[s:e]].astype(vals.dtype), dtype=vals.dtype)
-        acc[s:e] = run[:-1]
-        base[g] = run[-1]
-    del group
+    if vals.dtype.kind in "iu":
+        run = np.cumsum(vals, dtype=vals.dtype)
+        before = run - vals  # sum of the earlier lanes overall
+        acc = base[group] + (before - before[first][group])
+        base = base + (run[np.r_[first[1:] - 1, vals.size - 1]] - before[first])
+    elif first.size <= 64:
+        acc = np.empty_like(vals)
+        for g, s in enumerate(first):
+            e = first[g + 1] if g + 1 < first.size else vals.size
+            part = np.cumsum(np.r_[base[g], vals[s:e]].astype(vals.dtype), dtype=vals.dtype)
+            acc[s:e] = part[:-1]
+            base[g] = part[-1]
+    else:
+        rank = np.arange(vals.size) - first[group]
+        acc = np.empty_like(vals)
+        for r in range(int(rank.max()) + 1):
+            sel = rank == r
+            acc[sel] = base[group[sel]]
+            base[group[sel]] = base[group[sel]] + vals[sel]
     olds[order] = acc
     store(st, space, sa[first], lanes[order][first], base)
 
