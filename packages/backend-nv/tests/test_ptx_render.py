@@ -152,3 +152,27 @@ def test_rendered_ptx_is_a_kernel_with_virtual_registers() -> None:
     src = [p.info.src for p in Device[DEV]._programs.values()][-1]
     assert src.startswith(".version ") and ".target sm_90" in src and ".visible .entry " in src
     assert ".reg .b16 %rs<" in src and "ld.param.u64" in src and "cvta.to.global.u64" in src
+
+
+def test_tf32_tensor_cores_on_request_compile_and_run() -> None:
+    """PTXRenderer(tf32=True): a float32 matmul becomes mma.sync m16n8k8 .tf32, which ptxas accepts and which on the
+    interpreter equals numpy's product of the tf32-truncated operands (not float32's); off by default."""
+    from xgrad_nv.compiler import PTXCompiler, find_tool
+    from xgrad_nv.ptx import PTXRenderer
+
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((32, 16), dtype=np.float32), rng.standard_normal((16, 24), dtype=np.float32)
+    dev = Device["NV:PTX:sm_90"]  # a registry entry of its own: its renderer is swapped for the tf32 one
+    dev.renderer = PTXRenderer("sm_90", tf32=True)
+    got = (Tensor(a, device=dev.name) @ Tensor(b, device=dev.name)).numpy()
+    (src,) = [p.info.src for p in dev._programs.values() if "m16n8k8" in p.info.src]
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in src
+
+    def tf32(v: np.ndarray) -> np.ndarray:
+        return (v.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+
+    np.testing.assert_allclose(got, tf32(a) @ tf32(b), rtol=1e-5, atol=1e-5)
+    assert np.abs(got - a.astype(np.float64) @ b.astype(np.float64)).max() > 1e-5
+    if find_tool("ptxas") is not None:
+        assert PTXCompiler("sm_90").compile(src)[:4] == b"\x7fELF"
+    assert not any(tc.dtype == dtypes.float32 for tc in PTXRenderer("sm_90").tensor_cores)

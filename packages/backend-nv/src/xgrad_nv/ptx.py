@@ -146,13 +146,15 @@ class PTXRenderer(Renderer):
     max_vector_width = 1
     legalize = pm_legalize_ptx
 
-    def __init__(self, arch: str | None = None) -> None:
+    def __init__(self, arch: str | None = None, tf32: bool = False) -> None:
+        """`tf32`: float32 matmuls on the tf32 tensor cores too (mma m16n8k8 .tf32: 10-bit mantissa operands; off
+        by default, as for the CUDA renderer)."""
         spec = nv_arch(arch)
         self.arch = spec.name
         self.spec = spec
         self.global_max, self.local_max = spec.global_max, spec.local_max
         self.max_threads, self.shared_max = spec.max_threads, spec.shared_static
-        self.tensor_cores = spec.tensor_cores
+        self.tensor_cores = spec.tensor_cores + (spec.tf32_cores if tf32 else ())
 
     def render(self, name: str, uops: list[UOp]) -> str:
         uops = legalize_linear(uops, self.legalize)
@@ -618,23 +620,29 @@ class PTXRenderer(Renderer):
     # ---- tensor cores ----
     def _r_wmma(self, ctx: _Ctx, u: UOp) -> None:
         tc = u.arg
-        if not isinstance(tc, TensorCore) or tc.dtype not in HALVES or tc.dims != (16, 8, 16) or tc.acc != F32:
+        ok = isinstance(tc, TensorCore) and tc.acc == F32
+        half = ok and tc.dtype in HALVES and tc.dims == (16, 8, 16)
+        tf32 = ok and tc.dtype == F32 and tc.dims == (16, 8, 8)
+        if not (half or tf32):
             raise NotImplementedError(f"the PTX renderer has no mma.sync for WMMA {u.arg!r}")
         a, b, c = (ctx.regs[s] for s in u.src)
-        t = ptx_type(tc.dtype)
+        t = "tf32" if tf32 else ptx_type(tc.dtype)
 
-        def pack(halves: tuple[str, ...]) -> list[str]:
+        def regs(elements: tuple[str, ...]) -> list[str]:
+            """A/B elements in 32-bit registers, in element order: two halves or one tf32 (float32 bits) each."""
             out = []
-            for i in range(0, len(halves), 2):
+            step = 1 if tf32 else 2
+            for i in range(0, len(elements), step):
                 r = ctx.new(dtypes.uint32)
-                ctx.emit(f"mov.b32 {r}, {{{halves[i]}, {halves[i + 1]}}};")
+                ctx.emit(f"mov.b32 {r}, {elements[i] if tf32 else '{' + elements[i] + ', ' + elements[i + 1] + '}'};")
                 out.append(r)
             return out
 
-        ra, rb = pack(a), pack(b)
+        ra, rb = regs(a), regs(b)
         d = tuple(ctx.new(F32) for _ in c)
+        m, n, k = tc.dims
         ctx.emit(
-            f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{{', '.join(d)}}}, {{{', '.join(ra)}}}, "
+            f"mma.sync.aligned.m{m}n{n}k{k}.row.col.f32.{t}.{t}.f32 {{{', '.join(d)}}}, {{{', '.join(ra)}}}, "
             f"{{{', '.join(rb)}}}, {{{', '.join(c)}}};"
         )
         ctx.regs[u] = d
