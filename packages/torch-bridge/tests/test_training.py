@@ -15,7 +15,7 @@ import xgrad_torch  # noqa: F401 (registers the device)
 @pytest.fixture(scope="module")
 def runs() -> dict[str, tuple[list[float], float]]:
     pytest.importorskip("sklearn")
-    return {device: train(device, epochs=4) for device in ("cpu", "xgrad")}
+    return {device: train(device, epochs=2) for device in ("cpu", "xgrad")}  # 46 steps: 97.5% on CPU
 
 
 def test_digits_cnn_reaches_95_percent_on_xgrad(runs: dict[str, tuple[list[float], float]]) -> None:
