@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xgrad.dtype import dtypes
+from xgrad.engine.realize import all_tensors
 from xgrad.errors import (
     DeviceMismatchError,
     GradientDTypeError,
@@ -205,7 +206,6 @@ class AutogradMixin(MultiMixin):
         >>> w.grad.tolist()
         [2.0, 4.0, 6.0]
         """
-        from xgrad.engine.realize import all_tensors
         from xgrad.gradient import nodes_with_gradient_path
 
         in_graph = nodes_with_gradient_path(self.uop)

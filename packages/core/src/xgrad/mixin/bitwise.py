@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from xgrad.dtype import DType, dtypes, to_dtype
+from xgrad.engine.realize import realize_base, reinterpret_memory
 from xgrad.errors import DTypeError, ShapeError
 from xgrad.mixin.common import Scalar
 from xgrad.mixin.elementwise import ElementwiseMixin
@@ -75,8 +76,6 @@ class BitwiseMixin(ElementwiseMixin):
     def _bitcast_disk(self, dt: DType) -> Tensor:
         """A DISK tensor's bitcast: the same bytes of the file seen as `dt` (a view to read and assign in place, as
         tinygrad's); the tensor must cover one contiguous run of the file, its last axis a whole number of items."""
-        from xgrad.engine.realize import realize_base, reinterpret_memory
-
         if self.ndim == 0 or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize:
             raise ShapeError(
                 f"bitcast of a DISK tensor of shape {shape_str(self.shape)} from {self.dtype.name} to {dt.name}: the "

@@ -7,7 +7,9 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from xgrad.buffer import new_buffer_uop
 from xgrad.dtype import DType, dtypes, least_upper_dtype, to_dtype
+from xgrad.engine.indexing import buffer_view
 from xgrad.errors import ArgumentError, DTypeError, ShapeError
 from xgrad.helpers import argfix, prod
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype, with_requires_grad
@@ -62,13 +64,9 @@ class CreationMixin(ReduceMixin):
         >>> Tensor.empty(2, 3).shape
         (2, 3)
         """
-        from xgrad.engine.schedule import new_buffer_uop
-
         sh = _shape_arg(*shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if is_symbolic(sh):  # memory for the largest value; the tensor is a view of its first numel elements
-            from xgrad.engine.schedule import buffer_view
-
             buf = new_buffer_uop(canonical_device(device), sint_max(sym_prod(sh)), dt)
             return cls._tensor_cls()(buffer_view(buf, sh), requires_grad=requires_grad)
         return cls._tensor_cls()(

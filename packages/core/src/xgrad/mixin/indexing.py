@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xgrad.dtype import dtypes, to_np_dtype
+from xgrad.engine.realize import lazy_tensors, lazy_walk
 from xgrad.errors import DTypeError, IndexingError, ShapeError, XgradError
 from xgrad.mixin.common import broadcast_shape
 from xgrad.mixin.gather import GatherMixin
@@ -396,8 +397,6 @@ def _is_writable_view(u: UOp) -> bool:
 
 def _realize_readers(buf: UOp) -> None:
     """Compute every live lazy tensor that reads `buf`, so it keeps the values from before a write."""
-    from xgrad.engine.realize import lazy_tensors, lazy_walk
-
     pending = [
         t
         for t in lazy_tensors.members()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device, multi_devices
+from xgrad.engine.multi import multi_axis
 from xgrad.errors import ShardingError
 from xgrad.mixin.nn import NNMixin
 from xgrad.uop.ops import Ops, UOp
@@ -41,8 +42,6 @@ class MultiMixin(NNMixin):
         >>> Tensor([[1, 2], [3, 4]]).shard(("CPU", "CPU:1"), axis=1).shard_axis
         1
         """
-        from xgrad.engine.multi import multi_axis
-
         return multi_axis(self.uop)
 
     def shard(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
