@@ -89,6 +89,25 @@ got = broadcast_coalesced([Tensor(mine[0]).realize(), Tensor(mine[1]) * 1, Tenso
 want = np.concatenate([every[root][0].reshape(-1), every[root][1], every[root][2].T.reshape(-1)])
 close(got, want, "broadcast_coalesced")
 
+# 16-bit floats (reduced by an MPI op of ours): small integers and halves, so every order of summing is exact
+for half in (dtypes.float16, dtypes.bfloat16):
+    vals = [np.random.default_rng((50, r)).integers(-8, 9, 37).astype(np.float32) / 2 for r in range(W)]
+    x = Tensor(vals[R]).cast(half)
+    stacked = np.stack(vals)
+    close(all_reduce(x, "sum").float().numpy(), stacked.sum(0), f"all_reduce sum {half.name}")
+    close(all_reduce(x, "max").float().numpy(), stacked.max(0), f"all_reduce max {half.name}")
+    close(all_reduce(x, "mean").float().numpy(), stacked.sum(0) / W, f"all_reduce mean {half.name}")
+    s, e = split_rows(37, W)[R]
+    close(reduce_scatter(x, "min").float().numpy(), stacked.min(0)[s:e], f"reduce_scatter min {half.name}")
+    close(
+        all_reduce_coalesced([x, x * 2]).float().numpy(),
+        np.concatenate([stacked.sum(0), 2 * stacked.sum(0)]),
+        half.name,
+    )
+    checks += 5
+rounded = all_reduce(Tensor([1.0 + 2**-9] * 3).cast(dtypes.bfloat16), "sum").float().numpy()  # 1 + 2^-9 is bf16 1.0
+close(rounded, np.full(3, float(W), np.float32), "bfloat16 rounding")
+
 # lazy inputs (a computed, non-contiguous view) and a bool reduction
 a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4) + R)
 close(

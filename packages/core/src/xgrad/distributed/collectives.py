@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from xgrad.buffer import Buffer, host_visible
 from xgrad.device import Device
 from xgrad.distributed.comm import communicator
@@ -59,6 +61,48 @@ MPI_TYPES = {
 }
 MPI_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
 BOOL_OPS = {"max": "LOR", "min": "LAND"}  # MPI reduces C_BOOL with logical ops only
+# MPI has no 16-bit floats: they travel as UINT16_T and are reduced by an op of ours (`half_op`), through float64
+# (float16: each step of the reduction rounds once, as a float16 add would) or float32 (bfloat16)
+HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
+NUMPY_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+_half_ops: dict[tuple[str, str], Any] = {}
+
+
+def half_to_float(bits: np.ndarray, dtype: DType) -> np.ndarray:
+    """16-bit floats (their bits as uint16) as float64 (float16) or float32 (bfloat16)."""
+    if dtype == dtypes.float16:
+        return bits.view(np.float16).astype(np.float64)
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def float_to_half(x: np.ndarray, dtype: DType) -> np.ndarray:
+    """float64/float32 values rounded to the nearest 16-bit float (ties to even), as uint16 bits."""
+    if dtype == dtypes.float16:
+        return x.astype(np.float16).view(np.uint16)
+    u = x.astype(np.float32).view(np.uint32)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
+
+
+def half_op(MPI: Any, dtype: DType, op: str) -> Any:  # noqa: N803  (the module's own name)
+    """The MPI reduction `op` on 16-bit floats of `dtype` carried as UINT16_T (made once per dtype and op)."""
+    key = (dtype.name, op)
+    if key not in _half_ops:
+
+        def reduce(inbuf: Any, inoutbuf: Any, datatype: Any, dtype: DType = dtype, fn: Any = NUMPY_OPS[op]) -> None:
+            a = np.frombuffer(inbuf, np.uint16)
+            b = np.frombuffer(inoutbuf, np.uint16)
+            b[:] = float_to_half(fn(half_to_float(a, dtype), half_to_float(b, dtype)), dtype)
+
+        _half_ops[key] = MPI.Op.Create(reduce, commute=True)
+    return _half_ops[key]
+
+
+def mpi_type_and_op(MPI: Any, dtype: DType, op: str) -> tuple[Any, Any]:  # noqa: N803
+    """The MPI datatype the elements of `dtype` travel as, and the MPI op that reduces them with `op`."""
+    if dtype in HALF_TYPES:
+        return MPI.UINT16_T, half_op(MPI, dtype, op)
+    return getattr(MPI, MPI_TYPES[dtype]), getattr(MPI, (BOOL_OPS if dtype == dtypes.bool else MPI_OPS)[op])
 
 
 @dataclass(frozen=True)
@@ -75,14 +119,10 @@ class Collective:
 
     @property
     def name(self) -> str:
-        """What DEBUG output and errors call this step."""
-        return (
-            f"{self.kind}({self.op})"
-            if self.op
-            else self.kind
-            if self.kind != "broadcast"
-            else f"broadcast({self.root})"
-        )
+        """What DEBUG output and errors call this step: `all_reduce(sum)`, `broadcast(0)`, `all_gather`."""
+        if self.op:
+            return f"{self.kind}({self.op})"
+        return f"broadcast({self.root})" if self.kind == "broadcast" else self.kind
 
     def run(self, out: Buffer, *srcs: Buffer) -> None:
         """Perform the collective: read `srcs` (several: the collective of them laid end to end), write `out` (the
@@ -119,9 +159,8 @@ class Collective:
             comm.wait(c.Ibcast([recv, MPI.BYTE], root=self.root), self.name)
         elif send is None:  # in place (coalesced all_reduce)
             n = recv.nbytes // dtype.itemsize
-            ops = BOOL_OPS if dtype == dtypes.bool else MPI_OPS
-            request = c.Iallreduce(MPI.IN_PLACE, [recv, n, getattr(MPI, MPI_TYPES[dtype])], getattr(MPI, ops[self.op]))
-            comm.wait(request, self.name)
+            mpi_type, op = mpi_type_and_op(MPI, dtype, self.op)
+            comm.wait(c.Iallreduce(MPI.IN_PLACE, [recv, n, mpi_type], op), self.name)
         elif self.kind == "broadcast":
             if comm.rank == self.root:
                 recv[:] = send
@@ -129,8 +168,7 @@ class Collective:
         elif self.kind == "all_gather":
             comm.wait(c.Iallgather([send, MPI.BYTE], [recv, MPI.BYTE]), self.name)
         else:
-            mpi_type = getattr(MPI, MPI_TYPES[dtype])
-            op = getattr(MPI, (BOOL_OPS if dtype == dtypes.bool else MPI_OPS)[self.op])
+            mpi_type, op = mpi_type_and_op(MPI, dtype, self.op)
             n_in = send.nbytes // dtype.itemsize
             if self.kind == "all_reduce":
                 request = c.Iallreduce([send, n_in, mpi_type], [recv, n_in, mpi_type], op)
@@ -154,9 +192,9 @@ def _checked(x: Tensor, what: str) -> str:
 def _reduction_dtype(x: Tensor, op: str, what: str) -> None:
     if op not in REDUCE_OPS:
         raise DistributedError(f"{what}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
-    if x.dtype not in MPI_TYPES:
+    if x.dtype not in MPI_TYPES and x.dtype not in HALF_TYPES:
         raise DTypeError(
-            f"{what} of a {x.dtype.name} tensor: MPI has no reduction for {x.dtype.name}; cast it first "
+            f"{what} of a {x.dtype.name} tensor: there is no MPI reduction for {x.dtype.name}; cast it first "
             "(x.float()) and back after"
         )
     if op == "sum" and x.dtype == dtypes.bool:
