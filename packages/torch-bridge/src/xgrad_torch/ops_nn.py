@@ -2,9 +2,9 @@
 norm, softmax, losses, embedding, index/index_put/scatter/gather, sort/topk, cat/pad/flip, each with the backward
 kernel torch's autograd calls.
 
-In: aten calls on `xgrad`. Out: entries of `ops.TABLE`. A backward kernel is the gradient of the same xgrad forward
-computed by xgrad's autograd (`ops._vjp`), so the bridge runs the kernels native xgrad would, or, where torch fixes
-the routing (max pooling's indices), a scatter of the gradient to the indices torch returned.
+In: aten calls on `xgrad`. Out: entries of `ops.TABLE`. A backward kernel is a closed form, or the gradient of the
+same xgrad forward computed by xgrad's autograd (`ops_activation.vjp`), so the bridge runs the kernels native xgrad
+would, or, where torch fixes the routing (max pooling's indices), a scatter of the gradient to torch's indices.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import torch
 from xgrad import Tensor, dtypes
 
 from . import storage
-from .ops import Args, _vjp, float_of, kernel, operand, register, tensor, x_of
+from .ops import Args, float_of, kernel, operand, register, tensor, x_of
+from .ops_activation import vjp
 from .registration import BridgeError
 from .storage import to_xgrad_dtype, wrap
 
@@ -84,7 +85,7 @@ def convolution_backward(
     a = {"stride": stride, "padding": padding, "dilation": dilation, "transposed": transposed}
     a |= {"output_padding": output_padding, "groups": groups}
     g = x_of(grad_output)
-    gx, gw = _vjp(lambda x, w: _conv(x, w, None, a), [x_of(input), x_of(weight)], g)
+    gx, gw = vjp(lambda x, w: _conv(x, w, None, a), [x_of(input), x_of(weight)], g)
     gb = g.sum(tuple(i for i in range(g.ndim) if i != 1)) if output_mask[2] else None
     return (
         wrap(gx, input.dtype) if output_mask[0] else None,
@@ -131,7 +132,7 @@ register(["avg_pool2d"], "nn", lambda a: _avg_pool(x_of(a["self"]), a))
 register(
     ["avg_pool2d_backward"],
     "nn",
-    lambda a: _vjp(lambda x: _avg_pool(x, a), [x_of(a["self"])], x_of(a["grad_output"]))[0],
+    lambda a: vjp(lambda x: _avg_pool(x, a), [x_of(a["self"])], x_of(a["grad_output"]))[0],
 )
 
 
@@ -147,7 +148,7 @@ register(["_adaptive_avg_pool2d"], "nn", lambda a: _adaptive_avg(x_of(a["self"])
 register(
     ["_adaptive_avg_pool2d_backward"],
     "nn",
-    lambda a: _vjp(
+    lambda a: vjp(
         lambda x: _adaptive_avg(x, tuple(a["grad_output"].shape[-2:])), [x_of(a["self"])], x_of(a["grad_output"])
     )[0],
 )
@@ -254,7 +255,7 @@ def _native_layer_norm_backward(a: Args) -> tuple[Tensor | None, ...]:
         b = params[-1] if has_b else None
         return _layer_norm(x, shape, w, b, 1e-5 if "eps" not in a else a["eps"])
 
-    grads = _vjp(forward, ins, x_of(a["grad_out"]))
+    grads = vjp(forward, ins, x_of(a["grad_out"]))
     gw = grads[1] if has_w else None
     gb = grads[-1] if has_b else None
     mask = a["output_mask"]
@@ -314,7 +315,7 @@ def native_group_norm_backward(
     def forward(x: Tensor, *params: Tensor) -> Tensor:
         return _group_norm(x, group, params[0] if has_w else None, None, eps)
 
-    grads = _vjp(forward, ins, x_of(grad_out))
+    grads = vjp(forward, ins, x_of(grad_out))
     g = x_of(grad_out)
     gb = g.sum(tuple(i for i in range(g.ndim) if i != 1))
     out = (grads[0], grads[1] if has_w else None, gb)

@@ -5,8 +5,9 @@ Tensor a torch tensor reads as (`read`), torch tensors wrapping new xgrad result
 through any view (`write`).
 
 Each torch storage on `xgrad` carries a `Holder` as an attribute of its Python object: the storage's elements as one
-flat lazy xgrad Tensor. Everything torch derives from a tensor (`nn.Parameter`, `detach`, `.data`, views made by
-redispatching a view op to Meta) shares the storage, so it shares the holder. A torch view reads as xgrad movement
+lazy xgrad Tensor (kept in the shape it was made in; flat for views). Everything torch derives from a tensor
+(`nn.Parameter`, `detach`, `.data`, views made by redispatching a view op to Meta) shares the storage, so it shares
+the holder. A torch view reads as xgrad movement
 ops on the flat tensor (shrink, reshape, permute, expand; a gather only for overlapping layouts such as `unfold`);
 a write through a view replaces the flat tensor with one that takes the new values inside the view's footprint
 (a `where` over the same movement ops run backwards), so the base and every live view see it. Nothing is realized
@@ -104,12 +105,6 @@ def wrap(x: Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     t = new_shell(x.shape, dtype or to_torch_dtype(x.dtype))
     t.untyped_storage()._xgrad = Holder(x)  # type: ignore[attr-defined]
     return t
-
-
-def adopt(t: torch.Tensor, x: Tensor) -> None:
-    """Give the fresh shell `t` (from `new_shell`) the elements `x`, in `t`'s dtype."""
-    want = to_xgrad_dtype(t.dtype)
-    t.untyped_storage()._xgrad = Holder(x if x.dtype == want else x.cast(want))  # type: ignore[attr-defined]
 
 
 # ---- layouts: a torch (size, stride, offset) as movement ops on the flat tensor ----
