@@ -43,7 +43,7 @@ class BitwiseMixin(ElementwiseMixin):
         if dt != self.dtype and isinstance(self.device, str) and self.device.startswith("DISK"):
             return self._bitcast_disk(dt)
         if old == new:
-            return super().bitcast(dt)
+            return self._bitcast_same_size(dt)
         if old not in _UINT_OF_SIZE or new not in _UINT_OF_SIZE:
             raise DTypeError(f"bitcast between {self.dtype.name} and {dt.name}: no unsigned int holds their items")
         if self.ndim == 0:

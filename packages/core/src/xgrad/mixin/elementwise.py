@@ -77,11 +77,9 @@ class ElementwiseMixin(MovementMixin):
         dt = to_dtype(dtype)
         return self._t() if dt == self.dtype else self._new(self.uop.cast(dt))
 
-    def bitcast(self, dtype: DType | str) -> Tensor:
-        """Reinterpret the bits as `dtype`, which must have the same item size.
-
-        >>> Tensor([1.0]).bitcast(dtypes.int32).tolist()
-        [1065353216]"""
+    def _bitcast_same_size(self, dtype: DType | str) -> Tensor:
+        """The bits reinterpreted as `dtype` of the same item size (the public `bitcast`, in BitwiseMixin, also
+        changes item sizes)."""
         dt = to_dtype(dtype)
         if dt.itemsize != self.dtype.itemsize:
             raise DTypeError(f"bitcast between {self.dtype.name} and {dt.name} needs equal item sizes")
@@ -217,7 +215,7 @@ class ElementwiseMixin(MovementMixin):
         even where float compares do not follow IEEE for nan. Narrow floats are widened first (exactly)."""
         x = self.cast(dtypes.float32) if self.dtype.itemsize < 4 else self._t()
         wide = x.dtype.itemsize == 8
-        bits = x.bitcast(dtypes.int64 if wide else dtypes.int32) & (2**63 - 1 if wide else 2**31 - 1)
+        bits = x._bitcast_same_size(dtypes.int64 if wide else dtypes.int32) & (2**63 - 1 if wide else 2**31 - 1)
         return bits, 0x7FF0000000000000 if wide else 0x7F800000
 
     def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
@@ -472,7 +470,7 @@ class ElementwiseMixin(MovementMixin):
         a, b = self._broadcasted(x)
         if dtypes.is_float(a.dtype):
             wide = b.cast(dtypes.float32) if b.dtype.itemsize < 4 else b  # widening keeps the sign bit
-            negative = wide.bitcast(dtypes.int64 if wide.dtype.itemsize == 8 else dtypes.int32) < 0
+            negative = wide._bitcast_same_size(dtypes.int64 if wide.dtype.itemsize == 8 else dtypes.int32) < 0
         else:
             negative = b < 0
         mag = a.abs()
