@@ -48,6 +48,7 @@ class Entry:
 TABLE: dict[str, Entry] = {}  # aten overload name -> its entry (every form registered, for the coverage table)
 _lib: torch.library.Library | None = None
 _pending_impls: list[tuple[str, Callable[..., Any]]] = []
+KERNELS: dict[str, Callable[..., Any]] = {}  # aten overload name -> its registered kernel (called directly by kernels)
 
 
 # ---- arguments ----
@@ -163,6 +164,7 @@ def register(overloads: list[str] | str, kind: str, compute: Compute) -> None:
         _overload(name)  # a typo fails at import, naming the overload
         TABLE[name] = Entry(kind, compute)
         _pending_impls.append((name, _generated(name, compute)))
+        KERNELS[name] = _pending_impls[-1][1]
 
 
 def kernel(*overloads: str, kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -173,6 +175,7 @@ def kernel(*overloads: str, kind: str) -> Callable[[Callable[..., Any]], Callabl
             _overload(name)
             TABLE[name] = Entry(kind, None)
             _pending_impls.append((name, fn))
+            KERNELS[name] = fn
         return fn
 
     return deco
@@ -205,6 +208,7 @@ def install() -> None:
     for name, fn in _pending_impls:
         if decomposes(name):
             TABLE.pop(name, None)  # torch decomposes it into ops of the table (and differentiates those)
+            KERNELS.pop(name, None)
             continue
         _lib.impl(name, fn, "PrivateUse1")  # type: ignore[no-untyped-call]
     _fallback_lib.fallback(fallback, "PrivateUse1")  # type: ignore[no-untyped-call]

@@ -15,7 +15,7 @@ import torch
 from xgrad import Tensor, dtypes
 
 from . import storage
-from .ops import Args, aten, bind, kernel, operand, register, tensor, x_of
+from .ops import KERNELS, Args, aten, bind, kernel, operand, register, tensor, x_of
 from .registration import redispatch_meta, set_storage
 from .storage import read, to_xgrad_dtype, wrap, write
 
@@ -203,6 +203,20 @@ def _runtime_scalars(values: list[Any], like: torch.Tensor) -> list[torch.Tensor
     return [wrap(buf[i], dtype) for i in range(len(values))]
 
 
+_SINGLE = {"Scalar": ("Scalar", ""), "List": ("Tensor", ""), "ScalarList": ("Tensor", ""), "Tensor": ("Tensor", "")}
+
+
+def _single(name: str, overload: str) -> Callable[..., Any] | None:
+    """The bridge's own kernel of the per-tensor op a `_foreach_` overload applies (called directly: no dispatch)."""
+    base = name.removeprefix("_foreach_")
+    if base.startswith("addc"):
+        return KERNELS.get(base)
+    for ov in _SINGLE.get(overload, ("",)):
+        if (fn := KERNELS.get(f"{base}.{ov}" if ov else base)) is not None:
+            return fn
+    return None
+
+
 def _foreach(name: str, overload: str) -> Callable[..., Any]:
     op = getattr(getattr(aten, name), overload)
     method = getattr(torch.Tensor, name.removeprefix("_foreach_"))
@@ -218,6 +232,7 @@ def _foreach(name: str, overload: str) -> Callable[..., Any]:
 
     def run(*args: Any, **kwargs: Any) -> Any:
         a = bind(op, args, kwargs)
+        single = _single(name, overload)
         if scalar_list is not None and len(a[names[0]]):
             values = a[scalar_list].tolist() if isinstance(a[scalar_list], torch.Tensor) else list(a[scalar_list])
             a[scalar_list] = _runtime_scalars(values, a[names[0]][0])
@@ -226,11 +241,12 @@ def _foreach(name: str, overload: str) -> Callable[..., Any]:
             call = [a[k][i] if k in lists else a[k] for k in names]
             extra = {k: a[k] for k in keywords}
             if addc and isinstance(call[3], torch.Tensor):  # value as a tensor: scale the numerator by it
-                results.append(method(call[0], call[1] * call[3], call[2]))
+                scaled = KERNELS["mul.Tensor"](call[1], call[3])
+                results.append(single(call[0], scaled, call[2]) if single else method(call[0], scaled, call[2]))
             elif addc:  # value is keyword-only in torch's Python binding
-                results.append(method(*call[:3], value=call[3]))
+                results.append(single(*call[:3], value=call[3]) if single else method(*call[:3], value=call[3]))
             else:
-                results.append(method(*call, **extra))
+                results.append(single(*call, **extra) if single else method(*call, **extra))
         return None if inplace else results
 
     return run
