@@ -90,12 +90,40 @@ class Program:
         self.table: list[Exec | None] = [None] * (len(code) // 4 + 1)
 
     def at(self, pc: int) -> Exec:
+        """The executor of the instruction at byte offset `pc`."""
         i = pc >> 2
         fn = self.table[i] if 0 <= i < len(self.table) else None
         if fn is None:
-            fn = build(decode_at(self.code, pc))
-            self.table[i] = fn
+            fn = self.table[i] = _executor(self.code, pc)
         return fn
+
+
+# executors by the instruction's bytes (with its literal): an executor depends on nothing else (branch offsets are
+# relative, s_getpc reads the pc at run time), and most kernels share most of their instructions
+_executors: dict[bytes, Exec] = {}
+EXECUTOR_CACHE = 1 << 16
+
+
+_windows: dict[bytes, Exec] = {}  # by the 12 bytes at pc (the longest instruction): no decoding on a hit
+
+
+def _executor(code: bytes, pc: int) -> Exec:
+    window = code[pc : pc + 12]
+    fn = _windows.get(window)
+    if fn is not None:
+        return fn
+    inst = decode_at(code, pc)
+    key = code[pc : pc + inst.size]
+    fn = _executors.get(key)
+    if fn is None:
+        if len(_executors) >= EXECUTOR_CACHE:
+            _executors.clear()
+            _windows.clear()
+        fn = _executors[key] = build(inst)
+    if len(_windows) >= EXECUTOR_CACHE:
+        _windows.clear()
+    _windows[window] = fn
+    return fn
 
 
 _programs: dict[bytes, Program] = {}  # by machine code: equal kernels (a module loaded again) share their build
