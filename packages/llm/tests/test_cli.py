@@ -163,3 +163,16 @@ def test_penalty_flags_reach_the_sampler(model_path: pathlib.Path, capsys: Any) 
     assert cli.main([*common, "--frequency-penalty", "nan", "--prompt", PROMPT]) == 1
     err = capsys.readouterr().err
     assert "frequency_penalty must be a finite number" in err and "Traceback" not in err
+
+
+def test_numerics_flag_reaches_the_model(model_path: pathlib.Path, capsys: Any) -> None:
+    args = cli.build_parser().parse_args(["--model", str(model_path), "--max-context", "16", "--numerics", "llama.cpp"])
+    llm = cli.load(args)
+    assert llm.model.numerics == "llama.cpp" and llm.model.cache_k[0].dtype.name == "float16"
+    assert (
+        cli.load(cli.build_parser().parse_args(["--model", str(model_path), "--max-context", "16"])).model.numerics
+        == "xgrad"
+    )
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["--numerics", "fast"])
+    assert "invalid choice: 'fast'" in capsys.readouterr().err

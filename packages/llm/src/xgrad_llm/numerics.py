@@ -9,7 +9,9 @@ llama-cpp-python 0.3.36, through its type traits and `from_float` functions):
   (`ACTIVATION_TYPES`), then sums integer products block by block and scales each block's integer sum by the two
   block scales. Q8_0 (for Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 weights) takes blocks of 32: amax = max |x|, the scale is
   float16(amax / 127), each value round(x * (127 / amax)) with halves to even (the AVX path). Q8_1 (Q4_1, Q5_1)
-  quantises the same way. Q8_K (the K-quants Q2_K..Q6_K and IQ4_XS) takes blocks of 256: s = 127 / amax (in ggml
+  quantises the same way and also stores s = float16(d * sum of the block's quants) with the float32 d, which the
+  weights' offsets multiply; here the offsets multiply float16(d) * that sum instead (not reproduced: a difference
+  of float16 rounding in that term only; no file this package is tested with has Q4_1/Q5_1 matrices). Q8_K (the K-quants Q2_K..Q6_K and IQ4_XS) takes blocks of 256: s = 127 / amax (in ggml
   -127 / the signed value of largest magnitude; the sign cancels between the quants and the scale), each value
   round(x * s), halves to even, and the block scale 1 / s, a float32. An F16 weight rounds the activation to
   float16, a BF16 weight to bfloat16.
