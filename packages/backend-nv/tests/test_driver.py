@@ -178,3 +178,34 @@ def test_availability_on_a_working_driver_lists_the_gpus(
     with Context(MOCKGPU=0):
         ok, why = nv_available()
     assert ok and why.startswith("2 GPU(s): Fake H200 0, Fake H200 1; CUDA 13.0; NVRTC 13.0 at ")
+
+
+def test_jit_batch_patches_inputs_variables_and_grids(fake_lib: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVDevice.batch packs each launch's parameters once; a replay patches the new input's pointer, the variable's
+    value and the grid that depends on it, and launches every kernel with them."""
+    from xgrad.buffer import ProgramInfo
+    from xgrad.uop.ops import UOp
+    from xgrad_nv import device as dev_mod
+
+    fake = hooks(fake_lib)
+    monkeypatch.setattr(dev_mod, "get_driver", lambda arch=None: CUDADriver(load_libcuda(str(fake_lib))))
+    dev = dev_mod.NVDevice("NV")
+    n = UOp.variable("n", 1, 4096)
+
+    class Program:
+        def __init__(self, function: int, groups: tuple[object, ...]) -> None:
+            self.info = ProgramInfo("k", "", 0, 0, 1, ("n",), (0,), {"launch": (groups, (128, 1, 1))})
+            self.raw = type("Raw", (), {"function": function})()
+
+    out, weight, x1, x2 = (dev.allocator.alloc(64) for _ in range(4))
+    batch = dev.batch(
+        [
+            (Program(0x3000, (4, 1, 1)), [out, weight], (), {"n": 5}),
+            (Program(0x3001, ((n + 127) // 128, 1, 1)), [None, out], ((0, 0),), {"n": 5}),
+        ]
+    )
+    fake.fake_expect(b"ppi")
+    for x, value in ((x1, 300), (x2, 1000)):
+        batch([x], {"n": value})  # the fake keeps the last launch's parameters and dimensions
+        assert [fake.fake_param(i) for i in range(3)] == [x.ptr, out.ptr, value]
+        assert [fake.fake_dim(i) for i in range(4)] == [-(-value // 128), 1, 1, 128]

@@ -236,45 +236,54 @@ class NVDevice(CompiledDevice):
 
 class NVBatch:
     """Kernels to launch in order: per kernel (program, buffer handles with None where an input goes, (handle
-    position, input index) pairs, captured variable values). Arguments and launch sizes are computed once; a call
-    patches in the inputs' pointers and the variables' values (and the sizes that depend on them) and launches all."""
+    position, input index) pairs, captured variable values). Each launch's parameter array is packed once
+    (`driver.pack`); a call patches in the inputs' pointers and the variables' values (and the grids that depend on
+    them) and launches all."""
 
     def __init__(
-        self, device: NVDevice, launches: Sequence[tuple[Any, list[Any], tuple[tuple[int, int], ...], dict[str, int]]]
+        self,
+        device: NVDevice,
+        launches: Sequence[tuple[Any, list[Any], tuple[tuple[int, int], ...], dict[str, int]]],
     ):
         self.device = device
-        self._items: list[tuple[int, tuple[int, int, int], tuple[int, int, int], list[Arg]]] = []
-        self._inputs: list[tuple[int, int, int]] = []  # (launch, argument position, input index)
-        self._vars: list[tuple[int, int, str]] = []  # (launch, argument position, variable name)
+        drv = device.driver
+        self._items: list[tuple[int, tuple[int, int, int], tuple[int, int, int], Any]] = []
+        self._inputs: list[tuple[Any, int, int]] = []  # (packed args, position, input index)
+        self._vars: list[tuple[Any, int, str]] = []  # (packed args, position, variable name)
         self._sized: list[tuple[int, ProgramInfo, dict[str, int]]] = []  # launches whose grid depends on variables
         for i, (program, handles, from_inputs, var_vals) in enumerate(launches):
             info: ProgramInfo = program.info
             args: list[Arg] = [("ptr", 0 if h is None else h.ptr) for h in handles]
-            self._inputs += [(i, k, s) for k, s in from_inputs]
-            self._vars += [(i, len(handles) + j, n) for j, n in enumerate(info.var_names)]
             args += [("i32", int(var_vals[n])) for n in info.var_names]
+            packed = drv.pack(args)
+            self._inputs += [(packed, k, s) for k, s in from_inputs]
+            self._vars += [(packed, len(handles) + j, n) for j, n in enumerate(info.var_names)]
             grid, block = launch_dims(info, var_vals)
             launch = info.extra.get("launch") if info.extra else None
             if launch is not None and any(not isinstance(g, int) for g in launch[0]):
                 self._sized.append((i, info, var_vals))
-            self._items.append((program.raw.function, grid, block, args))
+            self._items.append((program.raw.function, grid, block, packed))
+        self._prepared = [drv.prepare(fn, g, b, 0, p) for fn, g, b, p in self._items if 0 not in g]
 
     def __call__(self, inputs: list[Any], var_vals: dict[str, int]) -> None:
-        for i, k, s in self._inputs:
-            self._items[i][3][k] = ("ptr", inputs[s].ptr)
+        for packed, k, s in self._inputs:
+            packed.set(k, inputs[s].ptr)
         if var_vals:
-            for i, k, name in self._vars:
+            for packed, k, name in self._vars:
                 if name in var_vals:
-                    self._items[i][3][k] = ("i32", int(var_vals[name]))
-            for i, info, captured in self._sized:
-                fn, _, block, args = self._items[i]
-                grid, _ = launch_dims(info, {**captured, **var_vals})
-                self._items[i] = (fn, grid, block, args)
+                    packed.set(k, int(var_vals[name]))
+            if self._sized:
+                for i, info, captured in self._sized:
+                    fn, _, block, packed = self._items[i]
+                    grid, _ = launch_dims(info, {**captured, **var_vals})
+                    self._items[i] = (fn, grid, block, packed)
+                drv = self.device.driver
+                self._prepared = [drv.prepare(fn, g, b, 0, p) for fn, g, b, p in self._items if 0 not in g]
         drv = self.device.driver
         drv.set_current(self.device.ctx)
-        for fn, grid, block, args in self._items:
-            if 0 not in grid:
-                drv.launch(fn, grid, block, 0, args)
+        launch = drv.launch_prepared
+        for prepared in self._prepared:
+            launch(prepared)
 
 
 class _PTXText:

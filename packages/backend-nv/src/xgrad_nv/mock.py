@@ -24,6 +24,7 @@ from xgrad_nv.driver import (
     ATTR_MULTIPROCESSOR_COUNT,
     Arg,
     CUDADriverError,
+    PackedArgs,
 )
 from xgrad_nv.renderer import NV_ARCHS
 
@@ -206,6 +207,22 @@ class MockDriver:
         mod.launch(
             name, grid=tuple(grid), block=tuple(block), args=[v for _, v in args], mem=ctx.mem, dynamic_shared=shared
         )
+
+    def pack(self, args: Sequence[Arg]) -> PackedArgs:
+        return PackedArgs(args)
+
+    def launch_packed(
+        self, function: int, grid: Sequence[int], block: Sequence[int], shared: int, packed: PackedArgs
+    ) -> None:
+        self.launch(function, grid, block, shared, packed.args)
+
+    def prepare(
+        self, function: int, grid: Sequence[int], block: Sequence[int], shared: int, packed: PackedArgs
+    ) -> tuple[Any, ...]:
+        return (function, tuple(grid), tuple(block), shared, packed)
+
+    def launch_prepared(self, prepared: tuple[Any, ...]) -> None:
+        self.launch_packed(*prepared)
 
     # ---- events: launches run at once, so an event is the time it was recorded ----
     def event_create(self) -> int:
