@@ -21,13 +21,17 @@ not need it.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from xgrad.distributed.launch import DistributedError, NotLaunchedError, launcher, rank, world_size
 from xgrad.helpers import DIST_TIMEOUT
 
-SPIN = 0.001  # seconds of busy polling before a wait sleeps POLL_SLEEP between polls (ranks may share cores)
+# a wait polls busily, yielding the core between polls (ranks may share cores: one that polls must let the rank it
+# waits for run, as Open MPI's own blocking calls do when oversubscribed), and after SPIN seconds (a rank that is
+# late, e.g. writing a checkpoint) sleeps POLL_SLEEP between polls
+SPIN = 0.25
 POLL_SLEEP = 0.00005
 PATIENCE = 1.0  # seconds of waiting after which a wait also answers PINGs
 GRACE = 3.0  # seconds a rank that timed out waits for the others' PONGs
@@ -125,6 +129,8 @@ class Communicator:
                 self.answer_pings()
             if waited > SPIN:
                 time.sleep(POLL_SLEEP)
+            else:
+                os.sched_yield()
 
     def _fail(self, message: str, silent: tuple[int, ...]) -> None:
         self.failed = RankFailedError(message, silent)
