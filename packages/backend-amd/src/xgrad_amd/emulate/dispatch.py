@@ -3,9 +3,9 @@ kernel descriptor asks for, and running the waves of every workgroup together as
 whole workgroups, for large grids).
 
 In: a `CodeObject`, a kernel name, grid (workgroups) and block (work-items), the kernarg bytes, a `DeviceMemory`.
-Out: the kernel's effects in that memory. Each instruction is decoded and turned into a Python function once per
-kernel (cached by its machine code), and one call executes it for every wave at that program counter, so the
-Python cost grows with the instructions a kernel runs, not with its grid.
+Out: the kernel's effects in that memory. Each instruction is decoded and turned into a Python function once (cached
+by its bytes, across kernels), and one call executes it for every wave at that program counter, so the Python cost
+grows with the instructions a kernel runs, not with its grid.
 """
 
 from __future__ import annotations
