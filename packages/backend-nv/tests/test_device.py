@@ -4,23 +4,19 @@ replay through NVDevice.batch, and the driver's errors. Results are compared wit
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
 from xgrad import Device, Tensor, TinyJit, Variable
 from xgrad.errors import DeviceError, OutOfMemoryError
-from xgrad.helpers import Context
 from xgrad_nv.device import NVAllocator, NVDevice, get_driver, launch_dims, table_arch
 from xgrad_nv.driver import CUDADriverError
 from xgrad_nv.mock import MOCK_ARCH, MockDriver
 
 
 @pytest.fixture(autouse=True)
-def mockgpu() -> Iterator[None]:
-    with Context(MOCKGPU=1):
-        yield
+def _mock(mockgpu: None) -> None:
+    """Every test here runs on the mock GPU (conftest's `mockgpu`)."""
 
 
 def test_mock_device_runs_on_the_ptx_interpreter() -> None:

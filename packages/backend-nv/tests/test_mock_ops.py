@@ -12,7 +12,6 @@ import pathlib
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -29,9 +28,8 @@ ROOT = HERE.parents[2]
 
 
 @pytest.fixture(autouse=True)
-def mockgpu() -> Iterator[None]:
-    with Context(MOCKGPU=1):
-        yield
+def _mock(mockgpu: None) -> None:
+    """Every test here runs on the mock GPU (conftest's `mockgpu`)."""
 
 
 @pytest.mark.parametrize("device", DEVICES)

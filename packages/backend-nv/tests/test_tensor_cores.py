@@ -15,7 +15,6 @@ import pytest
 
 from xgrad import Tensor
 from xgrad.device import Device
-from xgrad.helpers import Context
 from xgrad_nv.compiler import CUDACompiler, find_tool, load_nvrtc
 from xgrad_nv.renderer import NV_ARCHS, CUDARenderer
 
@@ -76,14 +75,13 @@ def test_tf32_matmul_sass_has_hmma_1688() -> None:
     assert "mma" not in CUDARenderer("sm_90").compile_only(f32_matmul_ast())  # off by default
 
 
-def test_tf32_matmul_runs_on_the_mock_gpu() -> None:
+def test_tf32_matmul_runs_on_the_mock_gpu(mockgpu: None) -> None:
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((32, 16), dtype=np.float32), rng.standard_normal((16, 24), dtype=np.float32)
-    with Context(MOCKGPU=1):
-        dev = Device["NV:CUDA:sm_90"]  # a registry entry of its own: its renderer is swapped for the tf32 one
-        dev.renderer = CUDARenderer("sm_90", tf32=True)
-        got = (Tensor(a, device=dev.name) @ Tensor(b, device=dev.name)).numpy()
-        assert any("m16n8k8" in p.info.src for p in dev._programs.values())
+    dev = Device["NV:CUDA:sm_90"]  # opened in the fixture's registry: its renderer is swapped for the tf32 one
+    dev.renderer = CUDARenderer("sm_90", tf32=True)
+    got = (Tensor(a, device=dev.name) @ Tensor(b, device=dev.name)).numpy()
+    assert any("m16n8k8" in p.info.src for p in dev._programs.values())
 
     def tf32(v: np.ndarray) -> np.ndarray:
         return (v.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
