@@ -196,6 +196,52 @@ def test_chat_stream_splits_think_tool_calls_and_content_at_any_cut() -> None:
     assert merge_deltas(opened.push("hmm</think>Yes") + opened.finish())["reasoning_content"] == "hmm"
 
 
+def stream_chunks(deltas: list[dict[str, Any]], finish: str) -> list[dict[str, Any]]:
+    """The chat.completion.chunk objects the server sends for these deltas (the app's framing, written out here)."""
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "tiny"}
+    chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+    chunks += [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    return chunks + [{**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
+
+
+def test_tool_call_arguments_stream_in_fragments_that_the_openai_client_accumulates() -> None:
+    """Two calls (Hermes JSON, then the parameter form) fed a few characters at a time: the first delta of each call
+    carries index, id, type and name with empty arguments, later ones only argument fragments; the official client's
+    stream accumulator adds them up to two calls with indexes 0 and 1 whose arguments parse."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
+    text = (
+        'Let me look. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Par\\"is", "days": [1, {"x": 2}]}}'
+        "\n</tool_call>\n<function=lookup>\n<parameter=q>\nx<y\n</parameter>\n<parameter=n>3</parameter>\n</function>"
+    )
+    for cut in (1, 3, 7):
+        s = ChatStream(tools=True)
+        deltas = [d for i in range(0, len(text), cut) for d in s.push(text[i : i + cut])] + s.finish()
+        calls = [c for d in deltas for c in d.get("tool_calls", [])]
+        for index in (0, 1):
+            mine = [c for c in calls if c["index"] == index]
+            assert mine[0]["function"]["arguments"] == "" and mine[0]["type"] == "function"
+            assert mine[0]["id"].startswith("call_") and mine[0]["function"]["name"]
+            assert all("id" not in c and "name" not in c["function"] for c in mine[1:])
+            assert len(mine) > 2  # the arguments came in fragments
+        state = ChatCompletionStreamState()
+        for chunk in stream_chunks(deltas, "tool_calls"):
+            state.handle_chunk(ChatCompletionChunk.model_validate(chunk))
+        message = state.get_final_completion().choices[0].message
+        assert message.content == "Let me look. "
+        got = [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or []]
+        assert got == [("get_weather", {"city": 'Par"is', "days": [1, {"x": 2}]}), ("lookup", {"q": "x<y", "n": 3})]
+    s = ChatStream(tools=True)  # arguments as a JSON string, and a call cut off at the end of the output
+    deltas = s.push('<tool_call>{"arguments": "{\\"a\\": 1}", "name": "f"}</tool_call><tool_call>{"name": "g", "a')
+    deltas += s.push('rguments": {"b": tr') + s.finish()
+    msg = merge_deltas(deltas)
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in msg["tool_calls"]] == [
+        ("f", '{"a": 1}'),
+        ("g", '{"b": tr'),
+    ]
+
+
 def test_function_form_with_parameters_and_tool_turns_as_text() -> None:
     assert parse_call("<function=f><parameter=a>3</parameter><parameter=b>hi there</parameter></function>") == (
         "f",
@@ -276,6 +322,8 @@ def test_required_tool_call_is_returned_as_tool_calls(served: tuple[Any, Any], s
         chunks = list(client.chat.completions.create(stream=True, **kw))
         deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
         assert deltas and all(d.index == 0 for d in deltas)
+        assert deltas[0].id and deltas[0].function.name and deltas[0].function.arguments == ""
+        assert len(deltas) > 2 and all(d.id is None and d.function.name is None for d in deltas[1:])
         name = "".join(d.function.name or "" for d in deltas)
         args = "".join(d.function.arguments or "" for d in deltas)
         finish = chunks[-1].choices[0].finish_reason

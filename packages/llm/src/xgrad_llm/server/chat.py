@@ -17,7 +17,7 @@ def chat_constraint(llm: LLM, req: ChatRequest) -> JSONConstraint | None:
             names = [req.tool_choice["function"]["name"]]
         params = {t["function"]["name"]: t["function"].get("parameters", {}) for t in req.tools}
         schema = tool_call_schema({n: params[n] for n in names})
-        return JSONConstraint(llm.tokenizer, schema, prefix="<tool_call>\n", suffix="\n</tool_call>")
+        return JSONConstraint(llm.tokenizer, schema, prefix="<tool_call>\n", suffix="\n</tool_call>", ordered=True)
     if req.response_format is not None:
         fmt_schema = req.response_format.get("schema") if req.response_format["type"] == "json_schema" else None
         return JSONConstraint(llm.tokenizer, fmt_schema, root_object=fmt_schema is None)

@@ -19,6 +19,7 @@ brackets); once the budget is down to its length, the constraint names the token
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import weakref
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ class Node:
     additional: bool = True
     items: Node | None = None
     enum: tuple[bytes, ...] | None = None
+    ordered: bool = False  # keys come in the order of `props` (a tool call names its function first)
 
     def child(self, key: str) -> Node:
         return self.props.get(key) or ANY
@@ -264,6 +266,8 @@ def _step(stack: Stack, c: int) -> Stack | None:
                 return _done(rest)
             if c == ord('"') and phase in "{k":
                 allowed = None if node.additional else tuple(k for k in node.props if k not in seen)
+                if node.ordered and allowed:
+                    allowed = allowed[:1]
                 if allowed == ():
                     return None
                 return stack + (("K", allowed, b""),)
@@ -389,14 +393,23 @@ def token_table(tokenizer: Tokenizer) -> tuple[list[bytes], dict[bytes, int]]:
 
 class JSONConstraint:
     """The output must be `prefix` + JSON matching `schema` (any JSON value when None; any object with
-    `root_object`) + `suffix`. Implements the engine's `Constraint`."""
+    `root_object`) + `suffix`; with `ordered`, the top object's keys come in the schema's order. Implements the
+    engine's `Constraint`."""
 
     def __init__(
-        self, tokenizer: Tokenizer, schema: Any = None, root_object: bool = False, prefix: str = "", suffix: str = ""
+        self,
+        tokenizer: Tokenizer,
+        schema: Any = None,
+        root_object: bool = False,
+        prefix: str = "",
+        suffix: str = "",
+        ordered: bool = False,
     ) -> None:
         node = compile_schema(schema)
         if root_object:
             node = Node(kinds=frozenset({"object"}))
+        if ordered:
+            node = dataclasses.replace(node, ordered=True)
         stack: Stack = ()
         if suffix:
             stack += (("X", suffix.encode(), 0),)
