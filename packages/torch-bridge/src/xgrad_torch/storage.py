@@ -252,9 +252,9 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     x = read(t)
     if x.dtype == dtypes.bfloat16:
         x = x.cast(dtypes.float32)
-    x = x.contiguous()
-    flush(x)
-    return x.numpy()
+    if _pending:
+        flush(x)  # one schedule for the pending writes and x
+    return x.numpy()  # a whole realized buffer is read as it is: no copy kernel
 
 
 def from_cpu(src: torch.Tensor) -> Tensor:
