@@ -11,10 +11,10 @@ llama-cpp-python 0.3.36, through its type traits and `from_float` functions):
   float16(amax / 127), each value round(x * (127 / amax)) with halves to even (the AVX path). Q8_1 (Q4_1, Q5_1)
   quantises the same way and also stores s = float16(d * sum of the block's quants) with the float32 d, which the
   weights' offsets multiply; here the offsets multiply float16(d) * that sum instead (not reproduced: a difference
-  of float16 rounding in that term only; no file this package is tested with has Q4_1/Q5_1 matrices). Q8_K (the K-quants Q2_K..Q6_K and IQ4_XS) takes blocks of 256: s = 127 / amax (in ggml
-  -127 / the signed value of largest magnitude; the sign cancels between the quants and the scale), each value
-  round(x * s), halves to even, and the block scale 1 / s, a float32. An F16 weight rounds the activation to
-  float16, a BF16 weight to bfloat16.
+  of float16 rounding in that term only; no file this package is tested with has Q4_1/Q5_1 matrices). Q8_K (the
+  K-quants Q2_K..Q6_K and IQ4_XS) takes blocks of 256: s = 127 / amax (in ggml -127 / the signed value of largest
+  magnitude; the sign cancels between the quants and the scale), each value round(x * s), halves to even, and the
+  block scale 1 / s, a float32. An F16 weight rounds the activation to float16, a BF16 weight to bfloat16.
 - `activations(x, type_id)` returns those quantised values dequantised (q * scale): a product with them equals
   llama.cpp's integer block sums up to float32 rounding of the sum (about 1e-7 relative; llama.cpp's own SIMD
   accumulation order differs between its kernels by as much), while the rounding that matters, of each activation
