@@ -5,12 +5,15 @@ prompt through its own `Runner` over a shallow copy of the model whose caches ar
 prefix reuse work as for one sequence. A decode round takes one token and one position per row and runs the model
 once for all rows: the matrix products read each weight once for the whole batch, which is where decoding spends its
 time. The model's `forward` gives every row the same start position, so the batched copy of the model gets its own
-attention (`_attention` below, set on the copy): RoPE angles, the cache write and the causal mask per row. A row
-whose slot does not decode this round still computes (a batch is one captured program); it writes its garbage key
-and value at the first position its slot's cache does not hold, which the slot's next prompt overwrites.
+attention (`_attention` below, set on the copy): RoPE angles, the cache write and the causal mask per row.
 
-In: token ids and positions, one per slot. Out: logits (N, vocab). One TinyJit program for every round, its
-positions and tokens bound Variables.
+A round computes only the slots that decode: with k of N slots busy, it runs a batch of k rows whose cache rows are
+gathered by slot index (bound Variables, so one program serves every choice of k slots), one TinyJit program per k
+(1..N, each captured on first use). With all N busy the rows are the caches as they are (no gather). Padding to a
+power of two would instead compute up to twice the busy rows; a round of k rows costs about what the k-row matrix
+products cost, so a batched round of k >= 2 slots is never more work than their k lone decodes.
+
+In: token ids, positions and slot indices, one per busy slot. Out: logits (k, vocab).
 """
 
 from __future__ import annotations
@@ -24,12 +27,12 @@ import numpy as np
 
 from xgrad import Tensor, TinyJit, Variable
 from xgrad.dtype import dtypes
-from xgrad_llm.generate import LLM, Runner
+from xgrad_llm.generate import LLM, GenerationError, Runner
 from xgrad_llm.model import LayerWeights, Transformer, apply_rope, softcap
 
 
 class BatchDecoder:
-    """N slots' caches as rows of one batch, and the one-program decode round over all of them."""
+    """N slots' caches as rows of one batch, and the decode round over any k of them (one program per k)."""
 
     def __init__(self, llm: LLM, n: int) -> None:
         src = llm.model
@@ -47,9 +50,11 @@ class BatchDecoder:
         self.model = model
         self.toks = [Variable(f"tok{b}", 0, src.cfg.vocab_size - 1) for b in range(n)]
         self.pos = [Variable(f"pos{b}", 0, self.cache_len - 1) for b in range(n)]
+        self.slots = [Variable(f"slot{b}", 0, n - 1) for b in range(n)]  # the cache row of each batch row (k < N)
         self.end = Variable("end", 1, self.cache_len)  # positions the round attends to: the latest row's, plus one
         self._span: Any = self.cache_len  # the bound `end` while a round is traced
-        self._round = TinyJit(self._round_impl)
+        self._rows: tuple[Any, ...] = tuple(range(n))  # the cache rows while a round is traced
+        self._rounds = [TinyJit(self._round_impl) for _ in range(n)]  # _rounds[k - 1]: a round of k busy slots
 
     def runner(self, b: int) -> Runner:
         """Slot b's Runner: its prefill and lone decodes write row b of the batched caches."""
@@ -59,17 +64,33 @@ class BatchDecoder:
         return Runner(m, self.max_context, self.chunk)
 
     def _round_impl(self, *bound: Any) -> Tensor:
-        toks, pos, self._span = bound[: self.n], bound[self.n : 2 * self.n], bound[2 * self.n]
-        x = Tensor.cat(*(self.model.embed_token(t) for t in toks)).reshape(self.n, 1, -1)
+        k = len(bound) // 3
+        toks, pos, self._span = bound[:k], bound[k : 2 * k], bound[3 * k]
+        self._rows = tuple(range(self.n)) if k == self.n else bound[2 * k : 3 * k]
+        x = Tensor.cat(*(self.model.embed_token(t) for t in toks)).reshape(k, 1, -1)
         return self.model.forward(x, tuple(pos)).realize()
 
-    def decode(self, toks: Sequence[int], positions: Sequence[int]) -> np.ndarray:
-        """Logits (N, vocab) after feeding token toks[b] at position positions[b] of row b."""
-        bound = [v.bind(int(t)) for v, t in zip(self.toks, toks)] + [
-            v.bind(int(p)) for v, p in zip(self.pos, positions)
-        ]
+    def decode(self, toks: Sequence[int], positions: Sequence[int], slots: Sequence[int] | None = None) -> np.ndarray:
+        """Logits (k, vocab) after feeding token toks[b] at position positions[b] of cache row slots[b] (default:
+        every row in order), for k distinct slots."""
+        rows = list(range(self.n)) if slots is None else [int(s) for s in slots]
+        k = len(rows)
+        if not 1 <= k <= self.n or len(set(rows)) != k or not all(0 <= s < self.n for s in rows):
+            raise GenerationError(f"a round needs 1..{self.n} distinct slots of 0..{self.n - 1}, got {rows}")
+        if len(toks) != k or len(positions) != k:
+            raise GenerationError(
+                f"a round of {k} slots needs {k} tokens and positions, got {len(toks)}, {len(positions)}"
+            )
+        if k == self.n:
+            order = sorted(range(k), key=lambda b: rows[b])  # all rows: the caches in their own order
+            toks, positions, rows = [toks[b] for b in order], [positions[b] for b in order], sorted(rows)
+        bound = [v.bind(int(t)) for v, t in zip(self.toks, toks)]
+        bound += [v.bind(int(p)) for v, p in zip(self.pos, positions)]
+        bound += [v.bind(s) for v, s in zip(self.slots, rows)]
         bound.append(self.end.bind(max(int(p) for p in positions) + 1))
-        out: np.ndarray = self._round(*bound).numpy().reshape(self.n, -1)  # the JIT reuses its buffer: copy out
+        out: np.ndarray = self._rounds[k - 1](*bound).numpy().reshape(k, -1)  # the JIT reuses its buffer: copy out
+        if k == self.n:
+            out = out[np.argsort(order)]
         return out
 
     def _attention(self, i: int, w: LayerWeights, x: Tensor, positions: tuple[Any, ...]) -> Tensor:
@@ -88,17 +109,22 @@ class BatchDecoder:
         k = apply_rope(k.reshape(1, n, kv, hd), rows[0], rows[1], cfg.rope_style).reshape(n, 1, kv, hd)
         ck, cv = m.cache_k[i], m.cache_v[i]
         writes = []
-        for b, p in enumerate(positions):
+        for b, (r, p) in enumerate(zip(self._rows, positions)):
             writes.append(
-                ck.shrink(((b, b + 1), None, (p, p + 1), None)).assign(k[b : b + 1].transpose(1, 2).cast(ck.dtype))
+                ck.shrink(((r, r + 1), None, (p, p + 1), None)).assign(k[b : b + 1].transpose(1, 2).cast(ck.dtype))
             )
             writes.append(
-                cv.shrink(((b, b + 1), None, (p, p + 1), None)).assign(v[b : b + 1].transpose(1, 2).cast(cv.dtype))
+                cv.shrink(((r, r + 1), None, (p, p + 1), None)).assign(v[b : b + 1].transpose(1, 2).cast(cv.dtype))
             )
         Tensor.realize(*writes)
         end = self._span  # keys past the latest row's position are masked for every row: not read at all
-        keys = ck.shrink((None, None, (0, end), None)).unsqueeze(2).cast(dtypes.float32)  # (N, KV, 1, end, hd)
-        values = cv.shrink((None, None, (0, end), None)).unsqueeze(2).cast(dtypes.float32)
+        if n == m.cache_k[i].shape[0]:
+            ck, cv = ck.shrink((None, None, (0, end), None)), cv.shrink((None, None, (0, end), None))
+        else:  # the busy slots' rows only
+            ck = Tensor.cat(*(ck.shrink(((r, r + 1), None, (0, end), None)) for r in self._rows))
+            cv = Tensor.cat(*(cv.shrink(((r, r + 1), None, (0, end), None)) for r in self._rows))
+        keys = ck.unsqueeze(2).cast(dtypes.float32)  # (N, KV, 1, end, hd)
+        values = cv.unsqueeze(2).cast(dtypes.float32)
         qg = m._f16(q).reshape(n, 1, kv, group, hd).permute(0, 2, 3, 1, 4)  # (N, KV, G, 1, hd)
         # products as broadcast multiply + sum: `@` reshapes the keys' view, and with a row axis beside the symbolic
         # `end` its index needs a division by `end` per element (scalar kernels, 13x the one-row time for 4 rows)

@@ -8,9 +8,9 @@ slots wait in a bounded queue; a full queue refuses the job (`QueueFullError`, H
 
 One worker thread does all model work, off the event loop: each round it admits waiting jobs into free slots and
 runs one step of every busy slot (a decode, or up to `prefill_step` tokens of a prompt: a long prompt is fed over
-several rounds), so the slots' streams interleave token by token. With `batch` (the default), when more than half the
-slots (two at least) decode in a round, their decodes run as one batched forward (continuous batching: a request
-joins or leaves between rounds; `batches` says why half).
+several rounds), so the slots' streams interleave token by token. With `batch` (the default), when two or more slots
+decode in a round, their decodes run as one batched forward over just those slots' rows (continuous batching: a
+request joins or leaves between rounds).
 A job whose client left (`cancel()`) or whose deadline passed is dropped before its next step, and its slot is
 free at once. Events reach the HTTP side through the job's `emit` callback (thread-safe hand-off to the event loop).
 
@@ -103,10 +103,10 @@ class Stats:
 
 
 def batches(decoding: int, slots: int) -> bool:
-    """Whether `decoding` concurrent decodes among `slots` slots run as one batched round. A round computes a row for
-    every slot, busy or not, so it pays when most slots decode: measured on Gemma 3 270M Q4_K_M with 4 slots, a round
-    costs about what 2 lone decodes cost (CPU time), so 4 busy slots decode 2x faster batched and 2 gain nothing."""
-    return decoding >= 2 and 2 * decoding > slots
+    """Whether `decoding` concurrent decodes among `slots` slots run as one batched round: whenever two or more do. A
+    round computes only the decoding slots' rows (`batch.py`), so it reads the weights once for k decodes where k lone
+    decodes read them k times."""
+    return 2 <= decoding <= slots
 
 
 def slot_runner(llm: LLM) -> Runner:
@@ -415,22 +415,13 @@ class Engine:
         self._emit(slot, ev)
 
     def _decode_round(self, rows: dict[int, tuple[int, int]]) -> None:
-        """One batched forward for the slots in `rows` ({slot: (token, position)}); the other rows write at the
-        first position their cache does not hold (see `batch.py`)."""
+        """One batched forward for the slots in `rows` ({slot: (token, position)}), computing only their rows."""
         assert self.batch is not None
-        toks, positions = [], []
-        for slot in self.slots:
-            if slot.index in rows:
-                tok, pos = rows[slot.index]
-            else:
-                tok, pos = 0, min(len(slot.runner.cached), self.batch.cache_len - 1)
-                slot.runner.cached = slot.runner.cached[:pos]
-            toks.append(tok)
-            positions.append(pos)
+        order = sorted(rows)
         t0 = time.perf_counter()
         try:
             with self.model_lock:
-                logits = self.batch.decode(toks, positions)
+                logits = self.batch.decode([rows[i][0] for i in order], [rows[i][1] for i in order], order)
         except Exception as e:
             for slot in self.slots:
                 if slot.index in rows:
@@ -438,11 +429,12 @@ class Engine:
             return
         self.stats.generate_seconds += time.perf_counter() - t0
         self.stats.batched_rounds += 1
-        for slot in self.slots:
-            if slot.index in rows and slot.gen is not None:
+        for b, index in enumerate(order):
+            slot = self.slots[index]
+            if slot.gen is not None:
                 slot.runner.cached = list(slot.gen.ids)
                 try:
-                    ev = slot.gen.take(logits[slot.index])
+                    ev = slot.gen.take(logits[b])
                 except Exception as e:
                     self._failed(slot, e)
                     continue

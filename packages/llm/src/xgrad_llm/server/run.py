@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="run concurrent decodes of the slots as one batched forward when more than half decode (default; "
+        help="run concurrent decodes of the slots as one batched forward over the decoding slots (default; "
         "--no-batch: one forward per slot)",
     )
     p.add_argument("--model-name", default=None, help="the model id in responses (default: the file's name)")
