@@ -34,8 +34,8 @@ XGRAD_CHILD = textwrap.dedent(
     from xgrad import Tensor
     from xgrad.dtype import dtypes
     from xgrad_llm.generate import LLM
-    path, n_prompt, n_gen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    llm = LLM.load(path, max_context=n_prompt + n_gen + 64)
+    path, n_prompt, n_gen, numerics = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    llm = LLM.load(path, max_context=n_prompt + n_gen + 64, numerics=numerics)
     r = llm.benchmark(n_prompt=n_prompt, n_gen=n_gen)
     r["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the bandwidth buffer
     buf = Tensor.ones(64 << 20, dtype=dtypes.float32).contiguous().realize()
@@ -106,6 +106,12 @@ def main() -> None:
     p.add_argument("--gen", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument(
+        "--numerics",
+        choices=("xgrad", "llama.cpp"),
+        default="xgrad",
+        help="xgrad's arithmetic (see xgrad_llm.numerics)",
+    )
     p.add_argument("--peer-python", default=str(ROOT / ".bench-venv" / "bin" / "python"))
     p.add_argument(
         "--peer-extra-bufts",
@@ -123,9 +129,11 @@ def main() -> None:
     if not peer_ok:
         print(f"llama-cpp-python is not importable from {args.peer_python}: xgrad only (see the docstring)")
     print(f"model {model}\nprompt {args.prompt} tokens, decode {args.gen} tokens, {args.threads} threads")
+    print(f"xgrad numerics: {args.numerics}")
     best: dict[str, dict[str, float]] = {}
     for rnd in range(args.rounds):
-        runs = [("xgrad", [sys.executable, "-c", XGRAD_CHILD, model, str(args.prompt), str(args.gen)])]
+        xgrad_cmd = [sys.executable, "-c", XGRAD_CHILD, model, str(args.prompt), str(args.gen), args.numerics]
+        runs = [("xgrad", xgrad_cmd)]
         if peer_ok:
             cmd = [args.peer_python, "-c", LLAMA_CHILD, model, str(args.prompt), str(args.gen), str(args.threads)]
             runs.append(("llama.cpp", cmd))
