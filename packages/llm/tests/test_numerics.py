@@ -245,3 +245,6 @@ def test_tiny_llama_with_llama_cpp_numerics_matches_a_numpy_forward(tmp_path: pa
     fp32 = Transformer(llm.file, cache_len=32).logits_all(ids).numpy()[0]
     err, err32 = np.abs(got - want[3:]).max(), np.abs(fp32 - want).max()
     assert err < 1e-4 and err32 > 100 * err  # measured: 1.5e-6 and 0.19
+    dense = Transformer(llm.file, cache_len=32, quantized=False, numerics="llama.cpp")  # float32 weights, fused q/k/v
+    assert "attn_qkv" in dense.layers[0]
+    np.testing.assert_allclose(dense.logits_all(ids).numpy()[0], want, atol=1e-4, rtol=0)

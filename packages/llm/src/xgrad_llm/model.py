@@ -38,7 +38,7 @@ from xgrad.dtype import dtypes
 from xgrad.errors import XgradError
 from xgrad_llm.gguf import GGUFFile
 from xgrad_llm.moe import moe_ffn
-from xgrad_llm.numerics import NUMERICS, activations, gelu_f16, round_f16
+from xgrad_llm.numerics import ACTIVATION_TYPES, NUMERICS, activations, gelu_f16, round_f16
 from xgrad_llm.packed import PackedMatrix, can_pack
 from xgrad_llm.quants import GGMLType, dequantize
 
@@ -228,14 +228,15 @@ class LayerWeights(dict[str, Tensor]):
 
 def _fuse(w: LayerWeights, parts: tuple[str, ...], name: str, same_types: bool = False) -> None:
     """Replace the matrices `parts` of layer weights `w` (transposed, and their biases, when all have one) by their
-    rows stacked into one matrix `name` (transposed); with `same_types`, only where all parts have one GGML type."""
+    rows stacked into one matrix `name` (transposed); with `same_types`, only where llama.cpp would quantise all the
+    parts' inputs alike."""
     biases = [f"{p}.bias" for p in parts]
     if not all(p in w for p in parts):  # e.g. an MoE layer: no dense gate/up
         return
     if any(b in w for b in biases) and not all(b in w for b in biases):
         return
-    if same_types and len({w.types.get(p) for p in parts}) != 1:
-        return
+    if same_types and len({ACTIVATION_TYPES.get(GGMLType(w.types[p])) for p in parts}) != 1:
+        return  # llama.cpp numerics quantise the parts' inputs differently
     w.types[name] = w.types[parts[0]]
     w[name] = Tensor.cat(*(w.pop(p).T for p in parts)).contiguous().realize().T
     if biases[0] in w:
