@@ -169,6 +169,175 @@ def test_bad_schemas_are_400s() -> None:
         assert e.value.status == 400 and e.value.param == "response_format"
 
 
+RICH = {
+    "$defs": {
+        "point": {
+            "type": "object",
+            "properties": {
+                "x": {"type": "integer", "minimum": -3, "maximum": 7},
+                "y": {"type": "number", "exclusiveMinimum": 0.5, "maximum": 2.25},
+            },
+            "required": ["x", "y"],
+            "additionalProperties": False,
+        },
+        "tree": {
+            "type": "object",
+            "properties": {
+                "label": {"type": "string", "maxLength": 3},
+                "kids": {"type": "array", "items": {"$ref": "#/$defs/tree"}, "maxItems": 2},
+            },
+            "required": ["label"],
+            "additionalProperties": False,
+        },
+    },
+    "type": "object",
+    "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{2,3}$"},
+        "name": {"type": "string", "minLength": 2, "maxLength": 5, "description": "an annotation"},
+        "level": {"type": "integer", "exclusiveMinimum": 10, "maximum": 13},
+        "ratio": {"type": "number", "minimum": -1.5, "exclusiveMaximum": -1.25},
+        "tags": {"type": "array", "items": {"enum": ["a", "bc", 1]}, "minItems": 1, "maxItems": 3},
+        "where": {"$ref": "#/$defs/point"},
+        "tree": {"$ref": "#/$defs/tree"},
+        "either": {
+            "anyOf": [
+                {"type": "string", "pattern": "x+"},
+                {"type": "integer", "minimum": 100},
+                {
+                    "type": "object",
+                    "properties": {"k": {"const": True}},
+                    "required": ["k"],
+                    "additionalProperties": False,
+                },
+            ]
+        },
+        "one": {"oneOf": [{"type": "null"}, {"type": "boolean"}]},
+        "kind": {"const": "fixed"},
+        "extra": {"type": "object", "additionalProperties": {"type": "integer", "maximum": 0}},
+    },
+    "required": ["code", "name", "level", "ratio", "tags", "where", "tree", "either", "kind"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_choices_satisfy_value_constraints_by_jsonschema(tokenizer: Tokenizer, seed: int) -> None:
+    """enum/const, integer and number bounds, length and item counts, pattern, $ref (recursive too), anyOf/oneOf
+    and additionalProperties (false and a schema): a walk choosing uniformly among the allowed tokens, with a budget
+    from tight to roomy, always ends in JSON that the reference validator accepts."""
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is the oracle of this test")
+    rng = np.random.default_rng(seed)
+    c = JSONConstraint(tokenizer, RICH)
+    tight = len(c.closing()) + 1
+    budget = int(rng.integers(tight, tight + 200))
+    text, _ = random_walk(tokenizer, c, budget, rng)
+    jsonschema.Draft202012Validator(RICH).validate(json.loads(text))
+
+
+def accepts(tokenizer: Tokenizer, schema: dict[str, Any], text: str) -> bool:
+    """Whether the constraint takes `text` byte by byte and is then complete."""
+    c = JSONConstraint(tokenizer, schema)
+    for b in text.encode():
+        if not c.allows(4 + b):
+            return False
+        c.advance(4 + b)
+    return c.complete
+
+
+def test_number_bounds_accept_exactly_the_numbers_in_range(tokenizer: Tokenizer) -> None:
+    """Against exact rational comparison: every integer in -130..130 and every one- or two-decimal number in
+    -3..3 is accepted inside an array iff it is within the bounds (inclusive or exclusive)."""
+    from fractions import Fraction
+
+    cases = [
+        ({"type": "integer", "minimum": -7, "maximum": 105}, lambda v: -7 <= v <= 105),
+        ({"type": "integer", "exclusiveMinimum": 9, "exclusiveMaximum": 12}, lambda v: 9 < v < 12),
+        ({"type": "integer", "minimum": -120.5, "maximum": -99}, lambda v: -120.5 <= v <= -99),
+        ({"type": "integer", "minimum": 0}, lambda v: v >= 0),
+    ]
+    for schema, ok in cases:
+        arr = {"type": "array", "items": schema}
+        for v in range(-130, 131):
+            assert accepts(tokenizer, arr, f"[{v}]") == ok(v), (schema, v)
+        assert not accepts(tokenizer, arr, "[1.0]") and not accepts(tokenizer, arr, "[1e2]")
+    cases = [
+        (
+            {"type": "number", "minimum": -1.5, "exclusiveMaximum": 0.25},
+            lambda v: Fraction("-1.5") <= v < Fraction("0.25"),
+        ),
+        ({"type": "number", "exclusiveMinimum": 0.1, "maximum": 2}, lambda v: Fraction("0.1") < v <= 2),
+        ({"type": "number", "maximum": -2.75}, lambda v: v <= Fraction("-2.75")),
+    ]
+    for schema, ok in cases:
+        arr = {"type": "array", "items": schema}
+        for hundredths in range(-300, 301, 1):
+            v = Fraction(hundredths, 100)
+            for text in {f"{float(v):.2f}", f"{float(v):.1f}" if hundredths % 10 == 0 else f"{float(v):.2f}"}:
+                assert accepts(tokenizer, arr, f"[{text}]") == ok(Fraction(text)), (schema, text)
+
+
+def test_pattern_subset_agrees_with_python_re(tokenizer: Tokenizer) -> None:
+    """Strings over a small alphabet are accepted iff re.search finds the pattern (ECMA search semantics: unanchored
+    unless ^/$; ECMA's \\w and \\d are ASCII, hence re.ASCII), and length bounds count code points."""
+    import itertools
+    import re
+
+    patterns = [
+        "^[a-c]+$",
+        "ab",
+        "^a(b|cd)*$",
+        "^(?:ab|c){2,3}$|^d$",
+        "c\\d?$",
+        "^[^b]b{1,2}",
+        "^\\w\\W\\s?.$",
+        "^a*?c?$",
+        "^é+$",
+    ]
+    words = ["".join(p) for n in range(4) for p in itertools.product("abcd1 é", repeat=n)]
+    words += ["".join(p) for p in itertools.product("abcd1 é", repeat=4)][::7]
+    for pattern in patterns:
+        schema = {"type": "array", "items": {"type": "string", "pattern": pattern}}
+        for w in words:
+            assert accepts(tokenizer, schema, json.dumps([w], ensure_ascii=False)) == bool(
+                re.search(pattern, w, re.ASCII)
+            ), (
+                pattern,
+                w,
+            )
+    sized = {"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 3}}
+    for w in ["a", "ab", "abc", "abcd", "éé", "ééé", "éééé", "\n\t"]:
+        assert accepts(tokenizer, sized, json.dumps([w], ensure_ascii=False)) == (2 <= len(w) <= 3), w
+    assert accepts(tokenizer, sized, '["a\\n"]') and not accepts(tokenizer, sized, '["\\u0041b"]')
+
+
+@pytest.mark.parametrize(
+    ("schema", "named"),
+    [
+        ({"type": "string", "format": "date"}, "'format'"),
+        ({"type": "object", "minProperties": 1}, "'minProperties'"),
+        ({"allOf": [{"type": "string"}]}, "'allOf'"),
+        ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, "'not'"),
+        ({"type": "array", "items": [{"type": "string"}]}, "items"),
+        ({"$ref": "https://example.com/s.json"}, "$ref"),
+        ({"$ref": "#/$defs/missing"}, "names nothing"),
+        ({"type": "string", "pattern": "(a)\\1"}, "escape \\1"),
+        ({"type": "string", "pattern": "a(?=b)"}, "lookaround"),
+        ({"type": "string", "pattern": "a^b"}, "'^'"),
+        ({"type": "integer", "minimum": 3, "exclusiveMaximum": 4, "maximum": 9}, None),
+        ({"type": "integer", "minimum": 3.5, "maximum": 3.9}, "no integer"),
+        ({"type": "string", "minLength": 4, "maxLength": 2}, "minLength"),
+        ({"enum": ["a"], "type": "integer"}, "enum"),
+    ],
+)
+def test_unsupported_or_impossible_schemas_are_400s_naming_the_keyword(schema: Any, named: str | None) -> None:
+    if named is None:  # a valid one: only 3 is in range
+        assert compile_schema(schema).num.hi == 4
+        return
+    with pytest.raises(APIError) as e:
+        compile_schema({"type": "object", "properties": {"v": schema}})
+    assert e.value.status == 400 and e.value.param == "response_format" and named in str(e.value), str(e.value)
+
+
 def test_chat_stream_splits_think_tool_calls_and_content_at_any_cut() -> None:
     text = (
         "<think>plan: call it</think>\nSure. <tool_call>\n"
@@ -305,6 +474,31 @@ def test_response_format_json_schema_through_the_client(served: tuple[Any, Any])
         response_format={"type": "json_object"},
     )
     assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+def test_value_constraints_through_the_client_and_unsupported_keyword_400(served: tuple[Any, Any]) -> None:
+    openai = pytest.importorskip("openai")
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is the oracle of this test")
+    client, _ = served
+    r = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "JSON"}],
+        max_tokens=400,
+        seed=3,
+        response_format={"type": "json_schema", "json_schema": {"name": "rich", "schema": RICH, "strict": True}},
+    )
+    jsonschema.Draft202012Validator(RICH).validate(json.loads(r.choices[0].message.content))
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "JSON"}],
+            max_tokens=20,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "object", "patternProperties": {"^a": {}}}},
+            },
+        )
+    assert e.value.status_code == 400 and "'patternProperties'" in e.value.body["message"]
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -1,112 +1,47 @@
 """Constrained decoding for JSON: a JSON schema (or "any object") in, a token filter out that lets through only the
-tokens that keep the output a prefix of a JSON text matching the schema.
+tokens that keep the output a prefix of a JSON text matching the schema (`schema.py` says which keywords count).
 
-The filter is a byte-level pushdown recognizer whose state is an immutable tuple (a stack of frames), so a candidate
-token is checked by feeding its bytes to a copy of the state. Frames: `X` an exact literal (the prefix and suffix
-around the JSON, e.g. `<tool_call>\\n` ... `\\n</tool_call>`), `V` a value to start, `L` literals (true, false, null,
-enum members), `S` a string's inside (`U` a multi-byte UTF-8 character in it), `K` an object key, `N` a number,
-`O` an object, `A` an array.
+The filter is a byte-level pushdown recognizer whose state is a few immutable stacks of frames (one per live
+alternative of an `anyOf`/`oneOf`), so a candidate token is checked by feeding its bytes to a copy of the state.
+Frames: `X` an exact literal (the prefix and suffix around the JSON, e.g. `<tool_call>\\n` ... `\\n</tool_call>`),
+`V` a value to start, `L` literals (true, false, null, enum members), `S` a string's inside (its length, pattern
+state, and a partial escape or UTF-8 character), `K` an object key, `N` a number (its text so far, checked against
+the bounds: a prefix passes while some completion of it is in range), `O` an object, `A` an array.
+Whitespace between tokens is allowed, at most `MAX_WS` bytes in a row, so a model cannot pad forever. A number with
+bounds has no exponent; a string with a length or pattern takes no `\\u` escapes (characters are written as they are).
 
-What a schema can say here: `type` (one or a list), `properties`, `required`, `additionalProperties: false`, `items`,
-`enum`, `const`, and `anyOf`/`oneOf` of such schemas (their types merged). Other keywords (`minimum`, `pattern`,
-`$ref`, ...) are not checked: a value of the right type passes. Whitespace between tokens is allowed, at most
-`MAX_WS` bytes in a row, so a model cannot pad forever.
-
-So that the output closes within its token budget, `forced(budget)` computes the shortest text that completes the
-JSON from the current state (close the string, write the missing required keys with minimal values, close the
-brackets); once the budget is down to its length, the constraint names the token to emit, longest match first.
+So that the output closes within its token budget, `forced(budget)` computes a short text that completes the JSON
+from the current state (finish the string or number in range, write the missing required keys and items with
+minimal values, close the brackets); once the budget is down to its length, the constraint names the token to emit,
+longest match first.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import weakref
-from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
-from xgrad_llm.server.protocol import APIError
+from xgrad_llm.server.schema import Node, NumSpec, StrSpec, compile_schema
 from xgrad_llm.tokenizer import Tokenizer
+
+__all__ = ["JSONConstraint", "Node", "closing", "compile_schema", "token_table", "tool_call_schema"]
 
 MAX_WS = 12
 MAX_DIGITS = 24
+MAX_STACKS = 64
 WS = frozenset(b" \t\n\r")
 DIGITS = frozenset(b"0123456789")
 HEX = frozenset(b"0123456789abcdefABCDEF")
-KINDS = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+_ESCAPED = {ord('"'): '"', ord("\\"): "\\", ord("/"): "/", ord("b"): "\b", ord("f"): "\f", ord("n"): "\n"}
+_ESCAPED |= {ord("r"): "\r", ord("t"): "\t"}
 
 Frame = tuple[Any, ...]
 Stack = tuple[Frame, ...]
-
-
-@dataclass(eq=False)
-class Node:
-    """A compiled schema: which kinds of value it accepts and what their parts must be."""
-
-    kinds: frozenset[str] = KINDS
-    props: dict[str, Node] = field(default_factory=dict)
-    required: tuple[str, ...] = ()
-    additional: bool = True
-    items: Node | None = None
-    enum: tuple[bytes, ...] | None = None
-    ordered: bool = False  # keys come in the order of `props` (a tool call names its function first)
-
-    def child(self, key: str) -> Node:
-        return self.props.get(key) or ANY
-
-    def item(self) -> Node:
-        return self.items or ANY
-
-
-ANY = Node()
-
-
-def compile_schema(schema: Any, path: str = "schema") -> Node:
-    """The Node of a JSON schema (a dict; True or {} accept anything)."""
-    if schema is True or schema is None or schema == {}:
-        return ANY
-    if not isinstance(schema, dict):
-        raise APIError(f"{path} must be a JSON schema object", param="response_format")
-    if "const" in schema or "enum" in schema:
-        values = [schema["const"]] if "const" in schema else schema["enum"]
-        if not isinstance(values, list) or not values:
-            raise APIError(f"{path}.enum must be a non-empty array", param="response_format")
-        return Node(enum=tuple(json.dumps(v, ensure_ascii=False).encode() for v in values))
-    alts = schema.get("anyOf") or schema.get("oneOf")
-    if isinstance(alts, list) and alts:
-        parts = [compile_schema(a, f"{path}.anyOf[{i}]") for i, a in enumerate(alts)]
-        merged = Node(kinds=frozenset().union(*(p.kinds for p in parts)))
-        for p in parts:
-            merged.props.update(p.props)
-            merged.items = merged.items or p.items
-        merged.required = tuple(sorted(set.intersection(*(set(p.required) for p in parts))))
-        merged.additional = any(p.additional for p in parts)
-        return merged
-    kind = schema.get("type")
-    if kind is None:
-        kind = "object" if "properties" in schema else "array" if "items" in schema else None
-    if kind is None:
-        kinds = KINDS
-    else:
-        names = [kind] if isinstance(kind, str) else kind
-        if not isinstance(names, list) or not all(isinstance(k, str) and k in KINDS for k in names):
-            raise APIError(f"{path}.type {kind!r} is not a JSON schema type", param="response_format")
-        kinds = frozenset(names)
-    props_raw = schema.get("properties", {})
-    if not isinstance(props_raw, dict):
-        raise APIError(f"{path}.properties must be an object", param="response_format")
-    props = {k: compile_schema(v, f"{path}.properties.{k}") for k, v in props_raw.items()}
-    required = schema.get("required") or []
-    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-        raise APIError(f"{path}.required must be an array of key names", param="response_format")
-    items = compile_schema(schema["items"], f"{path}.items") if isinstance(schema.get("items"), dict) else None
-    return Node(
-        kinds=kinds,
-        props=props,
-        required=tuple(required),
-        additional=schema.get("additionalProperties", True) is not False,
-        items=items,
-    )
+State = tuple[tuple[Stack, ...], int]  # the live stacks, whitespace bytes in a row
 
 
 def tool_call_schema(params: dict[str, Any]) -> dict[str, Any]:
@@ -133,23 +68,32 @@ def _done(rest: Stack) -> Stack:
     return rest  # an X (the suffix) or nothing
 
 
-def _start(rest: Stack, node: Node, c: int) -> Stack | None:
+def _start(rest: Stack, node: Node, c: int) -> list[Stack]:
+    if node.alts:
+        return [s for alt in node.alts for s in _start(rest, alt, c)]
     if node.enum is not None:
         return _step(rest + (("L", node.enum, 0),), c)
     k = node.kinds
     if c == ord("{") and "object" in k:
-        return rest + (("O", node, "{", frozenset(), None),)
+        return [rest + (("O", node, "{", frozenset(), None),)]
     if c == ord("[") and "array" in k:
-        return rest + (("A", node, "[", 0),)
+        return [rest + (("A", node, "[", 0),)]
     if c == ord('"') and "string" in k:
-        return rest + (("S", 0),)
+        plain = node.string == StrSpec()
+        sspec = None if plain else node.string
+        return [rest + (("S", sspec, 0, b"", 0, None if sspec is None else _str_start(sspec)),)]
     if (c == ord("-") or c in DIGITS) and ("number" in k or "integer" in k):
-        return _step(rest + (("N", "number" not in k, "start", 0),), c)
+        nspec = dataclasses.replace(node.num, integer="number" not in k)
+        return _step(rest + (("N", nspec, "start", b""),), c)
     if c in b"tf" and "boolean" in k:
         return _step(rest + (("L", (b"true", b"false"), 0),), c)
     if c == ord("n") and "null" in k:
         return _step(rest + (("L", (b"null",), 0),), c)
-    return None
+    return []
+
+
+def _str_start(spec: StrSpec) -> frozenset[int] | None:
+    return spec.pattern.start() if spec.pattern is not None else None
 
 
 # a UTF-8 lead byte -> (continuation bytes needed, the range of the first one): no overlong forms, no surrogates
@@ -162,6 +106,94 @@ _UTF8_LEADS: dict[int, tuple[int, int, int]] = {
     **{b: (3, 0x80, 0xBF) for b in range(0xF1, 0xF4)},
     0xF4: (3, 0x80, 0x8F),
 }
+
+
+def _str_char(top: Frame, rest: Stack, ch: str) -> list[Stack]:
+    """A string takes one more character (its length and pattern allowing)."""
+    spec: StrSpec | None = top[1]
+    if spec is None:
+        return [rest + (("S", None, 0, b"", 0, None),)]
+    count = top[4] + 1
+    if spec.max_len is not None and count > spec.max_len:
+        return []
+    states = top[5]
+    if spec.pattern is not None:
+        states = spec.pattern.step(states, ch)
+        to_end = spec.pattern.to_end(states)
+        if to_end < 0 or (spec.max_len is not None and count + to_end > spec.max_len):
+            return []
+    return [rest + (("S", spec, 0, b"", count, states),)]
+
+
+def _str_close_ok(top: Frame) -> bool:
+    spec: StrSpec | None = top[1]
+    if spec is None:
+        return True
+    return top[4] >= spec.min_len and (spec.pattern is None or spec.pattern.accept in top[5])
+
+
+def _cp_span(buf: bytes) -> tuple[int, int]:
+    """The code points a partial UTF-8 character (lead byte and some continuation bytes) can still become."""
+    need, lo, hi = _UTF8_LEADS[buf[0]]
+    low = buf + (bytes((lo,)) if len(buf) == 1 else b"") + b"\x80" * need
+    high = buf + (bytes((hi,)) if len(buf) == 1 else b"") + b"\xbf" * need
+    return ord(low[: need + 1].decode()), ord(high[: need + 1].decode())
+
+
+def _cp_possible(top: Frame, span: tuple[int, int]) -> bool:
+    """Whether a character in `span` may come next in the string (length and the pattern's next moves)."""
+    spec: StrSpec | None = top[1]
+    if spec is None:
+        return True
+    if spec.max_len is not None and top[4] >= spec.max_len:
+        return False
+    if spec.pattern is None:
+        return True
+    a, b = span
+    for st in top[5]:
+        for cs, _ in spec.pattern.moves[st]:
+            overlaps = any(lo <= b and a <= hi for lo, hi in cs.ranges)
+            covers = any(lo <= a and b <= hi for lo, hi in cs.ranges)
+            if (overlaps and not cs.negate) or (cs.negate and not covers):
+                return True
+    return False
+
+
+def _step_string(top: Frame, rest: Stack, c: int) -> list[Stack]:
+    spec, mode, buf = top[1], top[2], top[3]
+    if mode == -1:  # after a backslash (\\u only in strings without a length or pattern)
+        if c == ord("u") and spec is None:
+            return [rest + (("S", spec, 4, b"", top[4], top[5]),)]
+        return _str_char(top, rest, _ESCAPED[c]) if c in _ESCAPED else []
+    if mode > 0:  # \\u and `mode` hex digits to go
+        if c not in HEX:
+            return []
+        buf += bytes((c,))
+        if mode > 1:
+            return [rest + (("S", spec, mode - 1, buf, top[4], top[5]),)]
+        return _str_char(top, rest, chr(int(buf, 16)))
+    if mode == -2:  # inside a multi-byte UTF-8 character
+        need, lo, hi = _UTF8_LEADS[buf[0]]
+        if len(buf) > 1:
+            lo, hi = 0x80, 0xBF
+        if not lo <= c <= hi:
+            return []
+        buf += bytes((c,))
+        if len(buf) <= need:
+            return [rest + (("S", spec, -2, buf, top[4], top[5]),)] if _cp_possible(top, _cp_span(buf)) else []
+        return _str_char(top, rest, buf.decode())
+    if c == ord('"'):
+        return [_done(rest)] if _str_close_ok(top) else []
+    if c == ord("\\"):
+        if spec is not None and not any(_str_char(top, rest, ch) for ch in _ESCAPED.values()):
+            return []
+        return [rest + (("S", spec, -1, b"", top[4], top[5]),)]
+    if c >= 0x80:  # the lead byte of a multi-byte character: its continuation bytes must follow
+        if c not in _UTF8_LEADS or not _cp_possible(top, _cp_span(bytes((c,)))):
+            return []
+        return [rest + (("S", spec, -2, bytes((c,)), top[4], top[5]),)]
+    return [] if c < 0x20 else _str_char(top, rest, chr(c))
+
 
 _NUM: dict[str, dict[str, str]] = {  # phase -> {character class -> next phase}
     "start": {"-": "-", "0": "0", "1": "i"},
@@ -185,135 +217,259 @@ def _num_class(c: int) -> str:
     return {ord("-"): "-", ord("."): ".", ord("e"): "e", ord("E"): "e", ord("+"): "+"}.get(c, "?")
 
 
-def _step(stack: Stack, c: int) -> Stack | None:
-    """The stack after byte `c`, or None if `c` cannot come next."""
+def _int_bounds(spec: NumSpec) -> tuple[int | None, int | None]:
+    """The least and greatest integers within the bounds (None: unbounded)."""
+    lo = hi = None
+    if spec.lo is not None:
+        lo = spec.lo.__ceil__()
+        lo += spec.lo_x and lo == spec.lo
+    if spec.hi is not None:
+        hi = spec.hi.__floor__()
+        hi -= spec.hi_x and hi == spec.hi
+    return lo, hi
+
+
+def _meets(a: Fraction, b: Fraction | None, spec: NumSpec) -> bool:
+    """Whether some x with a <= x < b (b None: no end) is within the bounds of `spec`."""
+    lower, l_incl = a, True
+    if spec.lo is not None and spec.lo > a:
+        lower, l_incl = spec.lo, not spec.lo_x
+    elif spec.lo is not None and spec.lo == a:
+        l_incl = not spec.lo_x
+    upper, u_incl = b, False
+    if spec.hi is not None and (upper is None or spec.hi < upper):
+        upper, u_incl = spec.hi, not spec.hi_x
+    if upper is None:
+        return True
+    return lower < upper or (lower == upper and l_incl and u_incl)
+
+
+def _num_viable(spec: NumSpec, text: bytes) -> bool:
+    """Whether some number that `text` begins (no exponent) is within the bounds."""
+    s = text.decode()
+    neg = s.startswith("-")
+    ip, dot, fp = s[neg:].partition(".")
+    if neg:  # the magnitude's bounds
+        lo, hi = (None if spec.hi is None else -spec.hi), (None if spec.lo is None else -spec.lo)
+        spec = NumSpec(spec.integer, lo, hi, spec.hi_x, spec.lo_x)
+    if spec.integer:
+        lo_i, hi_i = _int_bounds(spec)
+        if not ip:
+            spans: list[tuple[int, int | None]] = [(0, None)]
+        elif ip == "0":
+            spans = [(0, 0)]
+        else:
+            n = int(ip)
+            spans = [(n * 10**j, n * 10**j + 10**j - 1) for j in range(MAX_DIGITS - len(s) + 1)]
+        return any((hi_i is None or a <= hi_i) and (lo_i is None or b is None or lo_i <= b) for a, b in spans)
+    if not ip:
+        return _meets(Fraction(0), None, spec)
+    if dot:
+        v0 = Fraction(ip + "." + (fp or "0"))
+        return _meets(v0, v0 + Fraction(1, 10 ** len(fp)), spec)
+    if ip == "0":
+        return _meets(Fraction(0), Fraction(1), spec)
+    n = int(ip)
+    return any(_meets(Fraction(n * 10**j), Fraction((n + 1) * 10**j), spec) for j in range(MAX_DIGITS - len(s) + 1))
+
+
+def _num_next(spec: NumSpec, phase: str, text: bytes, c: int) -> str | None:
+    """The number's phase after byte `c`, or None when `c` cannot extend it."""
+    cls = _num_class(c)
+    nxt = _NUM[phase].get(cls)
+    if nxt is None or (spec.integer and cls in ".e" and phase != "e") or (spec.bounded and cls == "e"):
+        return None
+    if len(text) >= MAX_DIGITS and phase in _NUM_DONE:
+        return None
+    if spec.bounded and not _num_viable(spec, text + bytes((c,))):
+        return None
+    return nxt
+
+
+def _num_ends_ok(spec: NumSpec, phase: str, text: bytes) -> bool:
+    return phase in _NUM_DONE and (not spec.bounded or spec.holds(Fraction(text.decode())))
+
+
+def _step(stack: Stack, c: int) -> list[Stack]:
+    """The stacks after byte `c` (none: `c` cannot come next)."""
     while stack:
         top, rest = stack[-1], stack[:-1]
         kind = top[0]
         if kind == "X":
             lit, i = top[1], top[2]
             if lit[i] != c:
-                return None
-            return rest + (("X", lit, i + 1),) if i + 1 < len(lit) else rest
+                return []
+            return [rest + (("X", lit, i + 1),) if i + 1 < len(lit) else rest]
         if kind == "V":
             if c in WS:
-                return stack if rest and rest[-1][0] != "X" else None  # no whitespace before the whole value
+                return [stack] if rest and rest[-1][0] != "X" else []  # no whitespace before the whole value
             return _start(rest, top[1], c)
         if kind == "L":
             cands, pos = top[1], top[2]
             nxt = tuple(x for x in cands if len(x) > pos and x[pos] == c)
             if nxt:
                 if all(len(x) == pos + 1 for x in nxt):
-                    return _done(rest)
-                return rest + (("L", nxt, pos + 1),)
+                    return [_done(rest)]
+                return [rest + (("L", nxt, pos + 1),)]
             if any(len(x) == pos for x in cands):
                 stack = _done(rest)
                 continue
-            return None
+            return []
         if kind == "S":
-            esc = top[1]
-            if esc == -1:
-                if c == ord("u"):
-                    return rest + (("S", 4),)
-                return rest + (("S", 0),) if c in b'"\\/bfnrt' else None
-            if esc > 0:
-                return rest + (("S", esc - 1),) if c in HEX else None
-            if c == ord('"'):
-                return _done(rest)
-            if c == ord("\\"):
-                return rest + (("S", -1),)
-            if c >= 0x80:  # the lead byte of a multi-byte character: its continuation bytes must follow
-                lead = _UTF8_LEADS.get(c)
-                return None if lead is None else stack + (("U", *lead),)
-            return None if c < 0x20 else stack
-        if kind == "U":
-            need, lo, hi = top[1], top[2], top[3]
-            if not lo <= c <= hi:
-                return None
-            return rest if need == 1 else rest + (("U", need - 1, 0x80, 0xBF),)
+            return _step_string(top, rest, c)
         if kind == "K":
             allowed, partial = top[1], top[2]
             if c == ord('"'):
                 key = partial.decode("utf-8", errors="replace")
-                if allowed is not None and key not in allowed:
-                    return None
                 obj = rest[-1]
-                return rest[:-1] + (("O", obj[1], ":", obj[3] | {key}, key),)
+                if (allowed is not None and key not in allowed) or key in obj[3]:
+                    return []
+                return [rest[:-1] + (("O", obj[1], ":", obj[3] | {key}, key),)]
             if c == ord("\\") or c < 0x20 or c >= 0x80:  # keys the schema does not name: plain ASCII
-                return None
+                return []
             grown = partial + bytes((c,))
             if allowed is not None and not any(k.encode().startswith(grown) for k in allowed):
-                return None
-            return rest + (("K", allowed, grown),)
+                return []
+            return [rest + (("K", allowed, grown),)]
         if kind == "N":
-            integer, phase, n = top[1], top[2], top[3]
-            cls = _num_class(c)
-            nxt_phase = _NUM[phase].get(cls)
-            if nxt_phase is not None and integer and cls in ".e" and phase != "e":
-                nxt_phase = None
-            if nxt_phase is not None and (n < MAX_DIGITS or phase not in _NUM_DONE):
-                return rest + (("N", integer, nxt_phase, n + 1),)
-            if phase in _NUM_DONE:
+            spec, phase, text = top[1], top[2], top[3]
+            after = _num_next(spec, phase, text, c)
+            if after is not None:
+                return [rest + (("N", spec, after, text + bytes((c,))),)]
+            if _num_ends_ok(spec, phase, text):
                 stack = _done(rest)
                 continue
-            return None
+            return []
         if kind == "O":
             node, phase, seen = top[1], top[2], top[3]
             if c in WS and phase != "v":
-                return stack
+                return [stack]
             missing = [k for k in node.required if k not in seen]
             if c == ord("}") and phase in "{," and not missing:
-                return _done(rest)
+                return [_done(rest)]
             if c == ord('"') and phase in "{k":
-                allowed = None if node.additional else tuple(k for k in node.props if k not in seen)
+                allowed = tuple(k for k in node.props if k not in seen) if node.closed else None
                 if node.ordered and allowed:
                     allowed = allowed[:1]
                 if allowed == ():
-                    return None
-                return stack + (("K", allowed, b""),)
+                    return []
+                return [stack + (("K", allowed, b""),)]
             if c == ord(",") and phase == ",":
-                if not node.additional and all(k in seen for k in node.props):
-                    return None
-                return rest + (("O", node, "k", seen, None),)
+                if node.closed and all(k in seen for k in node.props):
+                    return []
+                return [rest + (("O", node, "k", seen, None),)]
             if c == ord(":") and phase == ":":
-                return rest + (("O", node, "v", seen, top[4]), ("V", node.child(top[4])))
-            return None
+                return [rest + (("O", node, "v", seen, top[4]), ("V", node.child(top[4])))]
+            return []
         if kind == "A":
             node, phase, count = top[1], top[2], top[3]
             if c in WS:
-                return stack
-            if c == ord("]") and phase in "[,":
-                return _done(rest)
-            if c == ord(",") and phase == ",":
-                return rest + (("A", node, "n", count),)
-            if phase in "[n":
+                return [stack]
+            if c == ord("]") and phase in "[," and count >= node.min_items:
+                return [_done(rest)]
+            room = node.max_items is None or count < node.max_items
+            if c == ord(",") and phase == "," and room:
+                return [rest + (("A", node, "n", count),)]
+            if phase in "[n" and room:
                 return _start(rest + (("A", node, "v", count),), node.item(), c)
-            return None
+            return []
         raise AssertionError(f"unknown frame {kind}")
-    return None
+    return []
 
 
-def _feed(state: tuple[Stack, int], data: bytes) -> tuple[Stack, int] | None:
-    stack, ws = state
+def _feed(state: State, data: bytes) -> State | None:
+    stacks, ws = state
     for c in data:
-        in_string = bool(stack) and stack[-1][0] in "SKU"
+        in_string = any(s and s[-1][0] in "SK" for s in stacks)
         ws = ws + 1 if c in WS and not in_string else 0
         if ws > MAX_WS:
             return None
-        nxt = _step(stack, c)
-        if nxt is None:
+        nxt = [n for s in stacks for n in _step(s, c)]
+        if not nxt:
             return None
-        stack = nxt
-    return stack, ws
+        stacks = tuple(dict.fromkeys(nxt))[:MAX_STACKS]
+    return stacks, ws
 
 
-def _minimal(node: Node) -> bytes:
+# ---- closing: a short text that completes the output ----
+def _num_tail(spec: NumSpec, phase: str, text: bytes) -> bytes:
+    """The next byte towards a number within the bounds: one that ends it in range if any, else the first that
+    keeps a completion in range; b" " when it may end here."""
+    if _num_ends_ok(spec, phase, text):
+        return b" "
+    first = None
+    for c in b"0123456789.-":
+        nxt = _num_next(spec, phase, text, c)
+        if nxt is None:
+            continue
+        if _num_ends_ok(spec, nxt, text + bytes((c,))):
+            return bytes((c,))
+        first = first if first is not None else bytes((c,))
+    assert first is not None, (spec, text)
+    return first
+
+
+def _minimal_number(spec: NumSpec) -> bytes:
+    phase, text = "start", b""
+    for _ in range(4 * MAX_DIGITS):
+        piece = _num_tail(spec, phase, text)
+        if piece == b" ":
+            return text
+        nxt = _num_next(spec, phase, text, piece[0])
+        assert nxt is not None
+        phase, text = nxt, text + piece
+    raise AssertionError(f"no number found within {spec}")
+
+
+def _string_rest(spec: StrSpec, count: int, states: frozenset[int] | None) -> str:
+    """The fewest characters that complete a string from here (its length and pattern met)."""
+    need = max(0, spec.min_len - count)
+    if spec.pattern is None or states is None:
+        return "a" * need
+    rx, room = spec.pattern, None if spec.max_len is None else spec.max_len - count
+    todo: collections.deque[tuple[frozenset[int], str]] = collections.deque([(states, "")])
+    seen = {(states, 0)}
+    while todo:
+        st, text = todo.popleft()
+        if rx.accept in st and len(text) >= need:
+            return text
+        if room is not None and len(text) >= room:
+            continue
+        for s in st:
+            for cs, _ in rx.moves[s]:
+                ch = cs.sample()
+                if ch is None:
+                    continue
+                nxt = rx.step(st, ch)
+                key = (nxt, min(len(text) + 1, need))
+                if nxt and key not in seen and rx.to_end(nxt) >= 0:
+                    seen.add(key)
+                    todo.append((nxt, text + ch))
+    raise AssertionError(f"no string of {spec} completes from here")
+
+
+def _quoted(text: str) -> bytes:
+    return json.dumps(text, ensure_ascii=False)[1:-1].encode()
+
+
+def _minimal(node: Node, depth: int = 0) -> bytes:
+    """The start of the shortest value of `node` (a whole primitive; `{`/`[` for containers, closed later)."""
+    if depth > 64:
+        raise AssertionError("the schema's references have no finite value")
+    if node.alts:
+        return min((_minimal(a, depth + 1) for a in node.alts), key=len)
     if node.enum is not None:
         return min(node.enum, key=len)
-    for kind, text in (("null", b"null"), ("number", b"0"), ("integer", b"0"), ("string", b'""'), ("boolean", b"true")):
-        if kind in node.kinds:
-            return text
-    return b"{" if "object" in node.kinds else b"["
+    k = node.kinds
+    if "null" in k:
+        return b"null"
+    if "integer" in k or "number" in k:
+        return _minimal_number(dataclasses.replace(node.num, integer="number" not in k))
+    if "string" in k:
+        return b'"' + _quoted(_string_rest(node.string, 0, _str_start(node.string))) + b'"'
+    if "boolean" in k:
+        return b"true"
+    return b"{" if "object" in k else b"["
 
 
 def _next_closing(stack: Stack) -> bytes:
@@ -327,23 +483,28 @@ def _next_closing(stack: Stack) -> bytes:
     if kind == "L":
         rest: bytes = min((x[top[2] :] for x in top[1]), key=len)
         return rest or b" "
-    if kind == "U":
-        need: int = top[1]
-        return bytes([top[2]]) + b"\x80" * (need - 1)
     if kind == "S":
-        esc: int = top[1]
-        return b'n"' if esc == -1 else b"0" * esc + b'"'
+        mode = top[2]
+        if mode != 0:  # finish the escape or character: the first byte that keeps the string possible
+            pool = b"0123456789abcdef" if mode > 0 else b'n"\\/tbfr' if mode == -1 else bytes(range(0x80, 0xC0))
+            for c in pool:
+                if _step_string(top, stack[:-1], c):
+                    return bytes((c,))
+            raise AssertionError(f"no byte continues the string {top}")
+        spec = top[1]
+        tail = "" if spec is None else _string_rest(spec, top[4], top[5])
+        return _quoted(tail) + b'"'
     if kind == "K":
         allowed, partial = top[1], top[2]
         obj = stack[-2]
         missing = [k.encode() for k in obj[1].required if k not in obj[3] and k.encode().startswith(partial)]
         keys = [k.encode() for k in (allowed or ()) if k.encode().startswith(partial)]
         if not missing and allowed is None:
-            return b'"'
+            return b'"' if partial.decode() not in obj[3] else b'_"'
         best: bytes = min(missing or keys, key=len)
         return best[len(partial) :] + b'"'
     if kind == "N":
-        return b"0" if top[2] not in _NUM_DONE else b" "
+        return _num_tail(top[1], top[2], top[3])
     if kind == "O":
         node, phase, seen = top[1], top[2], top[3]
         missing = [k for k in node.required if k not in seen]
@@ -354,26 +515,46 @@ def _next_closing(stack: Stack) -> bytes:
         if phase == "{":
             return b'"' if missing else b"}"
         return b"," if missing else b"}"
-    phase = top[2]  # A
-    return b"]" if phase in "[," else _minimal(top[1].item())
+    node, phase, count = top[1], top[2], top[3]  # A
+    if phase in "[,":
+        if count >= node.min_items:
+            return b"]"
+        return b"," if phase == "," else _minimal(node.item())
+    return _minimal(node.item())
 
 
-def closing(stack: Stack) -> bytes:
-    """The short text that completes the JSON (and the suffix) from `stack`."""
-    out = b""
-    for _ in range(10_000):
-        if not stack:
-            return out
+_CLOSINGS: dict[Stack, bytes] = {}  # stack -> its closing text; the stacks of one output share their tails
+
+
+def _closing_one(stack: Stack) -> bytes:
+    chain: list[tuple[Stack, bytes]] = []  # the stacks passed and the piece written at each
+    for _ in range(100_000):
+        if not stack or stack in _CLOSINGS:
+            break
         piece = _next_closing(stack)
         if piece == b" ":  # a finished number or literal at the end: only a following byte ends it
             top = stack[-1]
+            chain.append((stack, b""))
             stack = _done(stack[:-1]) if top[0] in "LN" else stack
             continue
-        fed = _feed((stack, 0), piece)
+        fed = _feed(((stack,), 0), piece)
         assert fed is not None, (stack[-1], piece)
-        stack = fed[0]
-        out += piece
-    raise AssertionError("the closing text does not end")
+        chain.append((stack, piece))
+        stack = fed[0][0]
+    else:
+        raise AssertionError("the closing text does not end")
+    out = _CLOSINGS.get(stack, b"") if stack else b""
+    if len(_CLOSINGS) > 100_000:
+        _CLOSINGS.clear()
+    for st, piece in reversed(chain):
+        out = piece + out
+        _CLOSINGS[st] = out
+    return out
+
+
+def closing(stacks: tuple[Stack, ...]) -> bytes:
+    """The short text that completes the JSON (and the suffix) from any of the live `stacks`."""
+    return min((_closing_one(s) for s in stacks), key=len)
 
 
 _TOKEN_TABLES: weakref.WeakKeyDictionary[Tokenizer, tuple[list[bytes], dict[bytes, int]]] = weakref.WeakKeyDictionary()
@@ -416,7 +597,7 @@ class JSONConstraint:
         stack += (("V", node),)
         if prefix:
             stack += (("X", prefix.encode(), 0),)
-        self.state: tuple[Stack, int] = (stack, 0)
+        self.state: State = ((stack,), 0)
         self.budget: int | None = None  # tokens left, as last told by `forced`
         self.raw, self.lookup = token_table(tokenizer)
         self.max_len = max((len(b) for b in self.lookup), default=1)
@@ -440,7 +621,7 @@ class JSONConstraint:
     @property
     def complete(self) -> bool:
         """The JSON (and the suffix) is whole."""
-        return not self.state[0]
+        return any(not s for s in self.state[0])
 
     def closing(self) -> bytes:
         """The shortest text found that completes the output from here."""
