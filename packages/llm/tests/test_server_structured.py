@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import tiny_models as tm  # noqa: E402
 
-from xgrad_llm.server.constrain import JSONConstraint, closing, compile_schema, tool_call_schema  # noqa: E402
+from xgrad_llm.server.constrain import JSONConstraint, closing, compile_schema, tool_call_node  # noqa: E402
 from xgrad_llm.server.protocol import APIError  # noqa: E402
 from xgrad_llm.server.tools import ChatStream, merge_deltas, parse_call, tool_messages  # noqa: E402
 from xgrad_llm.tokenizer import Tokenizer  # noqa: E402
@@ -126,8 +126,8 @@ def test_json_object_mode_and_tool_call_frame(tokenizer: Tokenizer, seed: int) -
     rng = np.random.default_rng(seed)
     text, _ = random_walk(tokenizer, JSONConstraint(tokenizer, root_object=True), 80, rng)
     assert isinstance(json.loads(text), dict)
-    schema = tool_call_schema({"get_weather": WEATHER["function"]["parameters"]})
-    c = JSONConstraint(tokenizer, schema, prefix="<tool_call>\n", suffix="\n</tool_call>")
+    node = tool_call_node({"get_weather": WEATHER["function"]["parameters"]})
+    c = JSONConstraint(tokenizer, node, prefix="<tool_call>\n", suffix="\n</tool_call>")
     text, _ = random_walk(tokenizer, c, 120, rng)
     assert text.startswith("<tool_call>\n") and text.endswith("\n</tool_call>")
     call = json.loads(text[len("<tool_call>\n") : -len("\n</tool_call>")])
@@ -232,6 +232,36 @@ def test_random_choices_satisfy_value_constraints_by_jsonschema(tokenizer: Token
     budget = int(rng.integers(tight, tight + 200))
     text, _ = random_walk(tokenizer, c, budget, rng)
     jsonschema.Draft202012Validator(RICH).validate(json.loads(text))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_call_of_one_of_several_tools_follows_that_tools_parameters(tokenizer: Tokenizer, seed: int) -> None:
+    """Several functions: the call names one first, then its arguments follow that function's own schema (with
+    its own $defs); another function's keys are refused."""
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is the oracle of this test")
+    params = {
+        "get_weather": WEATHER["function"]["parameters"],
+        "move": {
+            "$defs": {"step": {"type": "integer", "minimum": 1, "maximum": 3}},
+            "type": "object",
+            "properties": {"steps": {"type": "array", "items": {"$ref": "#/$defs/step"}, "minItems": 1}},
+            "required": ["steps"],
+            "additionalProperties": False,
+        },
+    }
+    rng = np.random.default_rng(seed)
+    for _ in range(4):
+        c = JSONConstraint(tokenizer, tool_call_node(params))
+        text, _ = random_walk(tokenizer, c, int(rng.integers(40, 120)), rng)
+        call = json.loads(text)
+        assert list(call) == ["name", "arguments"]
+        jsonschema.Draft202012Validator(params[call["name"]]).validate(call["arguments"])
+    assert accepts(tokenizer, tool_call_node(params), '{"name": "move", "arguments": {"steps": [3, 1]}}')
+    assert not accepts(tokenizer, tool_call_node(params), '{"name": "move", "arguments": {"city": "x", "days": 1}}')
+    assert not accepts(tokenizer, tool_call_node(params), '{"arguments": {"steps": [1]}, "name": "move"}')
+    with pytest.raises(APIError) as e:
+        tool_call_node({"f": {"type": "object", "propertyNames": {"maxLength": 2}}})
+    assert e.value.param == "tools" and "'propertyNames'" in str(e.value)
 
 
 def accepts(tokenizer: Tokenizer, schema: dict[str, Any], text: str) -> bool:

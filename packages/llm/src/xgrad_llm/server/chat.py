@@ -4,7 +4,7 @@ or as a system text) and the constraint of its output (a required tool call, or 
 from __future__ import annotations
 
 from xgrad_llm.generate import LLM
-from xgrad_llm.server.constrain import JSONConstraint, tool_call_schema
+from xgrad_llm.server.constrain import JSONConstraint, tool_call_node
 from xgrad_llm.server.protocol import ChatRequest
 from xgrad_llm.server.tools import THINK_OPEN, tool_messages, tool_prompt
 
@@ -16,8 +16,8 @@ def chat_constraint(llm: LLM, req: ChatRequest) -> JSONConstraint | None:
         if isinstance(req.tool_choice, dict):
             names = [req.tool_choice["function"]["name"]]
         params = {t["function"]["name"]: t["function"].get("parameters", {}) for t in req.tools}
-        schema = tool_call_schema({n: params[n] for n in names})
-        return JSONConstraint(llm.tokenizer, schema, prefix="<tool_call>\n", suffix="\n</tool_call>", ordered=True)
+        node = tool_call_node({n: params[n] for n in names})
+        return JSONConstraint(llm.tokenizer, node, prefix="<tool_call>\n", suffix="\n</tool_call>")
     if req.response_format is not None:
         fmt_schema = req.response_format.get("schema") if req.response_format["type"] == "json_schema" else None
         return JSONConstraint(llm.tokenizer, fmt_schema, root_object=fmt_schema is None)

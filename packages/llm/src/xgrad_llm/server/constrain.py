@@ -28,7 +28,7 @@ from typing import Any
 from xgrad_llm.server.schema import Node, NumSpec, StrSpec, compile_schema
 from xgrad_llm.tokenizer import Tokenizer
 
-__all__ = ["JSONConstraint", "Node", "closing", "compile_schema", "token_table", "tool_call_schema"]
+__all__ = ["JSONConstraint", "Node", "closing", "compile_schema", "token_table", "tool_call_node"]
 
 MAX_WS = 12
 MAX_DIGITS = 24
@@ -44,15 +44,23 @@ Stack = tuple[Frame, ...]
 State = tuple[tuple[Stack, ...], int]  # the live stacks, whitespace bytes in a row
 
 
-def tool_call_schema(params: dict[str, Any]) -> dict[str, Any]:
-    """The schema of a Hermes tool call {"name": ..., "arguments": {...}} for functions {name: parameters}."""
-    args: Any = next(iter(params.values())) if len(params) == 1 else {"type": "object"}
-    return {
-        "type": "object",
-        "properties": {"name": {"enum": list(params)}, "arguments": args or {"type": "object"}},
-        "required": ["name", "arguments"],
-        "additionalProperties": False,
-    }
+def tool_call_node(params: dict[str, Any]) -> Node:
+    """The compiled schema of a Hermes tool call {"name": ..., "arguments": {...}} for functions {name: parameters}:
+    one alternative per function (its name first, then arguments of its own parameters schema, whose `$ref`s
+    resolve within it). An unsupported keyword in a parameters schema is a 400 naming it (param "tools")."""
+    alts = []
+    for name, schema in params.items():
+        args = compile_schema(schema or {"type": "object"}, f"tools[{name}].parameters", param="tools")
+        alts.append(
+            Node(
+                kinds=frozenset({"object"}),
+                props={"name": Node(enum=(json.dumps(name, ensure_ascii=False).encode(),)), "arguments": args},
+                required=("name", "arguments"),
+                closed=True,
+                ordered=True,
+            )
+        )
+    return alts[0] if len(alts) == 1 else Node(alts=tuple(alts))
 
 
 # ---- the recognizer ----
@@ -573,9 +581,8 @@ def token_table(tokenizer: Tokenizer) -> tuple[list[bytes], dict[bytes, int]]:
 
 
 class JSONConstraint:
-    """The output must be `prefix` + JSON matching `schema` (any JSON value when None; any object with
-    `root_object`) + `suffix`; with `ordered`, the top object's keys come in the schema's order. Implements the
-    engine's `Constraint`."""
+    """The output must be `prefix` + JSON matching `schema` (a JSON schema or a compiled Node; any JSON value when
+    None; any object with `root_object`) + `suffix`. Implements the engine's `Constraint`."""
 
     def __init__(
         self,
@@ -584,13 +591,10 @@ class JSONConstraint:
         root_object: bool = False,
         prefix: str = "",
         suffix: str = "",
-        ordered: bool = False,
     ) -> None:
-        node = compile_schema(schema)
+        node = schema if isinstance(schema, Node) else compile_schema(schema)
         if root_object:
             node = Node(kinds=frozenset({"object"}))
-        if ordered:
-            node = dataclasses.replace(node, ordered=True)
         stack: Stack = ()
         if suffix:
             stack += (("X", suffix.encode(), 0),)

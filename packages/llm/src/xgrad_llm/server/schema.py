@@ -175,16 +175,23 @@ class Node:
 ANY = Node()
 
 
-def _bad(path: str, what: str) -> APIError:
-    return APIError(f"{path}: {what}", param="response_format")
+def _bad(path: str, what: str, param: str = "response_format") -> APIError:
+    return APIError(f"{path}: {what}", param=param)
 
 
 class _Compiler:
-    def __init__(self, root: Any) -> None:
-        self.root = root
+    def __init__(self, root: Any, param: str) -> None:
+        self.root, self.param = root, param
         self.refs: dict[str, Node] = {}
 
     def node(self, schema: Any, path: str) -> Node:
+        try:
+            return self._node(schema, path)
+        except APIError as e:
+            e.param = self.param
+            raise
+
+    def _node(self, schema: Any, path: str) -> Node:
         if schema is True or schema == {}:
             return ANY
         if not isinstance(schema, dict):
@@ -340,12 +347,12 @@ def _num_spec(schema: dict[str, Any], integer: bool, path: str) -> NumSpec:
     return spec
 
 
-def compile_schema(schema: Any, path: str = "schema") -> Node:
-    """The Node of a JSON schema (a dict; True, None or {} accept anything). Raises APIError (HTTP 400) naming an
-    unsupported keyword or a malformed schema."""
+def compile_schema(schema: Any, path: str = "schema", param: str = "response_format") -> Node:
+    """The Node of a JSON schema (a dict; True, None or {} accept anything). Raises APIError (HTTP 400, its `param`
+    the request field given) naming an unsupported keyword or a malformed schema."""
     if schema is None:
         return ANY
-    return _Compiler(schema).node(schema, path)
+    return _Compiler(schema, param).node(schema, path)
 
 
 # ---- pattern: a regex subset to an NFA ----
