@@ -164,6 +164,8 @@ async function send(text) {
   const started = performance.now();
   let first = null, usage = null, pieces = 0;
   let current = node;
+  let said = "";
+  const calls = [];
   try {
     const response = await fetch("v1/chat/completions", {
       method: "POST", headers: headers(), signal: controller.signal,
@@ -185,9 +187,13 @@ async function send(text) {
         first = first ?? performance.now();
         pieces++;
       }
-      reply.content += delta.content || "";
+      said += delta.content || "";
       reply.reasoning += delta.reasoning_content || "";
-      for (const call of delta.tool_calls || []) reply.content += `\n\`${call.function?.name}(${call.function?.arguments || ""})\``;
+      for (const call of delta.tool_calls || []) {  // a call's first delta names it, the next ones add arguments
+        calls[call.index] ??= { name: call.function?.name || "", args: "" };
+        calls[call.index].args += call.function?.arguments || "";
+      }
+      reply.content = said + calls.map((c) => `\n\`${c.name}(${c.args})\``).join("");
       const fresh = messageNode(reply);
       current.replaceWith(fresh);
       current = fresh;
