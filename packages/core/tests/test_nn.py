@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from xgrad import dtypes, nn
+from xgrad.device import Device
 from xgrad.errors import DTypeError, ShapeError, XgradError
 from xgrad.helpers import Context
 from xgrad.tensor import Tensor
@@ -286,7 +287,7 @@ def test_batchnorm_trains_with_adam_like_torch() -> None:
 
     lin, bn = nn.Linear(4, 3, bias=False), nn.BatchNorm(3)
     tlin, tbn = torch.nn.Linear(4, 3, bias=False), torch.nn.BatchNorm1d(3)
-    _copy_weights(lin, tlin, "CPU", ("weight",))
+    _copy_weights(lin, tlin, Device.DEFAULT, ("weight",))
     opt = Adam(get_parameters([lin, bn]), lr=0.1)
     topt = torch.optim.Adam([*tlin.parameters(), *tbn.parameters()], lr=0.1)
     for _ in range(3):
@@ -432,7 +433,7 @@ def test_lstmcell_matches_torch_forward_backward(xgrad_device: str) -> None:
 def test_lstmcell_starts_from_zero_state_and_takes_stacked_state() -> None:
     module = torch.nn.LSTMCell(3, 2, bias=False)
     layer = nn.LSTMCell(3, 2, bias=False)
-    _copy_weights(layer, module, "CPU", ("weight_ih", "weight_hh"))
+    _copy_weights(layer, module, Device.DEFAULT, ("weight_ih", "weight_hh"))
     x_np = _rand(4, 3)
     h, c = layer(Tensor(x_np))
     th, tc = module(torch.tensor(x_np))

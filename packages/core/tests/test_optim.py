@@ -295,7 +295,7 @@ def test_half_params_keep_float32_state() -> None:
 
 # ---- API behaviour ----
 def test_step_raises_outside_training() -> None:
-    ws = make_params("CPU")
+    ws = make_params(Device.DEFAULT)
     opt = SGD(ws, lr=0.1)
     xgrad_loss(ws, Tensor(X), Tensor(Y)).backward()
     with pytest.raises(OptimizerError, match="TRAINING=1"):
@@ -354,7 +354,7 @@ def test_requires_grad_marks_what_an_optimizer_trains() -> None:
 
 def test_tensor_train_is_tinygrads_training_mode() -> None:
     # tinygrad code steps its optimizer under `with Tensor.train():` or with `Tensor.training = True`
-    ws = make_params("CPU")
+    ws = make_params(Device.DEFAULT)
     opt = SGD(ws, lr=0.1)
     assert Tensor.training is False
     xgrad_loss(ws, Tensor(X), Tensor(Y)).backward()
@@ -380,7 +380,7 @@ def test_tensor_train_is_tinygrads_training_mode() -> None:
 
 
 def test_optimizer_keeps_params_and_realizes_buffers() -> None:
-    ws = make_params("CPU")
+    ws = make_params(Device.DEFAULT)
     running = Tensor([0.0, 0.0]).contiguous().realize().is_param_(False)
     opt = SGD([*ws, running, ws[0]], lr=0.1)
     assert opt.params == ws and opt.buffers == [running]
@@ -392,7 +392,7 @@ def test_optimizer_keeps_params_and_realizes_buffers() -> None:
 
 
 def test_grads_and_loss_keep_old_values_when_realized_with_step() -> None:
-    ws = make_params("CPU")
+    ws = make_params(Device.DEFAULT)
     opt = Adam(ws, lr=0.05)
     loss = xgrad_loss(ws, Tensor(X), Tensor(Y)).backward()
     with Context(TRAINING=1):
@@ -407,7 +407,7 @@ def test_grads_and_loss_keep_old_values_when_realized_with_step() -> None:
 
 
 def test_zero_grad_clears_grads() -> None:
-    ws = make_params("CPU")
+    ws = make_params(Device.DEFAULT)
     opt = SGD(ws, lr=0.1)
     xgrad_loss(ws, Tensor(X), Tensor(Y)).backward()
     assert all(w.grad is not None for w in ws)
@@ -436,7 +436,7 @@ def test_optimizer_group_steps_every_optimizer() -> None:
 
 
 def test_optimizer_group_zero_grad_clears_all() -> None:
-    ws = make_params("CPU")
+    ws = make_params(Device.DEFAULT)
     group = OptimizerGroup(SGD([ws[0]]), AdamW([ws[1]]))
     xgrad_loss(ws, Tensor(X), Tensor(Y)).backward()
     group.zero_grad()
