@@ -135,6 +135,41 @@ def test_parallel_streams_both_complete_and_each_slot_reuses_its_prefix(env: Env
         assert r.usage.prompt_tokens_details.cached_tokens == r.usage.prompt_tokens - 1
 
 
+def test_three_requests_on_four_slots_decode_in_rounds_of_their_rows_only(tmp_path: pathlib.Path) -> None:
+    """The engine with 4 slots and 3 concurrent greedy requests: rounds of 3 rows (the idle slot computes nothing)
+    and each reply equals the numpy oracle's greedy continuation."""
+    ref, path = sh.write_model(tmp_path)
+    llm = LLM.load(path, max_context=128, chunk=16)
+    app = create_app(ServerConfig(model_name="tiny", parallel=4, batch=True), llm=llm)
+    rows: list[int] = []
+    prompts = ["the capital of France is", "hello world!", "a city"]
+    out: dict[int, str] = {}
+    with sh.running(app) as url:
+        batch = app.state.xgrad.engine.batch
+        decode = batch.decode
+        for slot in app.state.xgrad.engine.slots:  # every step slowed a little, so that the three requests overlap
+            slot.runner.feed = lambda ids, feed=slot.runner.feed: (time.sleep(0.02), feed(ids))[1]
+        batch.decode = lambda toks, pos, slots=None: (
+            rows.append(len(toks)),
+            time.sleep(0.005),
+            decode(toks, pos, slots),
+        )[2]
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+        def run(i: int) -> None:
+            r = client.completions.create(model="tiny", prompt=prompts[i], max_tokens=12, temperature=0)
+            out[i] = r.choices[0].text
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert 3 in rows and max(rows) == 3, rows  # never a row for the idle slot
+    for i, prompt in enumerate(prompts):
+        assert out[i] == llm.decode(ref.greedy(llm.encode(prompt), 12)), i
+
+
 def test_full_queue_answers_503_with_retry_after_and_recovers(env: Env) -> None:
     env.delay = 0.05
     streams = []
