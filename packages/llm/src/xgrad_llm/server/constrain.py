@@ -22,19 +22,17 @@ import collections
 import dataclasses
 import json
 import weakref
-from fractions import Fraction
 from typing import Any
 
-from xgrad_llm.server.schema import Node, NumSpec, StrSpec, compile_schema
+from xgrad_llm.server.jsonnum import DIGITS, minimal_number, num_ends, num_next, num_tail
+from xgrad_llm.server.schema import Node, StrSpec, compile_schema
 from xgrad_llm.tokenizer import Tokenizer
 
 __all__ = ["JSONConstraint", "Node", "closing", "compile_schema", "token_table", "tool_call_node"]
 
 MAX_WS = 12
-MAX_DIGITS = 24
 MAX_STACKS = 64
 WS = frozenset(b" \t\n\r")
-DIGITS = frozenset(b"0123456789")
 HEX = frozenset(b"0123456789abcdefABCDEF")
 _ESCAPED = {ord('"'): '"', ord("\\"): "\\", ord("/"): "/", ord("b"): "\b", ord("f"): "\f", ord("n"): "\n"}
 _ESCAPED |= {ord("r"): "\r", ord("t"): "\t"}
@@ -203,101 +201,6 @@ def _step_string(top: Frame, rest: Stack, c: int) -> list[Stack]:
     return [] if c < 0x20 else _str_char(top, rest, chr(c))
 
 
-_NUM: dict[str, dict[str, str]] = {  # phase -> {character class -> next phase}
-    "start": {"-": "-", "0": "0", "1": "i"},
-    "-": {"0": "0", "1": "i"},
-    "0": {".": ".", "e": "e"},
-    "i": {"0": "i", "1": "i", ".": ".", "e": "e"},
-    ".": {"0": "f", "1": "f"},
-    "f": {"0": "f", "1": "f", "e": "e"},
-    "e": {"+": "s", "0": "x", "1": "x"},
-    "s": {"0": "x", "1": "x"},
-    "x": {"0": "x", "1": "x"},
-}
-_NUM_DONE = frozenset("0ifx")
-
-
-def _num_class(c: int) -> str:
-    if c == ord("0"):
-        return "0"
-    if c in DIGITS:
-        return "1"
-    return {ord("-"): "-", ord("."): ".", ord("e"): "e", ord("E"): "e", ord("+"): "+"}.get(c, "?")
-
-
-def _int_bounds(spec: NumSpec) -> tuple[int | None, int | None]:
-    """The least and greatest integers within the bounds (None: unbounded)."""
-    lo = hi = None
-    if spec.lo is not None:
-        lo = spec.lo.__ceil__()
-        lo += spec.lo_x and lo == spec.lo
-    if spec.hi is not None:
-        hi = spec.hi.__floor__()
-        hi -= spec.hi_x and hi == spec.hi
-    return lo, hi
-
-
-def _meets(a: Fraction, b: Fraction | None, spec: NumSpec) -> bool:
-    """Whether some x with a <= x < b (b None: no end) is within the bounds of `spec`."""
-    lower, l_incl = a, True
-    if spec.lo is not None and spec.lo > a:
-        lower, l_incl = spec.lo, not spec.lo_x
-    elif spec.lo is not None and spec.lo == a:
-        l_incl = not spec.lo_x
-    upper, u_incl = b, False
-    if spec.hi is not None and (upper is None or spec.hi < upper):
-        upper, u_incl = spec.hi, not spec.hi_x
-    if upper is None:
-        return True
-    return lower < upper or (lower == upper and l_incl and u_incl)
-
-
-def _num_viable(spec: NumSpec, text: bytes) -> bool:
-    """Whether some number that `text` begins (no exponent) is within the bounds."""
-    s = text.decode()
-    neg = s.startswith("-")
-    ip, dot, fp = s[neg:].partition(".")
-    if neg:  # the magnitude's bounds
-        lo, hi = (None if spec.hi is None else -spec.hi), (None if spec.lo is None else -spec.lo)
-        spec = NumSpec(spec.integer, lo, hi, spec.hi_x, spec.lo_x)
-    if spec.integer:
-        lo_i, hi_i = _int_bounds(spec)
-        if not ip:
-            spans: list[tuple[int, int | None]] = [(0, None)]
-        elif ip == "0":
-            spans = [(0, 0)]
-        else:
-            n = int(ip)
-            spans = [(n * 10**j, n * 10**j + 10**j - 1) for j in range(MAX_DIGITS - len(s) + 1)]
-        return any((hi_i is None or a <= hi_i) and (lo_i is None or b is None or lo_i <= b) for a, b in spans)
-    if not ip:
-        return _meets(Fraction(0), None, spec)
-    if dot:
-        v0 = Fraction(ip + "." + (fp or "0"))
-        return _meets(v0, v0 + Fraction(1, 10 ** len(fp)), spec)
-    if ip == "0":
-        return _meets(Fraction(0), Fraction(1), spec)
-    n = int(ip)
-    return any(_meets(Fraction(n * 10**j), Fraction((n + 1) * 10**j), spec) for j in range(MAX_DIGITS - len(s) + 1))
-
-
-def _num_next(spec: NumSpec, phase: str, text: bytes, c: int) -> str | None:
-    """The number's phase after byte `c`, or None when `c` cannot extend it."""
-    cls = _num_class(c)
-    nxt = _NUM[phase].get(cls)
-    if nxt is None or (spec.integer and cls in ".e" and phase != "e") or (spec.bounded and cls == "e"):
-        return None
-    if len(text) >= MAX_DIGITS and phase in _NUM_DONE:
-        return None
-    if spec.bounded and not _num_viable(spec, text + bytes((c,))):
-        return None
-    return nxt
-
-
-def _num_ends_ok(spec: NumSpec, phase: str, text: bytes) -> bool:
-    return phase in _NUM_DONE and (not spec.bounded or spec.holds(Fraction(text.decode())))
-
-
 def _step(stack: Stack, c: int) -> list[Stack]:
     """The stacks after byte `c` (none: `c` cannot come next)."""
     while stack:
@@ -341,10 +244,10 @@ def _step(stack: Stack, c: int) -> list[Stack]:
             return [rest + (("K", allowed, grown),)]
         if kind == "N":
             spec, phase, text = top[1], top[2], top[3]
-            after = _num_next(spec, phase, text, c)
+            after = num_next(spec, phase, text, c)
             if after is not None:
                 return [rest + (("N", spec, after, text + bytes((c,))),)]
-            if _num_ends_ok(spec, phase, text):
+            if num_ends(spec, phase, text):
                 stack = _done(rest)
                 continue
             return []
@@ -400,35 +303,6 @@ def _feed(state: State, data: bytes) -> State | None:
 
 
 # ---- closing: a short text that completes the output ----
-def _num_tail(spec: NumSpec, phase: str, text: bytes) -> bytes:
-    """The next byte towards a number within the bounds: one that ends it in range if any, else the first that
-    keeps a completion in range; b" " when it may end here."""
-    if _num_ends_ok(spec, phase, text):
-        return b" "
-    first = None
-    for c in b"0123456789.-":
-        nxt = _num_next(spec, phase, text, c)
-        if nxt is None:
-            continue
-        if _num_ends_ok(spec, nxt, text + bytes((c,))):
-            return bytes((c,))
-        first = first if first is not None else bytes((c,))
-    assert first is not None, (spec, text)
-    return first
-
-
-def _minimal_number(spec: NumSpec) -> bytes:
-    phase, text = "start", b""
-    for _ in range(4 * MAX_DIGITS):
-        piece = _num_tail(spec, phase, text)
-        if piece == b" ":
-            return text
-        nxt = _num_next(spec, phase, text, piece[0])
-        assert nxt is not None
-        phase, text = nxt, text + piece
-    raise AssertionError(f"no number found within {spec}")
-
-
 def _string_rest(spec: StrSpec, count: int, states: frozenset[int] | None) -> str:
     """The fewest characters that complete a string from here (its length and pattern met)."""
     need = max(0, spec.min_len - count)
@@ -472,7 +346,7 @@ def _minimal(node: Node, depth: int = 0) -> bytes:
     if "null" in k:
         return b"null"
     if "integer" in k or "number" in k:
-        return _minimal_number(dataclasses.replace(node.num, integer="number" not in k))
+        return minimal_number(dataclasses.replace(node.num, integer="number" not in k))
     if "string" in k:
         return b'"' + _quoted(_string_rest(node.string, 0, _str_start(node.string))) + b'"'
     if "boolean" in k:
@@ -512,7 +386,7 @@ def _next_closing(stack: Stack) -> bytes:
         best: bytes = min(missing or keys, key=len)
         return best[len(partial) :] + b'"'
     if kind == "N":
-        return _num_tail(top[1], top[2], top[3])
+        return num_tail(top[1], top[2], top[3])
     if kind == "O":
         node, phase, seen = top[1], top[2], top[3]
         missing = [k for k in node.required if k not in seen]
