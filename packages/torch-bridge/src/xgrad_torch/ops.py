@@ -151,7 +151,7 @@ def _generated(overload: str, compute: Compute) -> Callable[..., Any]:
                 return tuple(store_out(bound[n], r) for n, r in zip(outs, result))
             return store_out(bound[outs[0]], result)
         if isinstance(result, tuple):
-            return tuple(wrap(r) for r in result)
+            return tuple(wrap(r) if r is not None else None for r in result)
         return wrap(result)
 
     kernel.__name__ = f"xgrad_{overload.replace('.', '_')}"
@@ -264,6 +264,9 @@ UNARY: dict[str, tuple[Callable[[Tensor], Tensor], str]] = {
     "isnan": (Tensor.isnan, "bool"),
     "isinf": (Tensor.isinf, "bool"),
     "isfinite": (Tensor.isfinite, "bool"),
+    "isneginf": (lambda x: x.isinf() & (x < 0), "bool"),
+    "isposinf": (lambda x: x.isinf() & (x > 0), "bool"),
+    "signbit": (lambda x: (x < 0) | ((x == 0) & ((1 / x) < 0)) if dtypes.is_float(x.dtype) else x < 0, "bool"),
 }
 for _name, (_fn, _result) in UNARY.items():
     register(overloads_of(_name, skip=("decimals", "decimals_out")), "unary", _unary(_fn, _result))

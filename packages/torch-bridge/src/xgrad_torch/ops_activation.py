@@ -89,3 +89,32 @@ def _elu_backward(a: Args) -> Tensor:
 
 
 register(["elu_backward"], "nn", _elu_backward)
+
+
+# ---- the fused LSTM cell torch uses on devices other than CPU (gates in the order i, f, g, o) ----
+def _lstm_cell(a: Args) -> tuple[Tensor, Tensor, Tensor]:
+    gates = x_of(a["input_gates"]) + x_of(a["hidden_gates"])
+    if a["input_bias"] is not None:
+        gates = gates + x_of(a["input_bias"]) + x_of(a["hidden_bias"])
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * x_of(a["cx"]) + i * g
+    return o * cy.tanh(), cy, i.cat(f, g, o, dim=1)
+
+
+def _lstm_cell_backward(a: Args) -> tuple[Tensor, Tensor, Tensor | None]:
+    cx, cy = x_of(a["cx"]), x_of(a["cy"])
+    i, f, g, o = x_of(a["workspace"]).chunk(4, 1)
+    tanh_cy = cy.tanh()
+    grad_hy = x_of(a["grad_hy"]) if a["grad_hy"] is not None else cy.zeros_like()
+    grad_c = grad_hy * o * (1 - tanh_cy * tanh_cy)
+    if a["grad_cy"] is not None:
+        grad_c = grad_c + x_of(a["grad_cy"])
+    gi, gf = grad_c * g * i * (1 - i), grad_c * cx * f * (1 - f)
+    gg, go = grad_c * i * (1 - g * g), grad_hy * tanh_cy * o * (1 - o)
+    grad_gates = gi.cat(gf, gg, go, dim=1)
+    return grad_gates, grad_c * f, grad_gates.sum(0) if a["has_bias"] else None
+
+
+register(["_thnn_fused_lstm_cell"], "nn", _lstm_cell)
+register(["_thnn_fused_lstm_cell_backward_impl"], "nn", _lstm_cell_backward)
