@@ -155,3 +155,40 @@ def test_allocator_reuses_freed_blocks_and_reports_oom(amd: driver.HIPLibrary) -
     with pytest.raises(OutOfMemoryError, match="cannot allocate"):
         alloc.alloc(1 << 41)
     assert Tensor([1, 2], dtype=dtypes.int32, device="AMD").tolist() == [1, 2]
+
+
+def test_jit_replay_patches_the_packed_kernarg_and_grid(
+    amd: driver.HIPLibrary, fake_lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TinyJit's replays on the real library's path (`AMDDevice.batch`, `HIPLibrary.prepare`/`launch_prepared`):
+    each launch reads the kernarg buffer packed at capture, with the new input's pointer and the variable's value
+    patched in, and the grid that depends on the variable is re-prepared."""
+    from xgrad import TinyJit
+    from xgrad.uop.ops import UOp
+
+    prepared: list[int] = []
+    launch_prepared = driver.HIPLibrary.launch_prepared
+
+    def spy(self: driver.HIPLibrary, p: tuple) -> None:  # type: ignore[type-arg]
+        prepared.append(1)
+        launch_prepared(self, p)
+
+    monkeypatch.setattr(driver.HIPLibrary, "launch_prepared", spy)
+
+    @TinyJit
+    def step(x: Tensor, n: UOp) -> Tensor:
+        total = x.sum().contiguous()  # a kernel before the one that reads the input and the variable
+        return (x.shrink((None, (0, n))) * 2 + total).contiguous().realize()
+
+    n = Variable("n", 1, 8)
+    for i, k in enumerate((2, 3, 5, 7)):
+        x = Tensor(np.full((8, 8), i, np.float32), device="AMD").realize()
+        before = fake_lib.fake_launches()
+        step(x, n.bind(k))
+        assert fake_lib.fake_launches() == before + 2
+        dims, kernarg = last_launch(fake_lib)
+        ptrs = struct.unpack_from("<3Q", kernarg)
+        assert buffer_of(x.uop).handle.ptr in ptrs
+        assert struct.unpack_from("<i", kernarg, 24)[0] == k
+        assert dims[0] == k  # the grid's x is the variable's range, one workgroup a column
+    assert len(prepared) == 4  # the two replays, two kernels each, went through the prepared launches

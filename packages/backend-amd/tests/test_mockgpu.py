@@ -82,6 +82,49 @@ def test_symbolic_shape_passes_the_variable(amd: str) -> None:
         np.testing.assert_array_equal((t.shrink((None, (0, n.bind(k)))) + 1).numpy(), a[:, :k] + 1)
 
 
+def test_jit_replays_through_the_batch_with_new_inputs(amd: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TinyJit's replays of the step's kernels go through `AMDDevice.batch`: the new input's pointer and the
+    variable's value are patched into the packed kernarg buffers, and the grid that depends on the variable follows."""
+    from xgrad import TinyJit
+    from xgrad.uop.ops import UOp
+    from xgrad_amd.device import AMDBatch, AMDDevice
+
+    batches: list[AMDBatch] = []
+    replays: list[int] = []
+    make, call = AMDDevice.batch, AMDBatch.__call__
+
+    def spy_batch(self: AMDDevice, launches: list) -> AMDBatch:  # type: ignore[type-arg]
+        batches.append(make(self, launches))
+        return batches[-1]
+
+    def spy_call(self: AMDBatch, inputs: list, var_vals: dict[str, int]) -> None:  # type: ignore[type-arg]
+        replays.append(len(self._prepared))
+        call(self, inputs, var_vals)
+
+    monkeypatch.setattr(AMDDevice, "batch", spy_batch)
+    monkeypatch.setattr(AMDBatch, "__call__", spy_call)
+
+    @TinyJit
+    def step(x: Tensor, n: UOp) -> Tensor:
+        y = (x * 2).softmax(-1)  # a reduction's kernels and an elementwise one
+        return ((y.shrink((None, (0, n))) * 3 + x.shrink((None, (0, n)))).contiguous().sum(1) + 1).realize()
+
+    rng = np.random.default_rng(2)
+    hip = Device[amd].hip
+    n = Variable("n", 1, 64)
+    for i, k in enumerate((5, 9, 17, 40, 64)):
+        a = rng.uniform(-2, 2, (3, 64)).astype(np.float32)
+        before = hip.launches
+        got = step(Tensor(a, device=amd).realize(), n.bind(k)).numpy()
+        e = np.exp(2 * a.astype(np.float64) - (2 * a).max(-1, keepdims=True))
+        want = ((e / e.sum(-1, keepdims=True))[:, :k] * 3 + a[:, :k]).sum(1) + 1
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        if i >= 2:  # replays: the captured kernels ran again, through the batch
+            assert hip.launches - before == replays[-1] >= 3
+    assert len(batches) == 1 and len(replays) == 3
+    assert batches[0]._sized and batches[0]._inputs and batches[0]._vars  # a variable grid, an input, a variable
+
+
 # The op suite without its two slowest families on an emulator (a 2**16-element split reduction and scans over long
 # axes, ~15 s together); the whole of test_ops.py + test_reduce.py passes too (298 tests, ~70 s on a loaded 2-core host)
 OP_SUBSET = "not test_split_reductions_match_numpy and not test_scan_over_a_long_axis_goes_by_blocks"

@@ -5,15 +5,18 @@ clang-19 into code objects, loaded with `hipModuleLoadData` and launched with th
 kernarg buffer: the PARAM pointers (8 bytes each, PARAM index order), then the variables (4-byte ints, program
 order), as `xgrad_amd.renderer` declares the kernel. The grid is the `gidx` SPECIALs' sizes (evaluated with the
 variables), the workgroup the `lidx` ones'. Memory comes from `hipMalloc` through an allocator that keeps freed
-blocks for reuse (hipFree synchronises the device); copies are `hipMemcpy`. This module runs unchanged above the
-real library (`xgrad_amd.driver.HIPLibrary`) and its mock (`xgrad_amd.mock.MockHIP`).
+blocks for reuse (hipFree synchronises the device); copies are `hipMemcpy`. A TinyJit replay launches its kernels
+through `AMDBatch`: kernarg buffers packed once, the new inputs' pointers and variables patched in. This module runs
+unchanged above the real library (`xgrad_amd.driver.HIPLibrary`) and its mock (`xgrad_amd.mock.MockHIP`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import struct
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from xgrad.buffer import ProgramInfo
@@ -21,12 +24,24 @@ from xgrad.device import parse_device
 from xgrad.errors import DeviceError, OutOfMemoryError
 from xgrad.uop.ops import UOp
 from xgrad_amd.compiler import HIPCompiler
-from xgrad_amd.driver import HIP, HIPError, open_hip
+from xgrad_amd.driver import HIP, HIPError, Kernarg, open_hip
 from xgrad_amd.renderer import HIPRenderer, kernel_params
 from xgrad_codegen.device import CompiledDevice, eval_size
 
 DEFAULT_CACHE_LIMIT = 1 << 30  # bytes of freed blocks kept for reuse, per device
 HIP_ERROR_OUT_OF_MEMORY = 2
+
+
+# what TinyJit hands `batch` per kernel: the program, its buffer handles (None where an input goes), (handle position,
+# input index) pairs and the variable values it was captured with
+Launch = tuple[Any, list[Any], tuple[tuple[int, int], ...], dict[str, int]]
+
+
+def launch_dims(info: ProgramInfo, vals: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(grid in workgroups, workgroup size) of a launch of `info` with the variables `vals`."""
+    groups, threads = info.extra.get("launch", ((1, 1, 1), (1, 1, 1)))
+    gx, gy, gz = (g if isinstance(g, int) else eval_size(g, vals) for g in groups)
+    return (gx, gy, gz), threads
 
 
 class AMDBuffer:
@@ -129,12 +144,17 @@ class AMDProgram:
         self.module = hip.module_load(image)
         self.function = hip.module_function(self.module, name)
 
-    def kernarg(self, bufs: list[AMDBuffer], vals: dict[str, int]) -> bytes:
-        """The packed explicit arguments: `buffers` device pointers, then the variables as int32."""
+    def kernarg(self, bufs: list[AMDBuffer | None], vals: dict[str, int]) -> bytes:
+        """The packed explicit arguments: `buffers` device pointers (0 for None, a buffer patched in later), then the
+        variables as int32 (at `var_offset`)."""
         if len(bufs) < self.buffers:
             raise DeviceError(f"kernel {self.name} takes {self.buffers} buffers, the launch passed {len(bufs)}")
-        args = struct.pack(f"<{self.buffers}Q", *(b.ptr for b in bufs[: self.buffers]))
+        args = struct.pack(f"<{self.buffers}Q", *(0 if b is None else b.ptr for b in bufs[: self.buffers]))
         return args + struct.pack(f"<{len(self.var_names)}i", *(vals[n] for n in self.var_names))
+
+    def var_offset(self, name: str) -> int:
+        """Where variable `name` is in the kernarg buffer."""
+        return 8 * self.buffers + 4 * self.var_names.index(name)
 
 
 class AMDDevice(CompiledDevice):
@@ -173,19 +193,18 @@ class AMDDevice(CompiledDevice):
     def launch(
         self, raw: AMDProgram, bufs: list[Any], info: ProgramInfo, vals: dict[str, int], wait: bool
     ) -> float | None:
-        groups, threads = info.extra.get("launch", ((1, 1, 1), (1, 1, 1)))
-        grid = tuple(g if isinstance(g, int) else eval_size(g, vals) for g in groups)
+        grid, threads = launch_dims(info, vals)
         if min(grid) <= 0:  # no workgroups (an empty tensor): HIP refuses a zero grid, and there is nothing to do
             return 0.0 if wait else None
         kernarg = raw.kernarg(bufs, vals)
         hip = self.use()
         if not wait:
-            hip.launch(raw.function, (grid[0], grid[1], grid[2]), threads, 0, kernarg)
+            hip.launch(raw.function, grid, threads, 0, kernarg)
             return None
         start, stop = hip.event_create(), hip.event_create()
         t0 = time.perf_counter()
         hip.event_record(start)
-        hip.launch(raw.function, (grid[0], grid[1], grid[2]), threads, 0, kernarg)
+        hip.launch(raw.function, grid, threads, 0, kernarg)
         hip.event_record(stop)
         ms = hip.event_elapsed_ms(start, stop)
         hip.event_destroy(start)
@@ -195,8 +214,58 @@ class AMDDevice(CompiledDevice):
     def synchronize(self) -> None:
         self.use().synchronize()
 
+    def batch(self, launches: Sequence[Launch]) -> AMDBatch:
+        """TinyJit's replay of consecutive kernels on this GPU (see `AMDBatch`)."""
+        return AMDBatch(self, launches)
+
     def __repr__(self) -> str:
         return f"<AMDDevice {self.name} {self.arch}>"
 
 
-__all__ = ["AMDDevice", "AMDAllocator", "AMDBuffer", "AMDProgram"]
+class AMDBatch:
+    """Kernels to launch in order (`Launch`es). Each kernel's kernarg buffer is packed once and its launch prepared
+    once (`HIP.prepare`); a call patches the inputs' pointers and the variables' values into the buffers in place,
+    re-prepares the launches whose grid depends on a variable, and launches all."""
+
+    def __init__(self, device: AMDDevice, launches: Sequence[Launch]) -> None:
+        self.device = device
+        hip = device.use()
+        self._items: list[tuple[AMDProgram, ProgramInfo, Kernarg, dict[str, int]]] = []
+        self._prepared: list[Any] = []  # per kernel, None when its grid is empty (nothing to launch)
+        self._inputs: list[tuple[Kernarg, int, int]] = []  # (kernarg, byte offset, input index)
+        self._vars: list[tuple[Kernarg, int, str]] = []  # (kernarg, byte offset, variable name)
+        self._sized: list[int] = []  # kernels whose grid depends on a variable
+        for i, (program, handles, from_inputs, var_vals) in enumerate(launches):
+            raw: AMDProgram = program.raw
+            info: ProgramInfo = program.info
+            packed = raw.kernarg(handles, var_vals)
+            kernarg = ctypes.create_string_buffer(packed, max(len(packed), 1))
+            self._inputs += [(kernarg, 8 * k, s) for k, s in from_inputs if k < raw.buffers]
+            self._vars += [(kernarg, raw.var_offset(n), n) for n in raw.var_names]
+            groups = info.extra.get("launch", ((1, 1, 1),))[0]
+            if any(not isinstance(g, int) for g in groups):
+                self._sized.append(i)
+            self._items.append((raw, info, kernarg, dict(var_vals)))
+            self._prepared.append(self._prepare(hip, i, var_vals))
+
+    def _prepare(self, hip: HIP, i: int, vals: dict[str, int]) -> Any:
+        raw, info, kernarg, _ = self._items[i]
+        grid, threads = launch_dims(info, vals)
+        return None if min(grid) <= 0 else hip.prepare(raw.function, grid, threads, 0, kernarg)
+
+    def __call__(self, inputs: list[Any], var_vals: dict[str, int]) -> None:
+        for kernarg, offset, s in self._inputs:
+            struct.pack_into("<Q", kernarg, offset, inputs[s].ptr)
+        hip = self.device.use()
+        if var_vals:
+            for kernarg, offset, name in self._vars:
+                if name in var_vals:
+                    struct.pack_into("<i", kernarg, offset, var_vals[name])
+            for i in self._sized:
+                self._prepared[i] = self._prepare(hip, i, {**self._items[i][3], **var_vals})
+        for prepared in self._prepared:
+            if prepared is not None:
+                hip.launch_prepared(prepared)
+
+
+__all__ = ["AMDDevice", "AMDAllocator", "AMDBatch", "AMDBuffer", "AMDProgram", "launch_dims"]

@@ -16,7 +16,7 @@ import ctypes.util
 import functools
 import importlib
 import re
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from xgrad.errors import DeviceError
 from xgrad.helpers import MOCKGPU
@@ -40,6 +40,9 @@ class HIPUnavailableError(DeviceError):
     """The HIP runtime cannot be used here: the library is missing or there is no AMD GPU."""
 
 
+Kernarg = ctypes.Array[ctypes.c_char]  # a kernarg buffer packed once and patched in place (`HIP.prepare`)
+
+
 class HIP(Protocol):
     """What `xgrad_amd.device` needs of the HIP runtime (the real library or the mock). Pointers are ints."""
 
@@ -58,6 +61,10 @@ class HIP(Protocol):
     def launch(
         self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int, kernarg: bytes
     ) -> None: ...
+    def prepare(
+        self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int, kernarg: Kernarg
+    ) -> Any: ...
+    def launch_prepared(self, prepared: Any) -> None: ...
     def event_create(self) -> Any: ...
     def event_record(self, event: Any) -> None: ...
     def event_elapsed_ms(self, start: Any, stop: Any) -> float: ...
@@ -114,12 +121,17 @@ class HIPLibrary:
             fn.argtypes, fn.restype = argtypes, _int
             self._fns[name] = fn
         self.lib.hipGetErrorString.argtypes, self.lib.hipGetErrorString.restype = [_int], ctypes.c_char_p
+        self._launch_raw = self.lib["hipModuleLaunchKernel"]  # no argtypes: `prepare` converts the arguments once
+        self._launch_raw.restype = _int
 
     def _call(self, name: str, *args: Any) -> None:
         if (status := self._fns[name](*args)) != 0:
-            text = self.lib.hipGetErrorString(status)
-            why = text.decode(errors="replace") if text else "unknown error"
-            raise HIPError(f"{name} failed with hipError {status}: {why}")
+            self._call_failed(name, status)
+
+    def _call_failed(self, name: str, status: int) -> NoReturn:
+        text = self.lib.hipGetErrorString(status)
+        why = text.decode(errors="replace") if text else "unknown error"
+        raise HIPError(f"{name} failed with hipError {status}: {why}")
 
     # ---- devices ----
     def device_count(self) -> int:
@@ -194,6 +206,26 @@ class HIPLibrary:
         )
         self._call("hipModuleLaunchKernel", function, *grid, *block, shared, None, None, extra)
 
+    def prepare(
+        self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int, kernarg: Kernarg
+    ) -> tuple[tuple[Any, ...], Any]:
+        """A launch of `function` whose C arguments are converted once, for `launch_prepared`; it reads `kernarg`
+        when launched, so the buffer may be patched in place between launches (a TinyJit replay's new inputs)."""
+        size = _size(len(kernarg))
+        extra = (_vp * 5)(
+            HIP_LAUNCH_PARAM_BUFFER_POINTER,
+            ctypes.addressof(kernarg),
+            HIP_LAUNCH_PARAM_BUFFER_SIZE,
+            ctypes.addressof(size),
+            HIP_LAUNCH_PARAM_END,
+        )
+        dims = [_uint(int(x)) for x in (*grid, *block, shared)]
+        return (function, *dims, None, None, extra), (size, kernarg)  # the second part is kept alive
+
+    def launch_prepared(self, prepared: tuple[tuple[Any, ...], Any]) -> None:
+        if (status := self._launch_raw(*prepared[0])) != 0:
+            self._call_failed("hipModuleLaunchKernel", status)
+
     # ---- events and synchronisation ----
     def event_create(self) -> Any:
         event = _vp()
@@ -262,4 +294,4 @@ def hip_available() -> tuple[bool, str]:
     return True, ""
 
 
-__all__ = ["HIP", "HIPLibrary", "HIPError", "HIPUnavailableError", "open_hip", "hip_available", "NO_LIBRARY"]
+__all__ = ["HIP", "HIPLibrary", "Kernarg", "HIPError", "HIPUnavailableError", "open_hip", "hip_available", "NO_LIBRARY"]

@@ -16,7 +16,7 @@ from typing import Any
 
 from xgrad.errors import DeviceError
 from xgrad_amd import emulate
-from xgrad_amd.driver import HIPError
+from xgrad_amd.driver import HIPError, Kernarg
 from xgrad_amd.elf import CodeObject, load_code_object
 from xgrad_codegen.devmem import DeviceMemory  # what xgrad_amd.emulate re-exports: the emulator's global memory
 
@@ -114,6 +114,19 @@ class MockHIP:
         emulate.launch(function.module, function.name, grid=grid, block=block, kernarg=full, mem=self.mem,
                        dynamic_lds=shared)  # fmt: skip
         self.launches += 1
+
+    def prepare(
+        self, function: MockFunction, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int,
+        kernarg: Kernarg,
+    ) -> tuple[MockFunction, tuple[int, int, int], tuple[int, int, int], int, Kernarg]:  # fmt: skip
+        """A launch to repeat (`launch_prepared`); `kernarg` is read when it runs, so it may be patched in between."""
+        return function, grid, block, shared, kernarg
+
+    def launch_prepared(
+        self, prepared: tuple[MockFunction, tuple[int, int, int], tuple[int, int, int], int, Kernarg]
+    ) -> None:
+        function, grid, block, shared, kernarg = prepared
+        self.launch(function, grid, block, shared, kernarg.raw)
 
     # ---- events and synchronisation (launches are synchronous) ----
     def event_create(self) -> list[float]:
