@@ -83,6 +83,16 @@ def test_elementwise_matches_cpu(name: str, shape: tuple[int, ...]) -> None:
     check(fn, [shape] * arity)
 
 
+def test_int_division_rounding_modes_match_cpu() -> None:
+    a, b = torch.tensor([-7, 7, -8, 5, 0, 9]), torch.tensor([2, -2, 3, -3, 4, 3])
+    for mode in ("trunc", "floor", None):
+        want = torch.div(a, b, rounding_mode=mode)
+        assert torch.equal(torch.div(a.to("xgrad"), b.to("xgrad"), rounding_mode=mode).cpu(), want), mode
+        assert torch.equal(torch.div(a.to("xgrad"), -2, rounding_mode=mode).cpu(), torch.div(a, -2, rounding_mode=mode))
+    assert torch.equal((a.to("xgrad") % b.to("xgrad")).cpu(), a % b)
+    assert torch.equal(torch.fmod(a.to("xgrad"), b.to("xgrad")).cpu(), torch.fmod(a, b))
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_int_ops_and_promotion_match_cpu(dtype: torch.dtype) -> None:
     check(lambda a, b: (a + b * 3, a * b - 1, a // (b.abs() + 1), a % 3, a > b, a == b, a + 0.5, a / 2), [(4, 5)] * 2,

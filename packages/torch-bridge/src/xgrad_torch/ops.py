@@ -305,9 +305,11 @@ def _divide(x: Any, y: Any, mode: str | None, dtype: torch.dtype) -> Tensor:
         q = x / y
         return tensor(q.trunc() if mode == "trunc" else q.floor())
     xt = x if isinstance(x, Tensor) else Tensor(x, dtype=to_xgrad_dtype(dtype))
-    if mode == "trunc":
-        return xt.idiv(y) if hasattr(xt, "idiv") else (xt / y).trunc()
-    return tensor(xt // y)
+    floor = xt // y  # ints: xgrad's // rounds toward -inf, as Python's and torch's floor mode
+    if mode == "floor":
+        return tensor(floor)
+    inexact_negative = (xt % y != 0) & ((xt < 0) != (y < 0))
+    return tensor(inexact_negative.where(floor + 1, floor))  # trunc rounds toward 0
 
 
 def _logical(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Any, Any], Tensor]:
