@@ -340,10 +340,38 @@ def test_pattern_subset_agrees_with_python_re(tokenizer: Tokenizer) -> None:
     assert accepts(tokenizer, sized, '["a\\n"]') and not accepts(tokenizer, sized, '["\\u0041b"]')
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_formats_give_strings_that_parse_as_dates_times_and_uuids(tokenizer: Tokenizer, seed: int) -> None:
+    """date, time, date-time and uuid are decoded as patterns: random walks give strings that Python's own parsers
+    take (datetime's fromisoformat, uuid.UUID), and malformed ones are refused."""
+    import datetime
+    import uuid
+
+    schema = {
+        "type": "object",
+        "properties": {f: {"type": "string", "format": f} for f in ("date", "time", "date-time", "uuid")},
+        "required": ["date", "time", "date-time", "uuid"],
+        "additionalProperties": False,
+    }
+    rng = np.random.default_rng(seed)
+    c = JSONConstraint(tokenizer, schema)
+    text, _ = random_walk(tokenizer, c, len(c.closing()) + int(rng.integers(1, 80)), rng)
+    value = json.loads(text)
+    datetime.date.fromisoformat(value["date"])
+    datetime.time.fromisoformat(value["time"])
+    datetime.datetime.fromisoformat(value["date-time"])
+    assert str(uuid.UUID(value["uuid"])) == value["uuid"]
+    dates = {"type": "array", "items": schema["properties"]["date"]}
+    assert accepts(tokenizer, dates, '["2024-01-31", "0001-12-01"]')
+    for bad in ("2023-02-30", "2023-04-31", "0000-01-01", "2023-1-01", "2023-01-01T"):
+        assert not accepts(tokenizer, dates, json.dumps([bad])), bad
+
+
 @pytest.mark.parametrize(
     ("schema", "named"),
     [
-        ({"type": "string", "format": "date"}, "'format'"),
+        ({"type": "string", "format": "email"}, "format 'email'"),
+        ({"type": "string", "format": "date", "pattern": "^1"}, "format beside pattern"),
         ({"type": "object", "minProperties": 1}, "'minProperties'"),
         ({"allOf": [{"type": "string"}]}, "'allOf'"),
         ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, "'not'"),

@@ -9,7 +9,9 @@ allowed), `anyOf` and `oneOf`. Annotations (`title`, `description`, `default`, .
 is an error (HTTP 400 naming it), never silently ignored. `oneOf` is decoded as `anyOf`: the output matches at least
 one alternative, exactly one when the alternatives do not overlap.
 
-`pattern` takes the regex subset that `regex.py` describes (ECMA search semantics).
+`pattern` takes the regex subset that `regex.py` describes (ECMA search semantics). `format` is checked (not an
+annotation) for `date`, `time`, `date-time` (RFC 3339: valid days of each month, but never February 29, no leap
+second, at most 6 fraction digits) and `uuid`, each as a pattern; other formats are errors.
 """
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ from typing import Any
 from xgrad_llm.server.protocol import APIError
 from xgrad_llm.server.regex import Regex, compile_regex
 
+_YEAR = r"(?:[1-9]\d{3}|0[1-9]\d\d|00[1-9]\d|000[1-9])"
+_DAY = r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8]))"
+_DATE = f"{_YEAR}-{_DAY}"
+_TIME = r"(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)"
+FORMATS = {  # format -> the pattern it is decoded as (a subset of the valid strings)
+    "date": f"^{_DATE}$",
+    "time": f"^{_TIME}$",
+    "date-time": f"^{_DATE}T{_TIME}$",
+    "uuid": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+}
 KINDS = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 ANNOTATIONS = frozenset(
     {"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly"}
@@ -41,6 +53,7 @@ KEYWORDS = frozenset(
         "minLength",
         "maxLength",
         "pattern",
+        "format",
         "minimum",
         "maximum",
         "exclusiveMinimum",
@@ -218,6 +231,13 @@ class _Compiler:
             if not isinstance(schema["pattern"], str):
                 raise _bad(path, "pattern must be a string")
             pattern = compile_regex(schema["pattern"], f"{path}.pattern")
+        if "format" in schema:
+            fmt = schema["format"]
+            if fmt not in FORMATS:
+                raise _bad(path, f"format {fmt!r} is not supported (supported: {', '.join(FORMATS)}); use a pattern")
+            if pattern is not None:
+                raise _bad(path, "format beside pattern is not supported; use one of them")
+            pattern = compile_regex(FORMATS[fmt], f"{path}.format")
         node.string = StrSpec(min_len, max_len, pattern)
         node.num = _num_spec(schema, "number" not in kinds, path)
         return node
