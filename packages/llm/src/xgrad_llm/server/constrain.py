@@ -405,13 +405,10 @@ def _next_closing(stack: Stack) -> bytes:
     return _minimal(node.item())
 
 
-_CLOSINGS: dict[Stack, bytes] = {}  # stack -> its closing text; the stacks of one output share their tails
-
-
-def _closing_one(stack: Stack) -> bytes:
+def _closing_one(stack: Stack, memo: dict[Stack, bytes]) -> bytes:
     chain: list[tuple[Stack, bytes]] = []  # the stacks passed and the piece written at each
     for _ in range(100_000):
-        if not stack or stack in _CLOSINGS:
+        if not stack or stack in memo:
             break
         piece = _next_closing(stack)
         if piece == b" ":  # a finished number or literal at the end: only a following byte ends it
@@ -425,18 +422,20 @@ def _closing_one(stack: Stack) -> bytes:
         stack = fed[0][0]
     else:
         raise AssertionError("the closing text does not end")
-    out = _CLOSINGS.get(stack, b"") if stack else b""
-    if len(_CLOSINGS) > 100_000:
-        _CLOSINGS.clear()
+    out = memo.get(stack, b"") if stack else b""
+    if len(memo) > 50_000:
+        memo.clear()
     for st, piece in reversed(chain):
         out = piece + out
-        _CLOSINGS[st] = out
+        memo[st] = out
     return out
 
 
-def closing(stacks: tuple[Stack, ...]) -> bytes:
-    """The short text that completes the JSON (and the suffix) from any of the live `stacks`."""
-    return min((_closing_one(s) for s in stacks), key=len)
+def closing(stacks: tuple[Stack, ...], memo: dict[Stack, bytes] | None = None) -> bytes:
+    """The short text that completes the JSON (and the suffix) from any of the live `stacks`. `memo` keeps the
+    closing of every stack passed (the stacks of one output share their tails: a constraint keeps one)."""
+    memo = {} if memo is None else memo
+    return min((_closing_one(s, memo) for s in stacks), key=len)
 
 
 _TOKEN_TABLES: weakref.WeakKeyDictionary[Tokenizer, tuple[list[bytes], dict[bytes, int]]] = weakref.WeakKeyDictionary()
@@ -477,6 +476,7 @@ class JSONConstraint:
             stack += (("X", prefix.encode(), 0),)
         self.state: State = ((stack,), 0)
         self.budget: int | None = None  # tokens left, as last told by `forced`
+        self.memo: dict[Stack, bytes] = {}  # closing texts of the stacks seen
         self.raw, self.lookup = token_table(tokenizer)
         self.max_len = max((len(b) for b in self.lookup), default=1)
 
@@ -486,7 +486,7 @@ class JSONConstraint:
         fed = _feed(self.state, data) if data else None
         if fed is None:
             return False
-        if self.budget is not None and self.budget - 1 < len(closing(fed[0])):
+        if self.budget is not None and self.budget - 1 < len(closing(fed[0], self.memo)):
             return False  # the rest could no longer close in the tokens left
         return True
 
@@ -503,7 +503,7 @@ class JSONConstraint:
 
     def closing(self) -> bytes:
         """The shortest text found that completes the output from here."""
-        return closing(self.state[0])
+        return closing(self.state[0], self.memo)
 
     def forced(self, budget: int) -> int | None:
         """With `budget` tokens left and no more room than the closing text needs, its next token."""
