@@ -83,6 +83,47 @@ def test_elementwise_matches_cpu(name: str, shape: tuple[int, ...]) -> None:
     check(fn, [shape] * arity)
 
 
+EDGE_FLOATS = [-2.5, -1.5, -0.5, 0.0, 0.5, 1.5, 2.5, 3.7, -3.7, float("inf"), float("-inf"), float("nan")]
+EDGE_UNARY = ["abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "tanh", "sigmoid", "floor", "ceil", "trunc", "round",
+              "frac", "sign", "reciprocal", "relu", "erf", "expm1", "log1p", "log2", "log10", "isnan", "isinf",
+              "isfinite", "isneginf", "isposinf", "signbit", "logical_not"]  # fmt: skip
+EDGE_BINARY = ["add", "sub", "mul", "div", "remainder", "fmod", "pow", "maximum", "minimum", "floor_divide", "atan2",
+               "eq", "lt", "ge", "bitwise_and", "logical_xor", "copysign"]  # fmt: skip
+
+
+def _same(want: torch.Tensor, got: torch.Tensor) -> bool:
+    return want.dtype == got.dtype and torch.allclose(want.double(), got.double(), equal_nan=True, atol=1e-5, rtol=1e-4)
+
+
+def test_elementwise_edge_values_match_cpu() -> None:
+    """Halves (round to even), signed zeros, infinities, NaN, negative ints; float and int, tensor and scalar."""
+    f = torch.tensor(EDGE_FLOATS)
+    i = torch.tensor([-7, -1, 0, 1, 2, 9], dtype=torch.int32)
+    g = torch.tensor([2.0, -3.0, 0.5, -0.5, 3.0, 1.5, -2.0, 2.0, 2.0, 2.0, -1.0, 1.0])
+    j = torch.tensor([2, 3, -3, 1, -4, 2], dtype=torch.int32)
+    bad = []
+    for name in EDGE_UNARY:
+        for t in (f, i):
+            try:
+                want = getattr(torch, name)(t)
+            except RuntimeError:  # not defined for this dtype on CPU either
+                continue
+            if not _same(want, got := getattr(torch, name)(t.to("xgrad")).cpu()):
+                bad.append(f"{name}({t.dtype}): want {want.tolist()} got {got.tolist()}")
+    for name in EDGE_BINARY:
+        for a, b in ((f, g), (i, j), (i, 2), (f, 2), (i, 2.5)):
+            try:
+                want = getattr(torch, name)(a, b)
+            except (RuntimeError, TypeError):  # not defined for these operands on CPU either
+                continue
+            other = b.to("xgrad") if isinstance(b, torch.Tensor) else b
+            if not _same(want, got := getattr(torch, name)(a.to("xgrad"), other).cpu()):
+                bad.append(
+                    f"{name}({a.dtype}, {b!r}): want {want.tolist()} {want.dtype} got {got.tolist()} {got.dtype}"
+                )
+    assert bad == []
+
+
 def test_int_division_rounding_modes_match_cpu() -> None:
     a, b = torch.tensor([-7, 7, -8, 5, 0, 9]), torch.tensor([2, -2, 3, -3, 4, 3])
     for mode in ("trunc", "floor", None):

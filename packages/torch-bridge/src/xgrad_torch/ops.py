@@ -28,7 +28,7 @@ from xgrad import Tensor, dtypes
 
 from . import storage
 from .registration import XGRAD_TORCH_STRICT, BridgeError, decomposes, set_storage
-from .storage import read, to_xgrad_dtype, wrap, write
+from .storage import read, to_torch_dtype, to_xgrad_dtype, wrap, write
 
 aten = torch.ops.aten
 Args = dict[str, Any]
@@ -257,8 +257,8 @@ UNARY: dict[str, tuple[Callable[[Tensor], Tensor], str]] = {
     "trunc": (Tensor.trunc, "same"),
     "round": (Tensor.round, "same"),
     "frac": (lambda x: x - x.trunc(), "same"),
-    "sign": (Tensor.sign, "same"),
-    "sgn": (Tensor.sign, "same"),
+    "sign": (lambda x: x.isnan().where(0, x.sign()) if dtypes.is_float(x.dtype) else x.sign(), "same"),
+    "sgn": (lambda x: x.isnan().where(0, x.sign()) if dtypes.is_float(x.dtype) else x.sign(), "same"),
     "bitwise_not": (lambda x: x.logical_not() if x.dtype == dtypes.bool else x.bitwise_not(), "same"),
     "logical_not": (Tensor.logical_not, "bool"),
     "isnan": (Tensor.isnan, "bool"),
@@ -302,8 +302,10 @@ def _divide(x: Any, y: Any, mode: str | None, dtype: torch.dtype) -> Tensor:
     if mode is None:
         return tensor(x / y)
     if dtype.is_floating_point:
-        q = x / y
-        return tensor(q.trunc() if mode == "trunc" else q.floor())
+        q = tensor(x / y)
+        if mode == "trunc":
+            return q.trunc()
+        return tensor(x).isinf().where(math.nan, q.floor())  # torch's floor division: inf // y is nan
     xt = x if isinstance(x, Tensor) else Tensor(x, dtype=to_xgrad_dtype(dtype))
     floor = xt // y  # ints: xgrad's // rounds toward -inf, as Python's and torch's floor mode
     if mode == "floor":
@@ -336,7 +338,10 @@ BINARY: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
     "mul": (lambda x, y: x * y, "same"),
     "div": (lambda x, y: x / y, "div"),
     "true_divide": (lambda x, y: x / y, "float"),
-    "floor_divide": (lambda x, y: (x / y).floor() if dtypes.is_float(x.dtype) else x // y, "same"),
+    "floor_divide": (
+        lambda x, y: _divide(x, y, "floor", to_torch_dtype(x.dtype)),
+        "same",
+    ),
     "remainder": (lambda x, y: x % y, "same"),
     "fmod": (_fmod, "same"),
     "pow": (_rpow, "same"),
