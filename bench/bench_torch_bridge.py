@@ -80,7 +80,7 @@ def bench_native(
     def train_step(x: Tensor, y: Tensor) -> Tensor:
         with Context(TRAINING=1):
             opt.zero_grad()
-            loss = model(x).sparse_categorical_crossentropy(y).backward()
+            loss: Tensor = model(x).sparse_categorical_crossentropy(y).backward()
             Tensor.realize(loss, *opt.schedule_step())
         return loss
 
@@ -111,7 +111,7 @@ def bench_torch(model: torch.nn.Module, device: str, batches: list[tuple[np.ndar
         x, y = data[i]
         opt.zero_grad()
         loss = loss_of(x, y)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         update()
         return float(loss.item())
 
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     x_train, y_train, _, _ = demo.load_split(0)
     rng = np.random.default_rng(1)
     batches = [
-        (x_train[idx], y_train[idx]) for idx in (rng.integers(0, len(x_train), BATCH) for _ in range(args.steps + 2))
+        (x_train[idx], y_train[idx]) for idx in (rng.integers(0, len(x_train), BATCH) for _ in range(args.steps + 3))
     ]
     Tensor.manual_seed(0)
     weights = {k: v.numpy() for k, v in get_state_dict(demo.DigitsNet()).items()}
