@@ -2,7 +2,8 @@
 listed AMD arch (`DEV=NULL:HIP:<arch>`), built into code objects by clang-19/lld-19, and checked in the binary with
 llvm-objdump-19: half and bfloat16 matmuls use the tensor cores (v_wmma_* on RDNA3/RDNA4, v_mfma_* on CDNA), kernels
 with group reductions use LDS and s_barrier. VGPR counts and spills come from the code objects' metadata
-(`xgrad_amd.elf`) and are printed as a table (`pytest -s`); no kernel of the subset may spill VGPRs."""
+(`xgrad_amd.elf`) and are printed as a table (`pytest -s`); no kernel of the subset may spill VGPRs. Every kernel of
+the op suite's run on the emulated gfx1100 is compiled for the other archs too (test_mockgpu.py, amd_arch_check.py)."""
 
 from __future__ import annotations
 
@@ -154,3 +155,24 @@ def test_cache_key_depends_on_arch_and_source() -> None:
     assert a.cache_key("x") != b.cache_key("x")
     assert a.cache_key("x") != a.cache_key("y")
     assert a.cache_key("x") == HIPCompiler("gfx1100").cache_key("x")
+
+
+def test_arch_check_names_what_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """amd_arch_check (the op suite child run's plugin): a kernel clang refuses is named with its test and clang's
+    message, the module's other kernels are still compiled and measured, and a kernel whose source names a matrix
+    builtin (here only in a comment) without a matrix instruction in its code is a failure too."""
+    import amd_arch_check as check
+
+    good = 'extern "C" __attribute__((global)) void E_4(float* data0) {\n  data0[0] = 1.0f;\n}\n'
+    bad = 'extern "C" __attribute__((global)) void E_5(float* data0) {\n  data0[0] = undefined_name;\n}\n'
+    fake = good.replace("E_4", "E_6").replace("= 1.0f;", "= 2.0f;  // __builtin_amdgcn_wmma_ in words only")
+    kernels = [check.Kernel(n, f"test_{n}", {"gfx942": s}) for n, s in (("E_4", good), ("E_5", bad), ("E_6", fake))]
+    monkeypatch.setattr(check, "kernels", kernels)
+    monkeypatch.setattr(check, "results", check.Results())
+    monkeypatch.setattr(check, "kernel_of", {})
+    check.compile_arch("gfx942")
+    assert sorted(b.kernel.name for b in check.results.built["gfx942"]) == ["E_4", "E_6"]
+    assert all(b.vgprs >= 1 and b.spills == (0, 0) for b in check.results.built["gfx942"])
+    (refused, no_matrix) = sorted(check.results.failures)
+    assert refused.startswith("gfx942: E_5 (built by test_E_5) does not compile") and "undefined_name" in refused
+    assert no_matrix.startswith("gfx942: E_6 (built by test_E_6) calls a matrix builtin, but its code has no")

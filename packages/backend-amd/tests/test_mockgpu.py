@@ -2,13 +2,16 @@
 shape of `xgrad_amd.mock`) with the kernels executed by this package's RDNA3 emulator as an emulated gfx1100, tensor
 cores on. Results are compared with numpy. The last test runs the op conformance suite
 (packages/core/tests/test_ops.py and test_reduce.py, less its two slowest families: `OP_SUBSET`) on
-`--xgrad-devices=AMD` in a child pytest and prints what passed and how long it took."""
+`--xgrad-devices=AMD` in a child pytest, every kernel it builds also compiled for the five other archs
+(amd_arch_check.py), and prints what passed, the VGPR/SGPR counts and spills per arch and how long it took."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +19,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from amd_arch_check import matrix_instructions
 
 from xgrad import Tensor, Variable, dtypes
 from xgrad.device import Device
@@ -24,7 +28,8 @@ from xgrad.helpers import KNOBS, Context
 from xgrad.plugin import reset_registry
 from xgrad_amd.compiler import toolchain_problem
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[2]
 
 
 def _emulator_problem() -> str | None:
@@ -71,7 +76,11 @@ def test_half_matmul_runs_on_wmma(amd: str, dtype: DType) -> None:
     got = ta.matmul(tb, dtype=dtypes.float32).numpy()
     exact = ta.cast(dtypes.float32).numpy().astype(np.float64) @ tb.cast(dtypes.float32).numpy().astype(np.float64)
     np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-4)
-    assert any("__builtin_amdgcn_wmma" in p.info.src for p in Device[amd]._programs.values())
+    if shutil.which("llvm-objdump-19") is None:
+        pytest.skip("llvm-objdump-19 not installed (apt-get install llvm-19): the code's instructions are not checked")
+    want = "v_wmma_f32_16x16x16_f16" if dtype == dtypes.float16 else "v_wmma_f32_16x16x16_bf16"
+    programs = [p.raw for p in Device[amd]._programs.values() if "__builtin_amdgcn_wmma" in p.info.src]
+    assert programs and all(want in matrix_instructions(p.image)[p.name] for p in programs)  # in the code it ran
 
 
 def test_symbolic_shape_passes_the_variable(amd: str) -> None:
@@ -131,14 +140,24 @@ OP_SUBSET = "not test_split_reductions_match_numpy and not test_scan_over_a_long
 
 
 def test_op_suite_subset_passes_on_mockgpu() -> None:
+    """The op suite on the emulated gfx1100; every kernel it builds is also compiled for the other five archs and its
+    VGPR/SGPR counts and spills reported (amd_arch_check.py)."""
     env = {k: v for k, v in os.environ.items() if k not in KNOBS}
-    env.update(MOCKGPU="1")
+    env.update(MOCKGPU="1", PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     tests = [str(REPO / "packages/core/tests/test_ops.py"), str(REPO / "packages/core/tests/test_reduce.py")]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "--xgrad-devices=AMD"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-p", "amd_arch_check"]
     start = time.perf_counter()
-    done = subprocess.run([*cmd, "-k", OP_SUBSET, *tests], env=env, capture_output=True, text=True, timeout=1500)
+    done = subprocess.run([*cmd, "--xgrad-devices=AMD", "-k", OP_SUBSET, *tests], env=env, capture_output=True,
+                          text=True, timeout=1500)  # fmt: skip
     took = time.perf_counter() - start
-    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
-    print(f"\nop-suite subset on MOCKGPU=1 DEV=AMD (gfx1100): {summary} ({took:.0f} s)")
+    lines = done.stdout.strip().splitlines()
+    summary = lines[-1] if lines else done.stderr[-2000:]
+    report = "\n".join(line for line in lines if "amd_arch_check" in line or line.startswith("  gfx"))
+    print(f"\nop-suite subset on MOCKGPU=1 DEV=AMD (gfx1100): {summary} ({took:.0f} s)\n{report}")
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert " passed" in summary and "skipped" not in summary.split(" passed")[0]
+    built = re.search(r"amd_arch_check: (\d+) kernels compiled for gfx90a, gfx942, gfx1151, gfx1200, gfx1201", report)
+    assert built is not None and int(built.group(1)) > 500, report
+    assert all(
+        f"  {arch}: VGPRs" in report for arch in ("gfx1100", "gfx90a", "gfx942", "gfx1151", "gfx1200", "gfx1201")
+    )
