@@ -42,7 +42,9 @@ MODULES: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], bool]] = {
         (2, 5, 8),
         False,
     ),
-    "lstm": (lambda: nn.LSTM(4, 6, batch_first=True), (2, 3, 4), False),
+    # one step (torch's fused LSTM cell, as nn.LSTM calls it per time step on non-CPU devices): a multi-step
+    # nn.LSTM is one lazy graph whose elementwise chain through time compiles for minutes without a kernel cache
+    "lstm_cell": (lambda: nn.LSTMCell(4, 6), (2, 4), False),
     "conv_transpose_tanh_softmax": (
         lambda: nn.Sequential(nn.ConvTranspose2d(2, 3, 3, stride=2), nn.Tanh(), nn.Flatten(), nn.Softmax(-1)),
         (2, 2, 4, 4),
