@@ -279,8 +279,10 @@ def test_default_falling_back_from_cpu_warns_once_with_the_info_reason(
 ) -> None:
     if not get_registry().device_available("CPU")[0]:
         pytest.skip("no CPU backend here")
-    # webgpu blocked: where wgpu finds an adapter it would be the fallback instead of PYTHON (it warns the same way)
-    env = {"XGRAD_BLOCK_PLUGINS": "webgpu"}
+    # webgpu blocked: where wgpu finds an adapter it would be the fallback instead of PYTHON (it warns the same way);
+    # nv and amd too: the warning names every unavailable device ranked above the fallback, and here only CPU's reason
+    # is under test
+    env = {"XGRAD_BLOCK_PLUGINS": "webgpu,nv,amd"}
     env.update({"CC": "/nonexistent/cc"} if broken == "bad CC" else {"PATH": str(tmp_path)})  # an empty PATH
     done = run_xgrad(code=FALLBACK_CODE, **env)
     assert done.returncode == 0, done.stderr
