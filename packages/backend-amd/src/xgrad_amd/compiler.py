@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 
 from xgrad.errors import CompileError, DeviceError
-from xgrad.helpers import CACHELEVEL, DEBUG, Effect, cache_dir, knobs_key, write_atomic
+from xgrad.helpers import DEBUG, Effect, disk_cached, knobs_key
 from xgrad_amd.renderer import arch_info
 
 CLANG_CANDIDATES = ("clang-19", "clang-20", "clang-21", "clang")
@@ -128,16 +128,7 @@ class HIPCompiler:
 
     def compile(self, src: str) -> bytes:
         """The code object for `src`, from the disk cache when possible. Raises `HIPCompileError` on failure."""
-        if CACHELEVEL.value <= 0:
-            return self._compile(src)
-        path = cache_dir() / "amd" / f"{self.cache_key(src)}.hsaco"
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            pass
-        lib = self._compile(src)
-        write_atomic(path, lib)
-        return lib
+        return disk_cached("amd", f"{self.cache_key(src)}.hsaco", lambda: self._compile(src))
 
     def _compile(self, src: str) -> bytes:
         self.compiles += 1

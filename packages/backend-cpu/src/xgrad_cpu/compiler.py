@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Sequence
 
 from xgrad.errors import CompileError, DeviceError
-from xgrad.helpers import CACHELEVEL, CC, CPU_MARCH, DEBUG, Effect, cache_dir, knobs_key, write_atomic
+from xgrad.helpers import CC, CPU_MARCH, DEBUG, Effect, disk_cached, knobs_key
 from xgrad_cpu.plugin import COMPILER_CANDIDATES
 
 BASE_FLAGS: tuple[str, ...] = (
@@ -225,16 +225,7 @@ class CCompiler:
 
     def compile(self, src: str) -> bytes:
         """The shared object's bytes for `src`, from the disk cache when possible. Raises `CompileError` on failure."""
-        if CACHELEVEL.value <= 0:
-            return self._compile(src)
-        path = cache_dir() / "cpu" / f"{self.cache_key(src)}.so"
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            pass
-        lib = self._compile(src)
-        write_atomic(path, lib)
-        return lib
+        return disk_cached("cpu", f"{self.cache_key(src)}.so", lambda: self._compile(src))
 
     def _compile(self, src: str) -> bytes:
         self.compiles += 1

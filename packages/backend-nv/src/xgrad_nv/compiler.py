@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from xgrad.errors import CompileError, DeviceError
-from xgrad.helpers import CACHELEVEL, DEBUG, Effect, cache_dir, knobs_key, write_atomic
+from xgrad.helpers import DEBUG, Effect, disk_cached, knobs_key
 
 NVRTC_WHEEL = "nvidia-cuda-nvrtc==13.0.*"
 INSTALL_HINT = f"pip install '{NVRTC_WHEEL}' (and a CUDA toolkit for the headers, e.g. /usr/local/cuda/include)"
@@ -240,16 +240,7 @@ def build_tool() -> BuildTool:
 
 def _cached(kind: str, key_parts: tuple[str, ...], build: Callable[[], bytes]) -> bytes:
     key = hashlib.sha256("\0".join((*key_parts, knobs_key(Effect.COMPILE))).encode()).hexdigest()
-    path = cache_dir() / "nv" / f"{key}.{kind}"
-    if CACHELEVEL.value > 0:
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            pass
-    out = build()
-    if CACHELEVEL.value > 0:
-        write_atomic(path, out)
-    return out
+    return disk_cached("nv", f"{key}.{kind}", build)
 
 
 class CUDACompiler:

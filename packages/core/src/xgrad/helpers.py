@@ -433,6 +433,22 @@ def write_atomic(path: pathlib.Path, data: bytes) -> None:
         raise
 
 
+def disk_cached(folder: str, name: str, build: Callable[[], bytes]) -> bytes:
+    """`<cache dir>/<folder>/<name>` when it is there, else `build()` written there (atomically) and returned; with
+    `CACHELEVEL=0`, `build()` alone. The compilers' binary caches: the caller's `name` hashes all the output depends
+    on."""
+    if CACHELEVEL.value <= 0:
+        return build()
+    path = cache_dir() / folder / name
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    out = build()
+    write_atomic(path, out)
+    return out
+
+
 # ---- small generic helpers ----
 class KeyedRef(weakref.ref[T]):
     """A weak reference that carries the key of the table entry holding it, for a callback shared by the whole table
