@@ -21,7 +21,10 @@ not need it.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import sys
 import time
 from typing import Any
 
@@ -60,6 +63,16 @@ def mpi() -> Any:
             "`pip install mpi4py` next to an MPI library (Debian: apt install openmpi-bin libopenmpi-dev)"
         ) from None
     return MPI
+
+
+def _exit_without_finalize() -> None:
+    """At the exit of a process whose job lost a rank: flush and end with status 1, skipping the MPI_Finalize that
+    mpi4py would run after Python's exit handlers (with a rank gone it can block forever, the hang the watchdog is
+    there to prevent)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(1)
 
 
 class Communicator:
@@ -133,6 +146,8 @@ class Communicator:
                 os.sched_yield()
 
     def _fail(self, message: str, silent: tuple[int, ...]) -> None:
+        if self.failed is None:  # MPI_Finalize at exit can wait forever for the dead rank: leave without it
+            atexit.register(_exit_without_finalize)
         self.failed = RankFailedError(message, silent)
         raise self.failed
 
