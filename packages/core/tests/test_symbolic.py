@@ -619,3 +619,17 @@ def test_bounds_of_division_by_a_symbolic_size() -> None:
     assert simplify(e) is simplify(x % n)
     for xv, nv, rv in itertools.product(range(0, 51, 7), range(1, 21, 3), (0, 31, 63)):
         assert sym_infer(e, {"x": xv, "n": nv, "r": rv}) == xv % nv
+
+
+def test_bounds_of_a_value_rounded_down_to_a_symbolic_multiple() -> None:
+    """(x // n) * n lies in [x - (n - 1), x]: its bound is x's, not (x's bound // n) * n's (which grows with n squared:
+    a batched decode's attention over a cache of `end` rows, end up to 12,000, was refused as needing an index of
+    2.5e9). Checked against every value."""
+    x, n = UOp.variable("x", 5, 16 * 12000), UOp.variable("n", 1, 4 * 12000)
+    for e in ((x // n) * n, n * (x // n)):
+        assert e.vmin_vmax == (0, 16 * 12000)
+    small, m = UOp.variable("s", 30, 50), UOp.variable("m", 2, 7)
+    lo, hi = ((small // m) * m).vmin_vmax
+    assert (lo, hi) == (24, 50)
+    got = [sym_infer((small // m) * m, {"s": s, "m": mv}) for s in range(30, 51) for mv in range(2, 8)]
+    assert lo <= min(got) and max(got) <= hi

@@ -389,6 +389,26 @@ def test_round_of_three_busy_slots_out_of_four_computes_only_their_rows(tmp_path
         batch.decode([1, 1], [3, 3], [0, 0])
 
 
+def test_batched_decode_with_a_long_context(tmp_path: pathlib.Path) -> None:
+    """A round over a cache of 20,000 rows: its attention's index math rounds a position down to a multiple of the
+    symbolic row count, whose bound grew with that count squared and made codegen refuse the kernel (an index of
+    2.5e9 > int32) at Gemma's serving context; the round equals decoding each row alone."""
+    from xgrad_llm.server.batch import BatchDecoder
+
+    spec = sh.tm.Spec("gemma3", n_layers=1, n_kv_heads=1, head_dim=16, tied=True, sliding_window=6, dim=32)
+    state = gemma3_state(spec, seed=7)
+    path = sh.tm.write_gguf(spec, type("M", (), {"state_dict": lambda self: state})(), tmp_path / "g.gguf")
+    alone = LLM.load(path, max_context=64, chunk=4)
+    batch = BatchDecoder(LLM.load(path, max_context=20000, chunk=4), 4)
+    ids = [[2, 260 + b, 261] for b in range(4)]
+    for b in range(4):
+        batch.runner(b).feed(ids[b])
+    out = batch.decode([i[-1] for i in ids], [len(i) - 1 for i in ids], [0, 1, 2, 3])
+    for b in range(4):
+        alone.runner.cached = []
+        np.testing.assert_allclose(out[b], alone.runner.feed(ids[b]), atol=1e-4)
+
+
 def olmoe_state(spec: Any, seed: int = 2) -> dict[str, Any]:
     """Random OLMoE weights under Hugging Face names: q/k norms over all heads at once (weights of heads x head_dim),
     a router and 3-d expert tensors, for tiny_models' writer."""

@@ -143,6 +143,9 @@ def lower_iota(ctx: KernelCtx, p: UOp) -> UOp:
 def lower_reshape(ctx: KernelCtx, p: UOp) -> UOp:
     u, idxs, gate = _parts(p)
     in_shape = shape_of(u.src[0])
+    if (axes := _unit_axes_only(in_shape, shape_of(u))) is not None:  # unsqueeze/squeeze: indexes pass through
+        zero = UOp.const(dtypes.index, 0)
+        return push(ctx, u.src[0], tuple(zero if a is None else idxs[a] for a in axes), gate)
     flat = flat_index(idxs, shape_of(u))
     new: list[UOp] = []
     acc: sint = 1
@@ -152,6 +155,24 @@ def lower_reshape(ctx: KernelCtx, p: UOp) -> UOp:
         new.append(UOp.const(dtypes.index, 0) if isinstance(dim, int) and dim == 1 else idx % dim if axis else idx)
         acc = dim if isinstance(acc, int) and acc == 1 else acc * dim
     return push(ctx, u.src[0], tuple(reversed(new)), gate)
+
+
+def _unit_axes_only(in_shape: tuple[sint, ...], out_shape: tuple[sint, ...]) -> list[int | None] | None:
+    """For a reshape that only adds or drops axes of size 1: per input axis, the output axis whose index it takes (None
+    for a size-1 axis); None for any other reshape. Such a reshape needs no flat index: split back by a symbolic size,
+    that index would be a division the simplifier cannot undo (its interval grows with the size squared)."""
+    ins = [a for a, s in enumerate(in_shape) if not (isinstance(s, int) and s == 1)]
+    outs = [a for a, s in enumerate(out_shape) if not (isinstance(s, int) and s == 1)]
+    if len(ins) != len(outs) or any(not _same_size(in_shape[a], out_shape[b]) for a, b in zip(ins, outs)):
+        return None
+    by_input: list[int | None] = [None] * len(in_shape)
+    for a, b in zip(ins, outs):
+        by_input[a] = b
+    return by_input
+
+
+def _same_size(a: sint, b: sint) -> bool:
+    return a is b if isinstance(a, UOp) or isinstance(b, UOp) else a == b
 
 
 def lower_permute(ctx: KernelCtx, p: UOp) -> UOp:

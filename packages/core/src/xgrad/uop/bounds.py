@@ -34,6 +34,10 @@ def bounds(u: UOp) -> tuple[int | float, int | float]:
         if u.op is Ops.SUB:
             return _in_range(dt, a0 - b1, a1 - b0)
         if u.op is Ops.MUL:
+            for q, n in ((u.src[0], u.src[1]), (u.src[1], u.src[0])):  # (x // n) * n: x rounded down, x >= 0, n >= 1
+                if q.op is Ops.IDIV and q.src[1] is n and n.vmin >= 1 and q.src[0].vmin >= 0:
+                    x0, x1 = q.src[0].vmin_vmax
+                    return (max(0, x0 - (n.vmax - 1)) if math.isfinite(n.vmax) else 0, x1)
             vals = [_mul_bound(x, y) for x in (a0, a1) for y in (b0, b1)]
             return _in_range(dt, min(vals), max(vals))
         if u.op is Ops.MAX:
