@@ -137,7 +137,7 @@ runpy.run_module("llama_cpp.server", run_name="__main__")
 
 
 def start_llama(
-    python: str, model: str, port: int, threads: int, ctx: int, extra_bufts: str
+    python: str, model: str, port: int, threads: int, ctx: int, extra_bufts: str, chat_format: str | None
 ) -> subprocess.Popen[bytes]:
     cmd = [
         python,
@@ -154,6 +154,7 @@ def start_llama(
         str(threads),
         "--n_ctx",
         str(ctx),
+        *(["--chat_format", chat_format] if chat_format else []),
     ]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -183,6 +184,12 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=1800, help="seconds to wait for a server to load")
     p.add_argument("--peer-python", default=sys.executable, help="the Python that has llama-cpp-python[server]")
     p.add_argument("--peer-extra-bufts", choices=("on", "off"), default="on", help="llama.cpp's extra buffer types")
+    p.add_argument(
+        "--peer-chat-format",
+        default=None,
+        help="llama_cpp.server's --chat_format (default: gemma for a Gemma file, which has no template in its "
+        "metadata; llama-2, its fallback, makes Gemma stop at once)",
+    )
     args = p.parse_args()
     tmp = tempfile.TemporaryDirectory()
     model = tiny_model(pathlib.Path(tmp.name)) if args.tiny else (args.model or default_model())
@@ -202,15 +209,17 @@ def main() -> None:
             if name == "xgrad":
                 proc = start_xgrad(model, port, n, args.threads, args.ctx, args.batch)
             else:
-                proc = start_llama(
-                    args.peer_python, model, port, args.threads, args.ctx * max(counts), args.peer_extra_bufts
-                )
+                gemma = "gemma" in pathlib.Path(model).name.lower()
+                chat_format = args.peer_chat_format or ("gemma" if gemma else None)
+                ctx = args.ctx * max(counts)
+                proc = start_llama(args.peer_python, model, port, args.threads, ctx, args.peer_extra_bufts, chat_format)
             try:
                 wait_ready(url, proc, args.timeout, "/health" if name == "xgrad" else "/v1/models")
                 run_streams(url, 1, 4)  # warm-up: compiles and captures
                 for m in counts if name != "xgrad" else [n]:
-                    if name == "xgrad":
-                        run_streams(url, m, 4)  # every slot's programs
+                    if name == "xgrad":  # every round size's program (one per number of busy slots, made on first use)
+                        for warm in range(1, m + 1):
+                            run_streams(url, warm, 4)
                     rows[name][m] = run_streams(url, m, args.tokens)
                     r = rows[name][m]
                     print(
