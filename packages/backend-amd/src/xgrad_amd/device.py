@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import struct
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +25,7 @@ from xgrad.uop.ops import UOp
 from xgrad_amd.compiler import HIPCompiler
 from xgrad_amd.driver import HIP, HIPError, Kernarg, open_hip
 from xgrad_amd.renderer import HIPRenderer, kernel_params
-from xgrad_codegen.device import CompiledDevice, eval_size
+from xgrad_codegen.device import BlockCache, CompiledDevice, launch_dims
 
 DEFAULT_CACHE_LIMIT = 1 << 30  # bytes of freed blocks kept for reuse, per device
 HIP_ERROR_OUT_OF_MEMORY = 2
@@ -35,13 +34,6 @@ HIP_ERROR_OUT_OF_MEMORY = 2
 # what TinyJit hands `batch` per kernel: the program, its buffer handles (None where an input goes), (handle position,
 # input index) pairs and the variable values it was captured with
 Launch = tuple[Any, list[Any], tuple[tuple[int, int], ...], dict[str, int]]
-
-
-def launch_dims(info: ProgramInfo, vals: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(grid in workgroups, workgroup size) of a launch of `info` with the variables `vals`."""
-    groups, threads = info.extra.get("launch", ((1, 1, 1), (1, 1, 1)))
-    gx, gy, gz = (g if isinstance(g, int) else eval_size(g, vals) for g in groups)
-    return (gx, gy, gz), threads
 
 
 class AMDBuffer:
@@ -61,18 +53,16 @@ class AMDAllocator:
 
     def __init__(self, device: AMDDevice, cache_limit: int = DEFAULT_CACHE_LIMIT) -> None:
         self.device = device
-        self.cache_limit = cache_limit
-        self.cached_bytes = 0
-        self._cache: OrderedDict[int, list[AMDBuffer]] = OrderedDict()
+        self._cache: BlockCache[AMDBuffer] = BlockCache(cache_limit)
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._cache.nbytes
 
     def alloc(self, nbytes: int) -> AMDBuffer:
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative number of bytes: {nbytes}")
-        if (blocks := self._cache.get(nbytes)) is not None:
-            buf = blocks.pop()
-            if not blocks:
-                del self._cache[nbytes]
-            self.cached_bytes -= nbytes
+        if (buf := self._cache.take(nbytes)) is not None:
             return buf
         hip = self.device.use()
         try:
@@ -90,27 +80,14 @@ class AMDAllocator:
 
     def free(self, handle: AMDBuffer, nbytes: int) -> None:
         assert handle.base is None, "free the base buffer, not an offset view"
-        if nbytes > self.cache_limit:
-            self.device.use().free(handle.ptr)
-            return
-        self._cache.setdefault(nbytes, []).append(handle)
-        self._cache.move_to_end(nbytes)
-        self.cached_bytes += nbytes
-        while self.cached_bytes > self.cache_limit:
-            size, blocks = next(iter(self._cache.items()))
-            self.device.use().free(blocks.pop(0).ptr)
-            if not blocks:
-                del self._cache[size]
-            self.cached_bytes -= size
+        for block in self._cache.put(handle, nbytes):
+            self.device.use().free(block.ptr)
 
     def free_cache(self) -> None:
         """hipFree every cached block."""
         hip = self.device.use()
-        for blocks in self._cache.values():
-            for buf in blocks:
-                hip.free(buf.ptr)
-        self._cache.clear()
-        self.cached_bytes = 0
+        for block in self._cache.clear():
+            hip.free(block.ptr)
 
     def copyin(self, dest: AMDBuffer, src: memoryview) -> None:
         if src.nbytes != dest.nbytes:

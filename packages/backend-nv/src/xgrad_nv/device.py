@@ -14,7 +14,6 @@ through `NVDevice.batch` (arguments packed once, inputs and variables patched pe
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +21,7 @@ from xgrad.buffer import ProgramInfo
 from xgrad.device import parse_device
 from xgrad.errors import DeviceError, OutOfMemoryError
 from xgrad.helpers import MOCKGPU
-from xgrad_codegen.device import CompiledDevice, eval_size
+from xgrad_codegen.device import BlockCache, CompiledDevice, launch_dims
 from xgrad_nv.compiler import CUDACompiler, PTXCompiler
 from xgrad_nv.driver import Arg, CUDADriver
 from xgrad_nv.renderer import NV_ARCHS, CUDARenderer
@@ -67,18 +66,16 @@ class NVAllocator:
 
     def __init__(self, driver: Any, ctx: int, name: str, cache_limit: int = DEFAULT_CACHE_LIMIT) -> None:
         self.driver, self.ctx, self.name = driver, ctx, name
-        self.cache_limit = cache_limit
-        self.cached_bytes = 0
-        self._cache: OrderedDict[int, list[NVBuffer]] = OrderedDict()
+        self._cache: BlockCache[NVBuffer] = BlockCache(cache_limit)
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._cache.nbytes
 
     def alloc(self, nbytes: int) -> NVBuffer:
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative number of bytes: {nbytes}")
-        if (blocks := self._cache.get(nbytes)) is not None:
-            buf = blocks.pop()
-            if not blocks:
-                del self._cache[nbytes]
-            self.cached_bytes -= nbytes
+        if (buf := self._cache.take(nbytes)) is not None:
             return buf
         self.driver.set_current(self.ctx)
         try:
@@ -92,18 +89,8 @@ class NVAllocator:
 
     def free(self, handle: NVBuffer, nbytes: int) -> None:
         assert handle.base is None, "free the base buffer, not an offset view"
-        if nbytes > self.cache_limit:
-            self._release(handle)
-            return
-        self._cache.setdefault(nbytes, []).append(handle)
-        self._cache.move_to_end(nbytes)
-        self.cached_bytes += nbytes
-        while self.cached_bytes > self.cache_limit:
-            size, blocks = next(iter(self._cache.items()))
-            self._release(blocks.pop(0))
-            if not blocks:
-                del self._cache[size]
-            self.cached_bytes -= size
+        for block in self._cache.put(handle, nbytes):
+            self._release(block)
 
     def _release(self, handle: NVBuffer) -> None:
         self.driver.set_current(self.ctx)
@@ -111,11 +98,8 @@ class NVAllocator:
 
     def free_cache(self) -> None:
         """Give every cached block back to the GPU."""
-        for blocks in self._cache.values():
-            for b in blocks:
-                self._release(b)
-        self._cache.clear()
-        self.cached_bytes = 0
+        for block in self._cache.clear():
+            self._release(block)
 
     def copyin(self, dest: NVBuffer, src: memoryview) -> None:
         if src.nbytes != dest.nbytes:
@@ -147,16 +131,6 @@ class NVProgram:
 
     def __repr__(self) -> str:
         return f"<NVProgram {self.name} on {self.device.name}>"
-
-
-def launch_dims(info: ProgramInfo, vals: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(grid, block) of a launch of `info`: the sizes of its gidx/lidx SPECIALs (one block of one thread without)."""
-    launch = info.extra.get("launch") if info.extra else None
-    if launch is None:
-        return (1, 1, 1), (1, 1, 1)
-    groups, threads = launch
-    g = [x if isinstance(x, int) else eval_size(x, vals) for x in groups]
-    return (g[0], g[1], g[2]), (int(threads[0]), int(threads[1]), int(threads[2]))
 
 
 def kernel_args(bufs: Sequence[Any], info: ProgramInfo, vals: dict[str, int]) -> list[Arg]:

@@ -3,8 +3,9 @@ and a program loader; this class runs the codegen pipeline, caches programs per 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from xgrad.buffer import Allocator, ProgramInfo
 from xgrad.dtype import dtypes
@@ -15,6 +16,8 @@ from xgrad_codegen.pipeline import full_rewrite
 from xgrad_codegen.program_cache import load_program, program_key, store_program
 from xgrad_codegen.pygpu import launch_sizes
 from xgrad_codegen.renderer import Renderer
+
+H = TypeVar("H")
 
 
 class Compiler(Protocol):
@@ -166,6 +169,60 @@ def launch_args(info: ProgramInfo, vals: dict[str, int]) -> tuple[int, tuple[int
     """The parallel size of one launch of `info` and its variables' values in the kernel's order, under `vals`."""
     gs = info.global_size if type(info.global_size) is int else eval_size(info.global_size, vals)
     return gs, tuple([vals[n] for n in info.var_names]) if info.var_names else ()
+
+
+def launch_dims(info: ProgramInfo, vals: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(workgroups, threads per workgroup) of one launch of the GPU program `info` under `vals`: the sizes of its
+    gidx/lidx SPECIALs (one workgroup of one thread for a program without them)."""
+    launch = info.extra.get("launch") if info.extra else None
+    if launch is None:
+        return (1, 1, 1), (1, 1, 1)
+    groups, threads = launch
+    g = [x if isinstance(x, int) else eval_size(x, vals) for x in groups]
+    return (g[0], g[1], g[2]), (int(threads[0]), int(threads[1]), int(threads[2]))
+
+
+class BlockCache(Generic[H]):
+    """Freed device blocks kept for reuse by size: up to `limit` bytes, the least recently freed size given back
+    first (`put` returns what no longer fits, for the caller to release). A GPU allocator's free list."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.nbytes = 0
+        self._blocks: OrderedDict[int, list[H]] = OrderedDict()
+
+    def take(self, nbytes: int) -> H | None:
+        """The most recently freed block of `nbytes`, or None."""
+        if (blocks := self._blocks.get(nbytes)) is None:
+            return None
+        block = blocks.pop()
+        if not blocks:
+            del self._blocks[nbytes]
+        self.nbytes -= nbytes
+        return block
+
+    def put(self, block: H, nbytes: int) -> list[H]:
+        """Keep `block`; the blocks to release now: itself when bigger than the limit, else the oldest past it."""
+        if nbytes > self.limit:
+            return [block]
+        self._blocks.setdefault(nbytes, []).append(block)
+        self._blocks.move_to_end(nbytes)
+        self.nbytes += nbytes
+        evicted = []
+        while self.nbytes > self.limit:
+            size, blocks = next(iter(self._blocks.items()))
+            evicted.append(blocks.pop(0))
+            if not blocks:
+                del self._blocks[size]
+            self.nbytes -= size
+        return evicted
+
+    def clear(self) -> list[H]:
+        """Forget every block; returns them for the caller to release."""
+        out = [b for blocks in self._blocks.values() for b in blocks]
+        self._blocks.clear()
+        self.nbytes = 0
+        return out
 
 
 def eval_size(expr: UOp, vals: dict[str, int]) -> int:
