@@ -3,6 +3,7 @@ import of mpi4py, and the COLLECTIVE step in the schedule (no MPI call is made h
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -23,10 +24,10 @@ from xgrad.distributed import (
     world_size,
 )
 from xgrad.distributed.data_parallel import DistributedSampler, buckets
-from xgrad.distributed.launch import LAUNCHERS, is_launched
+from xgrad.distributed.launch import LAUNCHERS, is_launched, local_size, shares_cores
 from xgrad.uop.ops import Ops
 
-LAUNCH_VARS = [name for v in LAUNCHERS for name in (v.rank, v.size, v.local_rank)]
+LAUNCH_VARS = [name for v in LAUNCHERS for name in (v.rank, v.size, v.local_rank, v.local_size)]
 
 
 @pytest.fixture
@@ -141,3 +142,23 @@ def test_buckets_group_by_dtype_and_size() -> None:
     ts = [Tensor.zeros(256), Tensor.zeros(256), Tensor.zeros(10, dtype="float64"), Tensor.zeros(512), Tensor.zeros(1)]
     got = [[t.numel() for t in b] for b in buckets(ts, bucket_bytes=2048)]
     assert got == [[256, 256], [512], [1], [10]]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda v: v.name)
+def test_shares_cores_when_the_ranks_on_this_host_outnumber_its_cores(
+    no_launcher: pytest.MonkeyPatch, launcher: object
+) -> None:
+    vars_ = launcher
+    no_launcher.setenv(vars_.rank, "0")  # type: ignore[attr-defined]
+    no_launcher.setenv(vars_.size, "64")  # type: ignore[attr-defined]
+    no_launcher.setattr(os, "cpu_count", lambda: 4)
+    no_launcher.setenv(vars_.local_size, "4")  # type: ignore[attr-defined]
+    assert local_size() == 4 and not shares_cores()  # a core per rank: a waiting rank spins
+    no_launcher.setenv(vars_.local_size, "5")  # type: ignore[attr-defined]
+    assert local_size() == 5 and shares_cores()  # more ranks than cores: a waiting rank yields
+    no_launcher.delenv(vars_.local_size)  # type: ignore[attr-defined]
+    assert local_size() is None and shares_cores()  # the launcher does not say: yield, to be safe
+
+
+def test_local_size_outside_a_launcher_is_unknown(no_launcher: pytest.MonkeyPatch) -> None:
+    assert local_size() is None

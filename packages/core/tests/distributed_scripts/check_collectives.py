@@ -5,8 +5,9 @@ result, with numpy alone. Prints one line "OK rank=<rank> <checks>" on success; 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
-from mpi4py import MPI
 
 from xgrad import Tensor, TinyJit, dtypes
 from xgrad.device import Device
@@ -23,7 +24,10 @@ from xgrad.distributed import (
     split_rows,
     world_size,
 )
+from xgrad.distributed.comm import LIBNBC_IALLREDUCE, communicator
 
+MPI = communicator().MPI  # MPI started by xgrad, so with the allreduce algorithm it asks Open MPI for
+assert os.environ[LIBNBC_IALLREDUCE[0]] == LIBNBC_IALLREDUCE[1]
 R, W = rank(), world_size()
 DTYPES = {
     "float32": dtypes.float32,

@@ -26,20 +26,28 @@ class NotLaunchedError(DistributedError):
 
 @dataclass(frozen=True)
 class LauncherVars:
-    """The environment variables one launcher sets: the rank, the number of processes, the rank on this host."""
+    """The environment variables one launcher sets: the rank, the number of processes, the rank on this host and the
+    number of processes on this host."""
 
     name: str
     rank: str
     size: str
     local_rank: str
+    local_size: str
 
 
 # first match wins: Open MPI's mpirun, MPICH's (and Intel MPI's) Hydra mpiexec, a PMIx launcher, Slurm's srun
 LAUNCHERS = (
-    LauncherVars("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    LauncherVars("MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    LauncherVars("PMIx", "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK"),
-    LauncherVars("Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    LauncherVars(
+        "Open MPI",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ),
+    LauncherVars("MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+    LauncherVars("PMIx", "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE"),
+    LauncherVars("Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
 )
 
 
@@ -78,6 +86,21 @@ def _read(what: str, pick: str) -> int:
         ) from None
 
 
+def local_size() -> int | None:
+    """How many processes of the job run on this host, None when the launcher does not say (or none started this
+    process)."""
+    found = launcher()
+    raw = os.environ.get(found.local_size, "") if found is not None else ""
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
+def shares_cores() -> bool:
+    """Whether this host runs more of the job's processes than it has cores (or the launcher does not say how many
+    run here): then a rank waiting in a collective must yield its core to the rank it waits for."""
+    here = local_size()
+    return here is None or here > (os.cpu_count() or 1)
+
+
 def rank() -> int:
     """This process's rank: 0 .. world_size() - 1."""
     return _read("rank", "rank")
@@ -101,6 +124,8 @@ __all__ = [
     "is_launched",
     "launcher",
     "local_rank",
+    "local_size",
     "rank",
+    "shares_cores",
     "world_size",
 ]
