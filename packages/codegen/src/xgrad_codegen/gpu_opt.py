@@ -26,7 +26,8 @@ from xgrad_codegen.opt import (
 )
 from xgrad_codegen.pack import index_step
 from xgrad_codegen.renderer import Renderer
-from xgrad_codegen.tc import apply_tensor_core, tensor_core_for
+from xgrad_codegen.tc import apply_tensor_core, match_matmul, tensor_core_for
+from xgrad_codegen.tc_tile import TILE_SHAPES, TileShape, apply_tiled_tensor_core, pick_tile
 
 # the actions this module adds, what their axis refers to and the amounts BEAM tries (see opt.OPT_ACTIONS)
 GPU_ACTIONS: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -89,6 +90,8 @@ def gpu_candidates(ast: UOp, renderer: Renderer) -> list[Opt]:
     if not renderer.has_local:
         return []
     out: list[Opt] = []
+    if renderer.has_shared and not any(u.op in (Ops.WMMA, Ops.DEFINE_LOCAL) for u in ast.toposort):
+        out.extend(tile_candidates(ast, renderer))
     room = renderer.max_threads // max(threads_of(ast), 1)
     for i, r in enumerate(kernel_ranges(ast)):
         size = range_size(r)
@@ -99,6 +102,20 @@ def gpu_candidates(ast: UOp, renderer: Renderer) -> list[Opt]:
             out.extend(Opt("LOCAL", i, a) for a in fits if a <= renderer.local_max[0])
         if r.arg[1] is AxisType.REDUCE and renderer.supports_group_reduce:
             out.extend(Opt(op, i, a) for op in ("GROUP", "GROUPTOP") for a in fits)
+    return out
+
+
+def tile_candidates(ast: UOp, renderer: Renderer) -> list[Opt]:
+    """Tensor cores tiled through shared memory (`tc_tile`), each shape that fits the renderer's threads and shared
+    memory, for each instruction that takes the kernel's matmul (BEAM's TC moves)."""
+    out: list[Opt] = []
+    for i, tc in enumerate(renderer.tensor_cores):
+        try:
+            match_matmul(ast, tc)
+        except OptError:
+            continue
+        fits = (s for s in TILE_SHAPES if s.fits(tc, renderer.max_threads, renderer.shared_max))
+        out.extend(Opt("TC", i, shape.code) for shape in fits)
     return out
 
 
@@ -167,15 +184,39 @@ def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
 
 
 def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> UOp:
-    """`opts` applied in order; TC (whose axis indexes the renderer's `tensor_cores`) needs the renderer."""
+    """`opts` applied in order; TC (whose axis indexes the renderer's `tensor_cores`) needs the renderer: amount 0
+    is one WMMA per warp (`tc.py`), any other amount the code of a `tc_tile.TileShape` (staged through shared
+    memory)."""
     for opt in opts:
         if opt.op != "TC":
             ast = apply_opt(ast, opt)
             continue
         if not 0 <= opt.axis < len(renderer.tensor_cores):
             raise OptError(f"TC {opt.axis}: the renderer declares {len(renderer.tensor_cores)} tensor cores")
-        ast = apply_tensor_core(ast, renderer.tensor_cores[opt.axis])
+        if any(u.op in (Ops.WMMA, Ops.DEFINE_LOCAL) for u in ast.toposort):
+            raise OptError("TC applies once per kernel")
+        tc = renderer.tensor_cores[opt.axis]
+        if opt.amount == 0:
+            ast = apply_tensor_core(ast, tc)
+            continue
+        shape, name = TileShape.from_code(opt.amount), type(renderer).__name__
+        if not renderer.has_shared:
+            raise OptError(f"TC {opt.axis} {opt.amount} stages tiles in shared memory, which {name} does not have")
+        if shape.threads(tc) > renderer.max_threads:
+            raise OptError(f"TC tile {opt.amount} needs {shape.threads(tc)} threads; {name} has {renderer.max_threads}")
+        ast = apply_tiled_tensor_core(ast, tc, shape, renderer.shared_max)
     return ast
+
+
+def _tiled_tensor_core(ast: UOp, renderer: Renderer) -> Opt | None:
+    """The heuristic's tiled TC for a matmul: the first tensor core that takes it, with `tc_tile.pick_tile`'s
+    shape (None: no shared memory, not such a matmul, or too small to tile without padding it much)."""
+    if not renderer.has_shared:
+        return None
+    for i, tc in enumerate(renderer.tensor_cores):
+        if (shape := pick_tile(ast, tc, renderer.max_threads, renderer.shared_max)) is not None:
+            return Opt("TC", i, shape.code)
+    return None
 
 
 def optimize_for(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> UOp:
@@ -185,7 +226,10 @@ def optimize_for(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) ->
     dimension)."""
     if not renderer.has_local:
         return optimize(ast, opts, renderer.max_vector_width, renderer.supports_scratch)
-    if opts is None and not NOOPT and (found := tensor_core_for(ast, renderer.tensor_cores)) is not None:
+    if opts is None and not NOOPT and (tiled := _tiled_tensor_core(ast, renderer)) is not None:
+        chosen = [tiled]  # a matmul on the tensor cores, blocks of warps staging tiles in shared memory
+        ast = apply_opts(ast, chosen, renderer)
+    elif opts is None and not NOOPT and (found := tensor_core_for(ast, renderer.tensor_cores)) is not None:
         chosen, ast = [Opt("TC", found[0])], found[1]  # a matmul on the tensor cores: nothing else to choose
     else:
         chosen = gpu_heuristic_opts(ast, renderer) if opts is None else opts

@@ -54,6 +54,14 @@ def _chain_terms(value: UOp, op: Ops) -> list[UOp]:
     return terms[::-1]
 
 
+def _accumulate(op: Ops, step: UOp, term: UOp) -> UOp:
+    """op(step, term); a sum of WMMA(a, b, 0) terms accumulates in the instruction itself: WMMA(a, b, step)."""
+    c = term.src[2] if term.op is Ops.WMMA else None
+    if op is Ops.ADD and c is not None and c.op is Ops.CONST and c.arg == 0:
+        return term.replace(src=(term.src[0], term.src[1], step))
+    return UOp(op, step.dtype, (step, term))
+
+
 def lower_reduce(ctx: AccCtx, red: UOp) -> UOp:
     """REDUCE -> an accumulator defined in the loops around the reduction's use, updated inside its own loops."""
     value, ranges = red.src[0], sorted(red.src[1:], key=lambda r: (_KIND_ORDER[r.arg[1]], r.arg[0]))
@@ -64,7 +72,7 @@ def lower_reduce(ctx: AccCtx, red: UOp) -> UOp:
     # several accumulators can interleave (see `program_order`)
     step: UOp = acc
     for term in _chain_terms(value, red.arg):
-        combined = UOp(red.arg, red.dtype, (step, term))
+        combined = _accumulate(red.arg, step, term)
         step = UOp(Ops.ASSIGN_ACC, red.dtype, (acc, combined))
         ctx.loops[combined] = ctx.loops[step] = outer | set(ranges)  # in every reduce loop, as the register is read
     ctx.loops[acc] = outer

@@ -102,6 +102,8 @@ def range_size(r: UOp) -> int | None:
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
     """`ast` with one action applied; raises OptError (with the reason) when the action does not apply."""
+    if any(u.op is Ops.DEFINE_LOCAL for u in ast.toposort):  # lanes or threads would share its staged tiles
+        raise OptError(f"{opt.op} after a tiled TC: the tile shape (the TC amount) already chose every split")
     if opt.op in ("LOCAL", "GROUP", "GROUPTOP", "TC"):
         from xgrad_codegen.gpu_opt import apply_gpu_opt  # gpu_opt builds on this module: imported at first use
 

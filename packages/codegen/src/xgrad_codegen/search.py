@@ -507,7 +507,7 @@ def _search_with(
         for entry in beam:
             for action in candidates(entry.applied, device.renderer):
                 try:
-                    applied = apply_opt(entry.applied, action)
+                    applied = _apply_all(entry.applied, [action], device.renderer)  # TC needs the renderer
                 except OptError:
                     continue  # not legal here
                 except Exception as e:

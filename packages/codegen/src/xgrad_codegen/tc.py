@@ -47,15 +47,16 @@ def _lane_expr(bits: tuple[tuple[int, int], ...], lane: UOp, axis: int) -> UOp:
     return out
 
 
-def _place(tc: TensorCore, operand: str, lane: UOp, e: int) -> tuple[UOp, UOp]:
+def lane_place(tc: TensorCore, operand: str, lane: UOp, e: int) -> tuple[UOp, UOp]:
     """(row, column) of element `e` of `operand` held by lane `lane` (a UOp)."""
     lane_bits, _ = getattr(tc, operand)
     r0, c0 = tc.place(operand, 0, e)
     return _lane_expr(lane_bits, lane, 0) + r0, _lane_expr(lane_bits, lane, 1) + c0
 
 
-def apply_tensor_core(ast: UOp, tc: TensorCore) -> UOp:
-    """`ast` with its matmul done by `tc` (see the module docstring); OptError when it is not such a matmul."""
+def match_matmul(ast: UOp, tc: TensorCore) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
+    """(the REDUCE, A's load, B's load, m, n, k) of `ast`, a matmul `tc` can compute (any sizes: see the module
+    docstring); OptError saying why when it is not one."""
     reds = [u for u in ast.toposort if u.op is Ops.REDUCE]
     if len(reds) != 1 or reds[0].arg is not Ops.ADD or len(reds[0].src) != 2 or reds[0].dtype != tc.acc:
         raise OptError(f"{tc.name} applies to one sum over one range accumulating in {tc.acc.name}")
@@ -69,9 +70,17 @@ def apply_tensor_core(ast: UOp, tc: TensorCore) -> UOp:
     if len(only_a) != 1 or len(only_b) != 1:
         raise OptError(f"{tc.name} needs one output range read only by each operand (a matmul's m and n)")
     m, n = next(iter(only_a)), next(iter(only_b))
-    tm, tn, tk = tc.dims
     if any(r.arg[1] is not AxisType.LOOP for r in (m, n)) or k not in _reads(first) or k not in _reads(second):
         raise OptError(f"{tc.name}: m and n must be output loops and both operands must read k")
+    if any(range_size(r) is None for r in (m, n, k)):
+        raise OptError(f"{tc.name} needs m, n and k of constant size")
+    return red, first, second, m, n, k
+
+
+def apply_tensor_core(ast: UOp, tc: TensorCore) -> UOp:
+    """`ast` with its matmul done by `tc` (see the module docstring); OptError when it is not such a matmul."""
+    red, first, second, m, n, k = match_matmul(ast, tc)
+    tm, tn, tk = tc.dims
     sizes = (range_size(m), range_size(n), range_size(k))
     if any(s is None or s % t for s, t in zip(sizes, (tm, tn, tk))):
         raise OptError(f"{tc.name} needs m, n, k multiples of {tc.dims}, not {sizes}")
@@ -84,7 +93,7 @@ def apply_tensor_core(ast: UOp, tc: TensorCore) -> UOp:
     def fragment(load: UOp, operand: str, rows: tuple[UOp, UOp, int], cols: tuple[UOp, UOp, int]) -> UOp:
         loads = []
         for e in range(tc.elements(operand)):
-            r, c = _place(tc, operand, lane, e)
+            r, c = lane_place(tc, operand, lane, e)
             loads.append(substitute(load, {rows[0]: rows[1] * rows[2] + r, cols[0]: cols[1] * cols[2] + c}))
         return UOp(Ops.VECTORIZE, tc.dtype.vec(len(loads)), tuple(loads))
 
@@ -96,7 +105,7 @@ def apply_tensor_core(ast: UOp, tc: TensorCore) -> UOp:
     stores = []
     for st in ast.src:
         for e in range(tc.elements("c")):
-            r, c = _place(tc, "c", lane, e)
+            r, c = lane_place(tc, "c", lane, e)
             lane_value = UOp(Ops.GEP, tc.acc, (total,), e)
             stores.append(substitute(st, {red: lane_value, m: mo * tm + r, n: no * tn + c}))
     return ast.replace(src=tuple(stores))

@@ -1,0 +1,179 @@
+"""Tensor cores tiled through shared memory (xgrad_codegen.tc_tile): blocks of warps, each warp several fragments,
+the operands' k-slices staged in shared memory; run with GPU semantics on the PYTHON executor against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernel_helpers import data, kernel_asts
+
+from xgrad import Tensor
+from xgrad.dtype import dtypes
+from xgrad.uop.ops import Ops
+from xgrad_codegen import tc_tile
+from xgrad_codegen.gpu_opt import apply_opts, gpu_candidates
+from xgrad_codegen.opt import Opt, OptError, apply_opt, kernel_ranges
+from xgrad_codegen.pipeline import before_optimize, full_rewrite
+from xgrad_codegen.pydevice import PythonRenderer
+from xgrad_codegen.pygpu import eval_launch, run_gpu_program
+from xgrad_codegen.tc import match_matmul
+from xgrad_codegen.tc_tile import TILE_SHAPES, TileShape
+
+ARCHS = ["sm_90", "gfx1100", "gfx942"]
+
+
+def operands(m: int, k: int, n: int, dtype=dtypes.float16) -> tuple[np.ndarray, np.ndarray]:
+    """A (m x k) and B (k x n) as float32 arrays holding values exactly representable in `dtype`."""
+    rng = np.random.default_rng(m * 10007 + k * 101 + n)
+    a = Tensor(rng.standard_normal((m, k)).astype(np.float32)).cast(dtype).float().numpy()
+    b = Tensor(rng.standard_normal((k, n)).astype(np.float32)).cast(dtype).float().numpy()
+    return a, b
+
+
+def run_matmul(renderer: PythonRenderer, a: np.ndarray, b: np.ndarray, opts: list[Opt]) -> tuple[np.ndarray, list]:
+    """a @ b (float16 operands, float32 sums) lowered with `opts` for `renderer` and run with GPU semantics; the
+    operands are bound to the PARAMs the matmul's A and B loads read."""
+    x, y = Tensor(a).half().realize(), Tensor(b).half().realize()
+    (ast,) = kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))
+    _, load_a, load_b, *_ = match_matmul(before_optimize(ast), renderer.tensor_cores[0])
+    uops = full_rewrite(ast, renderer, opts)
+    out = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    bufs: list = [None, None, None]
+    bufs[0] = memoryview(out).cast("B")
+    bufs[load_a.src[0].src[0].arg] = memoryview(np.ascontiguousarray(a.astype(np.float16))).cast("B")
+    bufs[load_b.src[0].src[0].arg] = memoryview(np.ascontiguousarray(b.astype(np.float16))).cast("B")
+    run_gpu_program(uops, bufs)
+    return out, uops
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize(
+    "m,k,n,code",
+    [
+        (64, 64, 64, 22222),  # multiples of the block (64 x 32 x 32 on sm_90): 4 warps, 2 x 2 fragments, 2 slices
+        (40, 56, 24, 22121),  # no multiples: m, n and k padded (the loads past the end read 0, stores skipped)
+        (70, 33, 50, 22222),  # odd k: the last k-slice padded by 31
+    ],
+)
+def test_tiled_matmul_matches_numpy(arch, m, k, n, code):
+    renderer = PythonRenderer(arch)
+    a, b = operands(m, k, n)
+    got, uops = run_matmul(renderer, a, b, [Opt("TC", 0, code)])
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
+    shape, tc = TileShape.from_code(code), renderer.tensor_cores[0]
+    assert eval_launch(uops, {})[1][0] == shape.threads(tc)  # warps_m x warps_n warps per block
+    assert sum(u.op is Ops.WMMA for u in uops) == shape.frags_m * shape.frags_n * shape.frags_k
+    assert sum(u.op is Ops.BARRIER for u in uops) == 2 and sum(u.op is Ops.DEFINE_LOCAL for u in uops) == 2
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_heuristic_tiles_a_large_half_matmul(arch):
+    """A 1024^3 float16 matmul (compiled, not run) gets a 128 x 128 tile (the largest that leaves tc_tile.MIN_BLOCKS
+    blocks) with k-slices of 32: on sm_90 8 warps of 4 x 4 m16n8 fragments, on RDNA3/CDNA3 4 warps of 4 x 4 16x16
+    ones; each warp's k-slice is frags_m x frags_n x frags_k WMMAs and each thread copies (BM + BN) x 32 / threads
+    elements from global memory."""
+    renderer = PythonRenderer(arch)
+    x, y = Tensor.empty(1024, 1024, dtype=dtypes.half), Tensor.empty(1024, 1024, dtype=dtypes.half)
+    (ast,) = kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))
+    uops = full_rewrite(ast, renderer)
+    ((opt,),) = [u.arg.opts for u in uops if u.op is Ops.SINK]
+    tc = renderer.tensor_cores[0]
+    shape = TileShape.from_code(opt.amount)
+    assert opt.op == "TC" and shape.threads(tc) <= renderer.max_threads
+    bm, bn, bk = shape.block(tc)
+    assert (bm, bn, bk) == (128, 128, 32) and shape.frags_m * shape.frags_n == 16
+    wmmas = sum(u.op is Ops.WMMA for u in uops)
+    global_loads = [u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    assert wmmas == shape.frags_m * shape.frags_n * shape.frags_k
+    assert len(global_loads) == (bm + bn) * bk // shape.threads(tc)
+    # per thread 1 (sm_90: 8 warps) or 2 (4 warps of 16x16x16) loads per WMMA; the untiled tc.py has 12 (sm_90)
+    assert len(global_loads) <= 2 * wmmas
+
+
+def test_heuristic_tiles_a_padded_batched_matmul_with_bias():
+    """A batched matmul of a transposed operand plus a bias, 2 x 60 x 48 x 40 (m no multiple of 16), through the
+    device on PYTHON::sm_90: the heuristic tiles it (padding within tc_tile.MAX_WASTE); the epilogue's bias loads
+    are gated like the stores."""
+    dev = "PYTHON::sm_90"
+    rng = np.random.default_rng(3)
+    at = rng.standard_normal((2, 48, 60)).astype(np.float16)  # A transposed: its m axis is the contiguous one
+    b = rng.standard_normal((2, 48, 40)).astype(np.float16)
+    bias = rng.standard_normal((40,)).astype(np.float32)
+    x, y = Tensor(at, device=dev), Tensor(b, device=dev)
+    got = (x.transpose(1, 2).matmul(y, dtype=dtypes.float32) + Tensor(bias, device=dev)).numpy()
+    want = np.matmul(at.astype(np.float32).transpose(0, 2, 1), b.astype(np.float32)) + bias
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    tx, ty = Tensor(at).realize(), Tensor(b).realize()
+    (ast,) = kernel_asts(lambda: tx.transpose(1, 2).matmul(ty, dtype=dtypes.float32) + Tensor(bias).realize())
+    uops = full_rewrite(ast, PythonRenderer("sm_90"))
+    ((opt,),) = [u.arg.opts for u in uops if u.op is Ops.SINK]
+    assert opt.op == "TC" and opt.amount != 0 and any(u.op is Ops.DEFINE_LOCAL for u in uops)
+
+
+def test_small_matmul_takes_a_small_tile():
+    """The heuristic keeps enough blocks (tc_tile.MIN_BLOCKS) before growing the tile: a 256^3 matmul gets 32 x 32
+    blocks (64 of them), not 128 x 128 (4)."""
+    renderer = PythonRenderer("sm_90")
+    x, y = Tensor.empty(256, 256, dtype=dtypes.half), Tensor.empty(256, 256, dtype=dtypes.half)
+    (ast,) = kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))
+    uops = full_rewrite(ast, renderer)
+    ((opt,),) = [u.arg.opts for u in uops if u.op is Ops.SINK]
+    assert TileShape.from_code(opt.amount).block(renderer.tensor_cores[0])[:2] == (32, 32)
+
+
+def test_tile_codes_round_trip_and_bad_ones_are_refused():
+    for shape in TILE_SHAPES:
+        assert TileShape.from_code(shape.code) == shape
+    for bad in (1234, 123456, 20442, -1):
+        with pytest.raises(OptError, match="five digits"):
+            TileShape.from_code(bad)
+
+
+def test_tiled_kernel_takes_no_further_actions():
+    """After a tiled TC every thread and lane shares the staged tiles: UPCAST/UNROLL/LOCAL (which would duplicate
+    the copies into one shared array) and a second TC are refused, so BEAM skips them."""
+    renderer = PythonRenderer("sm_90")
+    x, y = Tensor(data(64, 64)).half().realize(), Tensor(data(64, 64, seed=1)).half().realize()
+    (ast,) = kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))
+    tiled = apply_opts(before_optimize(ast), [Opt("TC", 0, 22222)], renderer)
+    for r in kernel_ranges(tiled):
+        for op in ("UPCAST", "UNROLL", "LOCAL", "GROUP"):
+            with pytest.raises(OptError, match="after a tiled TC"):
+                apply_opt(tiled, Opt(op, r.arg[0], 2))
+    with pytest.raises(OptError, match="once"):
+        apply_opts(tiled, [Opt("TC", 0, 11111)], renderer)
+    assert not [o for o in gpu_candidates(tiled, renderer) if o.op == "TC"]
+
+
+def test_limits_refuse_a_tile():
+    """A tile needing more threads or shared memory than the renderer has raises OptError naming the limit."""
+    renderer = PythonRenderer("sm_90")
+    x, y = Tensor(data(128, 64)).half().realize(), Tensor(data(64, 128, seed=1)).half().realize()
+    base = before_optimize(kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))[0])
+    renderer.max_threads = 128
+    with pytest.raises(OptError, match="threads"):
+        apply_opts(base, [Opt("TC", 0, 24442)], renderer)
+    renderer.shared_max = 4096
+    with pytest.raises(OptError, match="shared memory"):
+        apply_opts(base, [Opt("TC", 0, 22222)], renderer)
+    assert {o.amount for o in gpu_candidates(base, renderer) if o.op == "TC"} <= {22121, 11111}
+
+
+def test_beam_candidates_offer_tile_shapes_for_half_matmuls_only():
+    renderer = PythonRenderer("sm_90")
+    x, y = Tensor(data(128, 64)).half().realize(), Tensor(data(64, 128, seed=1)).half().realize()
+    base = before_optimize(kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))[0])
+    codes = {o.amount for o in gpu_candidates(base, renderer) if o.op == "TC"}
+    assert codes == {s.code for s in TILE_SHAPES}
+    f32 = before_optimize(kernel_asts(lambda: Tensor(data(128, 64)).realize() @ Tensor(data(64, 128)).realize())[0])
+    assert not [o for o in gpu_candidates(f32, renderer) if o.op == "TC"]
+
+
+def test_untiled_tensor_core_still_applies_with_amount_zero(monkeypatch):
+    """TC with amount 0 is tc.py's one WMMA per warp, straight from global memory (what BEAM compares against)."""
+    monkeypatch.setattr(tc_tile, "MIN_BLOCKS", 1)  # irrelevant to explicit opts: the heuristic is not asked
+    renderer = PythonRenderer("sm_90")
+    a, b = operands(32, 48, 16)
+    got, uops = run_matmul(renderer, a, b, [Opt("TC", 0)])
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
+    assert not any(u.op is Ops.DEFINE_LOCAL for u in uops) and sum(u.op is Ops.WMMA for u in uops) == 1
