@@ -63,3 +63,26 @@ def test_compiled_function_matches_cpu_and_refuses_other_devices() -> None:
     with pytest.raises(BridgeError, match="move the model and its inputs to 'xgrad'"):
         graph = xgrad_torch.compile.CompiledGraph(torch.fx.symbolic_trace(torch.nn.ReLU()), [torch.ones(2)])
         graph(torch.ones(2, device="meta"))
+
+
+def test_compiled_in_place_writes_match_cpu_with_shared_lazy_inputs_and_host_writes() -> None:
+    @torch.compile(backend="xgrad", dynamic=False)
+    def bump(a: torch.Tensor, b: torch.Tensor, n: torch.Tensor) -> None:
+        a.mul_(2).add_(n)
+        b.add_(a)
+        n.add_(1)
+
+    # a and b start as the same lazy zeros (as an optimizer's zeros_like states do): they must stay two buffers
+    a, b, n = torch.zeros(4, device="xgrad"), torch.zeros(4, device="xgrad"), torch.tensor(1.0)
+    ref_a, ref_b, ref_n = torch.zeros(4), torch.zeros(4), torch.tensor(1.0)
+    for i in range(6):
+        if i == 4:  # a host write to the CPU input between calls is seen by the next call
+            n.fill_(10.0)
+            ref_n.fill_(10.0)
+        bump(a, b, n)
+        ref_a.mul_(2).add_(ref_n)
+        ref_b.add_(ref_a)
+        ref_n.add_(1)
+        np.testing.assert_allclose(a.cpu().numpy(), ref_a.numpy())
+        np.testing.assert_allclose(b.cpu().numpy(), ref_b.numpy())
+        assert n.item() == ref_n.item(), f"call {i}"

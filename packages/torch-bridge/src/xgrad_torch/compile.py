@@ -12,15 +12,22 @@ valid until the same graph runs again (a training step reads its loss and uses t
 the next step's forward). Clone an output to keep it longer. Shapes are static: a new input shape is a new graph
 (dynamo recompiles), so the backend asks for `dynamic=False` graphs and refuses symbolic sizes with a BridgeError.
 
+In-place writes to inputs (an optimizer's step) stay in the graph (aot_autograd's keep_inference_input_mutations):
+an input that is a whole buffer of its own is assigned inside the capture, so a replay updates parameters and
+states where they lie, with no copy back; a small CPU input (Adam's step count) keeps an xgrad buffer between calls
+and only its new value is copied back to the host.
+
 Importing this module registers the backend name (the package also declares it as a `torch_dynamo_backends` entry
 point, so an installed xgrad_torch needs no import beyond `import xgrad_torch`).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch._dynamo import register_backend
 from torch._dynamo.backends.common import aot_autograd
@@ -30,6 +37,8 @@ from xgrad import Tensor, TinyJit
 from . import storage
 from .registration import BridgeError
 from .storage import read, wrap
+
+KEEP_CPU_INPUT = 16  # a CPU input of up to this many elements keeps its buffer between calls
 
 
 class CompiledGraph:
@@ -41,6 +50,9 @@ class CompiledGraph:
         self.values: list[Any] = []
         self.aliases: list[tuple[int, list[int], list[int], int]] = []  # (input, size, stride, offset)
         self.dtypes: list[torch.dtype] = []
+        self.mutated: list[int] = []  # inputs written in place whose new values come back as extra outputs
+        self.assigned: list[int] = []  # inputs written in place by an assign inside the capture
+        self.cpu_inputs: dict[int, tuple[weakref.ref[torch.Tensor], np.ndarray, Tensor]] = {}  # k -> its buffer
         for x in example_inputs:
             if isinstance(x, torch.SymInt) or (
                 isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape)
@@ -73,30 +85,71 @@ class CompiledGraph:
             else:
                 self.kinds.append("value")
                 self.values.append(o)
+        # inputs the graph wrote in place (aot_autograd keeps an inference graph's input mutations as copy_ ops): an
+        # input that is a whole buffer of its own is assigned inside the capture, so a replay updates it where it
+        # lies with no copy back; any other comes back as an extra output, written into the input after the call
+        self.mutated, self.assigned, assigns = [], [], []
+        for i, (a, x) in enumerate(zip(args, xs)):
+            if storage.holder_of(a).whole is x:
+                continue
+            new = read(a)
+            if self.assignable[i]:
+                self.assigned.append(i)
+                assigns.append(x.assign(new if new.dtype == x.dtype else new.cast(x.dtype)))
+            else:
+                self.mutated.append(i)
+                tensors.append(new)
+        if assigns:
+            Tensor.realize(*tensors, *assigns)
         return tensors
 
+    def _input(self, k: int, a: Any) -> Tensor:
+        """Input `k` as an xgrad Tensor. A small CPU tensor (an optimizer's step count) is copied into a buffer kept
+        for the next call, which passes that buffer again, with no copy, while the tensor still holds the values
+        the buffer holds (the ones the last call wrote back)."""
+        if not isinstance(a, torch.Tensor) or a.device.type not in ("xgrad", "cpu"):
+            raise BridgeError(f"the xgrad backend got an input on {getattr(a, 'device', type(a).__name__)}; "
+                              "move the model and its inputs to 'xgrad' before calling it")  # fmt: skip
+        if a.device.type == "xgrad":
+            return read(a)
+        if a.numel() > KEEP_CPU_INPUT or a.dtype == torch.bfloat16:
+            return storage.from_cpu(a).realize()
+        kept = self.cpu_inputs.get(k)
+        values = a.detach().numpy()
+        if kept is not None and kept[0]() is a and np.array_equal(values, kept[1]):
+            return kept[2]
+        x = storage.from_cpu(a).realize()
+        self.cpu_inputs[k] = (weakref.ref(a), values.copy(), x)
+        return x
+
+    def _owns_buffer(self, a: torch.Tensor, x: Tensor) -> bool:
+        """Whether input `a` (read as `x`) is the whole of a storage of its own: an in-place write to it can be an
+        assign into `x`'s buffer. (A CPU input reads as the kept buffer, which only this graph writes.)"""
+        if a.device.type == "cpu":
+            return a.numel() <= KEEP_CPU_INPUT and a.dtype != torch.bfloat16
+        h = storage.holder_of(a)
+        return x is h.whole and a.is_contiguous() and a.storage_offset() == 0 and a.numel() == h.numel
+
     def __call__(self, *args: Any) -> list[Any]:
-        self.input_dtypes = [a.dtype for a in args]
-        xs = []
-        for a in args:
-            if not isinstance(a, torch.Tensor) or a.device.type not in ("xgrad", "cpu"):
-                raise BridgeError(f"the xgrad backend got an input on {getattr(a, 'device', type(a).__name__)}; "
-                                  "move the model and its inputs to 'xgrad' before calling it")  # fmt: skip
-            # a CPU input (an optimizer's step count) is copied in; the graph then runs it on xgrad
-            xs.append(read(a) if a.device.type == "xgrad" else storage.from_cpu(a).realize())
+        self.input_dtypes = [a.dtype if isinstance(a, torch.Tensor) else None for a in args]
+        xs = [self._input(k, a) for k, a in enumerate(args)]
         storage.flush()  # pending writes to inputs (an optimizer's step) first: the replay reads their buffers
-        # one xgrad Tensor per storage read whole: a tensor passed twice (or two sharing a storage) goes in once
+        # one xgrad Tensor per graph node: a tensor passed twice, two sharing a storage, or two storages holding the
+        # same lazy value (optimizer states made by zeros_like, which realize to one buffer) go in once, and none
+        # of them is written by an assign
         first: dict[int, int] = {}
         unique: list[Tensor] = []
         for x in xs:
-            if id(x) not in first:
-                first[id(x)] = len(unique)
+            if id(x.uop) not in first:
+                first[id(x.uop)] = len(unique)
                 unique.append(x)
-        positions = [first[id(x)] for x in xs]
-        if positions != getattr(self, "positions", positions):
+        positions = [first[id(x.uop)] for x in xs]
+        assignable = [self._owns_buffer(a, x) and positions.count(p) == 1 for a, x, p in zip(args, xs, positions)]
+        if (positions, assignable) != (getattr(self, "positions", positions), getattr(self, "assignable", assignable)):
             self.jit.reset()  # a different aliasing of the inputs: capture again
-        self.positions = positions
-        tensors = iter(self.jit(*unique))
+        self.positions, self.assignable = positions, assignable
+        results = self.jit(*unique)
+        tensors = iter(results)
         values, dtypes, aliases = iter(self.values), iter(self.dtypes), iter(self.aliases)
         out: list[Any] = []
         for kind in self.kinds:
@@ -104,10 +157,32 @@ class CompiledGraph:
                 out.append(wrap(next(tensors), next(dtypes)))
             elif kind == "alias":
                 i, size, stride, offset = next(aliases)
-                out.append(torch.ops.aten.as_strided.default(args[i], size, stride, offset))
+                a = args[i]
+                if (size, stride, offset) == (list(a.shape), list(a.stride()), a.storage_offset()):
+                    out.append(a)  # the input itself (a primal saved for backward): no view op to dispatch
+                else:
+                    out.append(torch.ops.aten.as_strided.default(a, size, stride, offset))
             else:
                 out.append(next(values))
+        for i, new in zip(self.mutated, results[len(results) - len(self.mutated) :]):
+            self._write_back(args[i], new)
+        for k in self.assigned:  # CPU inputs assigned in the capture: their new values go back to the host
+            if args[k].device.type == "cpu":
+                kept = self.cpu_inputs.get(k)
+                x = kept[2] if kept is not None else xs[k]
+                self._write_back(args[k], x)
+                if kept is not None:
+                    self.cpu_inputs[k] = (kept[0], args[k].detach().numpy().copy(), x)
         return out
+
+    @staticmethod
+    def _write_back(a: torch.Tensor, new: Tensor) -> None:
+        """Input `a` takes the value `new` (what aot_autograd's copy_ back into a mutated input would do)."""
+        if a.device.type == "xgrad":
+            storage.write(a, new)
+            return
+        with torch.no_grad():
+            a.copy_(storage.to_cpu_tensor(wrap(new, a.dtype)))
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -123,6 +198,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Ca
     return run
 
 
-xgrad_backend = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph)
+# keep_inference_input_mutations: an inference graph (an optimizer's step) keeps its writes to inputs as copy_
+# ops, which run as assigns inside the capture, instead of returning new values for torch to copy back one by one
+xgrad_backend = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, keep_inference_input_mutations=True)
 xgrad_backend.__doc__ = "torch.compile backend 'xgrad': aot_autograd graphs run as TinyJit'd xgrad functions."
 register_backend(xgrad_backend, name="xgrad")
