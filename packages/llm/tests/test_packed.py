@@ -14,6 +14,7 @@ from test_quants import assert_bit_exact, edge_blocks, random_blocks, reference 
 
 from xgrad import Tensor  # noqa: E402
 from xgrad.errors import DTypeError, ShapeError  # noqa: E402
+from xgrad.helpers import GlobalCounters  # noqa: E402
 from xgrad_llm.packed import LANES, PackedMatrix, can_pack  # noqa: E402
 from xgrad_llm.quants import AFFINE, BLOCK_SIZES, GGMLType  # noqa: E402
 
@@ -64,6 +65,33 @@ def test_packed_matmul_matches_numpy(t: GGMLType, tokens: int) -> None:
     m = PackedMatrix(Tensor(raw.reshape(-1).copy()), t, (rows, k))
     expected = x.astype(np.float64) @ w.T.astype(np.float64)
     np.testing.assert_allclose((Tensor(x) @ m.t()).numpy(), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("t", MATMUL_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("lead", [(1,), (4,), (2, 3)])  # a decode step, a batched round of 4 streams, (B, T)
+def test_packed_product_group_by_group_matches_numpy(t: GGMLType, lead: tuple[int, ...]) -> None:
+    """`product` sums each scale group's products before scaling them (and adds offset x the group's sum of x): the
+    same x @ W.T as numpy's float64 product of the gguf package's dequantised weights, in one kernel."""
+    rows, k = 4 * LANES + 32, 4 * BLOCK_SIZES[t][0]  # a short last panel; several scale groups per row
+    raw = random_blocks(t, rows * k // BLOCK_SIZES[t][0], np.random.default_rng(int(t) + 10))
+    scales = {GGMLType.Q4_0: (0,), GGMLType.Q5_0: (0,), GGMLType.Q8_0: (0,), GGMLType.Q4_K: (0, 2)}
+    for at in scales.get(t, (208,)):  # finite scales of a realistic size
+        raw[:, at : at + 2] = np.array([0.01], np.float16).view(np.uint8)
+    w = reference(raw, t).reshape(rows, k)
+    x = np.random.default_rng(2).standard_normal((*lead, k)).astype(np.float32)
+    m = PackedMatrix(Tensor(raw.reshape(-1).copy()), t, (rows, k))
+    expected = x.astype(np.float64) @ w.T.astype(np.float64)
+    GlobalCounters.reset()
+    got = m.product(Tensor(x)).realize()
+    assert GlobalCounters.kernel_count <= (2 if m.offset is not None else 1)  # the offset's group sums of x: one more
+    assert got.shape == (*lead, rows)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_packed_product_refuses_a_wrong_width() -> None:
+    m = packed(GGMLType.Q8_0, 16, 64)
+    with pytest.raises(ShapeError, match="make its last axis 64"):
+        m.product(Tensor.ones(2, 32))
 
 
 def packed(t: GGMLType, rows: int, k: int) -> PackedMatrix:

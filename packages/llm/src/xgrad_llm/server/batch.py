@@ -100,6 +100,9 @@ class BatchDecoder:
         n = x.shape[0]
         hd, vd, kv = cfg.head_dim, cfg.value_dim, cfg.n_kv_heads
         group = cfg.n_heads // kv
+        # x and the new keys and values are realized once: each row's cache write below is its own kernel, and a lazy
+        # input would be recomputed in every one of them (the norm 9 times and the k projection 4 times per layer)
+        x = x.contiguous().realize()
         q, k, v = m._qkv(w, x)  # (N, 1, heads, hd), (N, 1, kv, hd), (N, 1, kv, vd): the model's own projections
         sliding = cfg.sliding_layers[i]
         table = m.rope_local if sliding else m.rope_global
@@ -108,14 +111,13 @@ class BatchDecoder:
         q = apply_rope(q.reshape(1, n, cfg.n_heads, hd), rows[0], rows[1], cfg.rope_style).reshape(n, 1, -1, hd)
         k = apply_rope(k.reshape(1, n, kv, hd), rows[0], rows[1], cfg.rope_style).reshape(n, 1, kv, hd)
         ck, cv = m.cache_k[i], m.cache_v[i]
+        new_k = k.transpose(1, 2).cast(ck.dtype).contiguous()  # (N, kv, 1, hd)
+        new_v = v.transpose(1, 2).cast(cv.dtype).contiguous()
+        Tensor.realize(new_k, new_v)
         writes = []
         for b, (r, p) in enumerate(zip(self._rows, positions)):
-            writes.append(
-                ck.shrink(((r, r + 1), None, (p, p + 1), None)).assign(k[b : b + 1].transpose(1, 2).cast(ck.dtype))
-            )
-            writes.append(
-                cv.shrink(((r, r + 1), None, (p, p + 1), None)).assign(v[b : b + 1].transpose(1, 2).cast(cv.dtype))
-            )
+            writes.append(ck.shrink(((r, r + 1), None, (p, p + 1), None)).assign(new_k[b : b + 1]))
+            writes.append(cv.shrink(((r, r + 1), None, (p, p + 1), None)).assign(new_v[b : b + 1]))
         Tensor.realize(*writes)
         end = self._span  # keys past the latest row's position are masked for every row: not read at all
         if n == m.cache_k[i].shape[0]:

@@ -36,6 +36,7 @@ class Embedder:
         dim = src.cfg.dim
         m.cfg = dataclasses.replace(src.cfg, final_softcap=0.0)
         m.output = Tensor.eye(dim, device=src.device).contiguous().realize()
+        m.output_packed = None  # the head is the identity: the hidden states come out
         m.cache_k = [Tensor.zeros(*c.shape, device=src.device).contiguous().realize() for c in src.cache_k]
         m.cache_v = [Tensor.zeros(*c.shape, device=src.device).contiguous().realize() for c in src.cache_v]
         self._model = m
