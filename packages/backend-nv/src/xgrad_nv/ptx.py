@@ -1,7 +1,8 @@
 """The PTX renderer: linear program in, one PTX `.entry` (for ptxas, the driver's JIT or the PTX interpreter) out.
 
 Same kernel ABI as the CUDA renderer (`xgrad_nv.renderer`): one `.u64` pointer per PARAM in PARAM order, then one
-`.s32` per DEFINE_VAR; SPECIAL `gidx<d>` is `%ctaid.<d>`, `lidx<d>` is `%tid.<d>`; `.maxntid` is the block size.
+`.s32` per DEFINE_VAR; SPECIAL `gidx<d>` is `%ctaid.<d>`, `lidx<d>` is `%tid.<d>`; `.maxntid` is the block size (with
+`.minnctapersm 1` where tensor cores keep accumulators in registers).
 Every value gets a fresh virtual register (ptxas allocates): `%p` predicates (bool), `%rs` 16-bit (int8/int16 and their
 unsigned forms, kept sign- or zero-extended; half and bfloat16 as bits), `%r` 32-bit (int32, uint32, index), `%rd`
 64-bit, `%f` float32, `%fd` float64. half computes with the `.f16` instructions where they exist (add/sub/mul/fma,
@@ -173,6 +174,8 @@ class PTXRenderer(Renderer):
         params = [f"\t.param .u64 {ctx.params.get(i, f'unused{i}')}" for i in range(count)]
         params += [f"\t.param .s32 {v}" for v in ctx.variables]
         major, minor = max(self.spec.min_ptx_isa, (7, 8))
+        # tensor-core accumulators live in registers: one block per SM is enough (see the CUDA renderer's bounds)
+        min_blocks = "\n.minnctapersm 1" if any(u.op is Ops.WMMA for u in uops) else ""
         head = [
             f".version {major}.{minor}",
             f".target {self.arch}",
@@ -180,7 +183,7 @@ class PTXRenderer(Renderer):
             "",
             f".visible .entry {name}(",
             ",\n".join(params),
-            f")\n.maxntid {threads[0]}, {threads[1]}, {threads[2]}\n{{",
+            f")\n.maxntid {threads[0]}, {threads[1]}, {threads[2]}{min_blocks}\n{{",
         ]
         decls = [f"\t.reg {t} {p}<{ctx.counts[p]}>;" for p, t in ctx.decl.items()]
         return "\n".join([*head, *decls, *ctx.shared, *ctx.lines, "\tret;", "}"]) + "\n"

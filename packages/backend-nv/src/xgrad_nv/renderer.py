@@ -1,7 +1,7 @@
 """The CUDA C renderer: linear program in, one CUDA C++ kernel (for NVRTC or nvcc) out; and the NVIDIA arch table.
 
 Kernel ABI (what `xgrad_nv.device` launches):
-    extern "C" __global__ void __launch_bounds__(<threads>) <name>(T0* data0, const T1* data1, ..., const int var0, ...)
+    extern "C" __global__ void __launch_bounds__(<threads>[, 1]) <name>(T0* data0, const T1* data1, ..., const int var0, ...)
 one pointer per PARAM (in PARAM order), then one 32-bit int per DEFINE_VAR (in program order). SPECIAL `gidx<d>` is
 `blockIdx.<d>`, `lidx<d>` is `threadIdx.<d>`; the launch's grid and block are the sizes of those SPECIALs
 (`xgrad_codegen.pygpu.launch_sizes`). DEFINE_LOCAL is a static `__shared__` array, BARRIER `__syncthreads()`.
@@ -371,7 +371,10 @@ class CUDARenderer(CStyleRenderer):
         count = max(by_index, default=-1) + 1
         params = [by_index.get(i, f"const void* unused{i}") for i in range(count)]
         params += [self.render_var_decl(ctx, u, n, k) for u, n, k in ctx.variables]
-        head = f"{self.kernel_prefix} void __launch_bounds__({threads}) {name}({', '.join(params)}) {{"
+        # a tensor-core kernel keeps its accumulators in registers: one block per SM is enough (minBlocks 1), or
+        # ptxas trades registers for occupancy and spills (a 4-warp 64x64 tile: 72 registers and 28 bytes spilled)
+        bounds = f"{threads}, 1" if any(u.op is Ops.WMMA for u in ctx.uops) else f"{threads}"
+        head = f"{self.kernel_prefix} void __launch_bounds__({bounds}) {name}({', '.join(params)}) {{"
         return "\n".join([*self.render_prefix(ctx), head, *body, "}"]) + "\n"
 
 
