@@ -341,6 +341,23 @@ def test_lds_stores_loads_2addr_and_atomics() -> None:
         run(wave(lds=64), "v_mov_b32 v0, 0x100\nds_load_b32 v1, v0")
 
 
+def test_lds_d16_loads_fill_one_half_and_store_hi_writes_the_high_half() -> None:
+    """ds_load_u16_d16 / _hi (what clang emits for a tiled matmul's half fragments read from LDS), the i8 form
+    sign-extended to 16 bits, and ds_store_b16_d16_hi: each keeps the register's other half."""
+    w = wave(lds=1024)
+    w.v[0] = np.arange(32, dtype=U32) * 2  # byte address of halfword i
+    w.v[1] = (np.arange(32, dtype=U32) + 0x8100) << 16 | 0x7777  # high halves to store
+    w.v[2] = np.full(32, 0xAAAA5555, U32)
+    w.v[3] = np.full(32, 0xAAAA5555, U32)
+    w.v[4] = np.full(32, 0x12345678, U32)
+    run(w, "ds_store_b16_d16_hi v0, v1\ns_waitcnt lgkmcnt(0)\nds_load_u16_d16 v2, v0\nds_load_u16_d16_hi v3, v0\n"
+        "ds_load_i8_d16_hi v4, v0 offset:1")  # fmt: skip
+    stored = np.arange(32, dtype=U32) + 0x8100
+    np.testing.assert_array_equal(w.v[2], 0xAAAA0000 | stored)
+    np.testing.assert_array_equal(w.v[3], stored << 16 | 0x5555)
+    np.testing.assert_array_equal(w.v[4], 0xFF810000 | 0x5678)  # byte 1 of each halfword: 0x81, sign-extended
+
+
 def test_wmma_layout_rows_and_columns_per_lane() -> None:
     rng = np.random.default_rng(4)
     a = rng.standard_normal((16, 16)).astype(F16)

@@ -249,6 +249,26 @@ def _lds_store(w: Waves, lanes: np.ndarray, addrs: np.ndarray, values: np.ndarra
     w.lds[_lds_index(w, lanes, addrs, n)] = v.view(np.uint8).reshape(addrs.size, n)
 
 
+def _ds_load_d16(inst: Inst, kind: str, addr_r: int, vdst: int, off: int) -> Exec:
+    """ds_load_{u8,i8,u16}_d16[_hi]: one 8/16-bit value (the i8 sign-extended to 16 bits) into the low (or with
+    _hi the high) half of vdst; the other half is kept."""
+    hi = kind.endswith("_hi")
+    dt = {"u8": np.uint8, "i8": np.int8, "u16": np.uint16}[kind.split("_")[1]]
+    size = inst.size
+
+    def dsload_d16(w: Waves) -> None:
+        lanes = w.active()
+        if lanes.size:
+            vals = _lds_load(w, lanes, (w.v[addr_r, lanes].astype(np.int64) + off) & M32, np.dtype(dt), 1)
+            half = vals.astype(np.int16).view(np.uint16).astype(np.uint32) if dt == np.int8 else vals.astype(np.uint32)
+            old = w.v[vdst, lanes]
+            keep = old & np.uint32(0xFFFF) if hi else old & np.uint32(0xFFFF0000)
+            w.v[vdst, lanes] = keep | (half << np.uint32(16) if hi else half)
+        w.pc[w.ix] += size
+
+    return dsload_d16
+
+
 def build_ds(inst: Inst) -> Exec:
     """ds_load_*, ds_store_*, their 2addr forms and the 32-bit LDS atomics."""
     name, f, size = inst.name, inst.f, inst.size
@@ -276,6 +296,19 @@ def build_ds(inst: Inst) -> Exec:
             w.pc[w.ix] += size
 
         return ds2
+    if kind.startswith("load_") and "_d16" in kind:  # load_u16_d16(_hi), load_u8_d16(_hi), load_i8_d16(_hi)
+        return _ds_load_d16(inst, kind, addr_r, vdst, off)
+    if kind.startswith("store_") and kind.endswith("_d16_hi"):  # store_b16_d16_hi, store_b8_d16_hi
+        hdt = {"b8": np.uint8, "b16": np.uint16}[kind.split("_")[1]]
+
+        def dsstore_hi(w: Waves) -> None:
+            lanes = w.active()
+            if lanes.size:
+                vals = (w.v[d0, lanes] >> np.uint32(16)).astype(hdt)
+                _lds_store(w, lanes, (w.v[addr_r, lanes].astype(np.int64) + off) & M32, vals, 1)
+            w.pc[w.ix] += size
+
+        return dsstore_hi
     if kind.startswith("load_") and kind[5:] in _LOAD:
         dt, count = _LOAD[kind[5:]]
 
