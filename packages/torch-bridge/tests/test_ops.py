@@ -190,6 +190,21 @@ def test_nn_ops_match_cpu(name: str) -> None:
     check(fn, shapes, atol=1e-4)
 
 
+@pytest.mark.parametrize("needs", [(True, False), (False, True)], ids=["input_grad_only", "weight_grad_only"])
+def test_conv_backward_gives_only_the_gradients_asked_for(needs: tuple[bool, bool]) -> None:
+    g = torch.Generator().manual_seed(3)
+    cpu = [torch.randn(2, 3, 6, 6, generator=g), torch.randn(4, 3, 3, 3, generator=g)]
+    cpu = [t.requires_grad_(need) for t, need in zip(cpu, needs)]
+    dev = [t.detach().to("xgrad").requires_grad_(need) for t, need in zip(cpu, needs)]
+    weight = torch.randn(2, 4, 4, 4, generator=g)
+    (F.conv2d(*cpu, padding=0) * weight).sum().backward()
+    (F.conv2d(*dev, padding=0) * weight.to("xgrad")).sum().backward()
+    for c, x in zip(cpu, dev):
+        assert (c.grad is None) == (x.grad is None)
+        if c.grad is not None:
+            np.testing.assert_allclose(x.grad.cpu().numpy(), c.grad.numpy(), atol=1e-4, rtol=1e-4)
+
+
 def test_cross_entropy_and_nll_match_cpu() -> None:
     target = torch.tensor([1, 0, 4, 2, -100, 3])
     check(lambda x: (F.cross_entropy(x, target.to(x.device)), F.nll_loss(F.log_softmax(x, 1), target.to(x.device),

@@ -85,11 +85,19 @@ def convolution_backward(
     a = {"stride": stride, "padding": padding, "dilation": dilation, "transposed": transposed}
     a |= {"output_padding": output_padding, "groups": groups}
     g = x_of(grad_output)
-    gx, gw = vjp(lambda x, w: _conv(x, w, None, a), [x_of(input), x_of(weight)], g)
+    x, w = x_of(input), x_of(weight)
+    gx: Tensor | None = None
+    gw: Tensor | None = None
+    if output_mask[0] and output_mask[1]:
+        gx, gw = vjp(lambda x, w: _conv(x, w, None, a), [x, w], g)
+    elif output_mask[0]:  # only what is asked for is differentiated (a first layer needs no input gradient)
+        gx = vjp(lambda x: _conv(x, w, None, a), [x], g)[0]
+    elif output_mask[1]:
+        gw = vjp(lambda w: _conv(x, w, None, a), [w], g)[0]
     gb = g.sum(tuple(i for i in range(g.ndim) if i != 1)) if output_mask[2] else None
     return (
-        wrap(gx, input.dtype) if output_mask[0] else None,
-        wrap(gw, weight.dtype) if output_mask[1] else None,
+        wrap(gx, input.dtype) if gx is not None else None,
+        wrap(gw, weight.dtype) if gw is not None else None,
         wrap(gb, grad_output.dtype) if gb is not None else None,
     )
 
