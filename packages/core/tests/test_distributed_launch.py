@@ -162,3 +162,38 @@ def test_shares_cores_when_the_ranks_on_this_host_outnumber_its_cores(
 
 def test_local_size_outside_a_launcher_is_unknown(no_launcher: pytest.MonkeyPatch) -> None:
     assert local_size() is None
+
+
+def test_data_parallel_starts_each_bucket_before_the_next_buckets_gradients(no_launcher: pytest.MonkeyPatch) -> None:
+    from xgrad import Context, nn
+    from xgrad.distributed import DataParallel
+    from xgrad.nn.optim import Adam
+    from xgrad.nn.state import get_parameters
+
+    no_launcher.setenv("OMPI_COMM_WORLD_RANK", "0")
+    no_launcher.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    layers = [nn.Linear(16, 32), nn.Linear(32, 32), nn.Linear(32, 32), nn.Linear(32, 4)]
+    dp = DataParallel(layers, bucket_mb=5000 / 2**20, broadcast_params=False)  # ~1250 floats a bucket: 3 buckets
+    opt = Adam(get_parameters(layers))
+    x = Tensor(np.ones((8, 16), np.float32))
+    with Context(TRAINING=1):
+        for layer in layers[:-1]:
+            x = layer(x).relu()
+        loss = layers[-1](x).sum()
+        loss.backward()
+        dp.average_gradients()
+        steps = Tensor.schedule_linear(loss, *opt.schedule_step()).src  # scheduled only: nothing runs MPI here
+    kinds = ["kernel" if it.is_kernel else it.ast.arg.name for it in steps]
+    starts = [i for i, k in enumerate(kinds) if k == "all_reduce(sum) start"]
+    whole = kinds.index("all_reduce(sum)")
+    waits = [i for i, k in enumerate(kinds) if k == "all_reduce(sum) wait"]
+    assert len(starts) == len(waits) == 2 and kinds.count("all_reduce(sum)") == 1, kinds
+    # between a start and the next start (or the last bucket's step): the next bucket's gradient kernels
+    for a, b in zip(starts, [*starts[1:], whole]):
+        assert "kernel" in kinds[a + 1 : b], kinds
+    assert all(w > whole for w in waits), kinds  # each wait after every bucket was started
+    # cut in reverse parameter order: the first bucket started holds the last layer's gradients
+    cut = buckets(get_parameters(layers)[::-1], 5000)
+    assert any(p is layers[-1].weight for p in cut[0]) and steps[starts[0]].bufs[0].size == sum(
+        p.numel() for p in cut[0]
+    )

@@ -7,7 +7,8 @@ first runs (`xgrad.distributed.comm`), never by `import xgrad` or `import xgrad.
 `pip install mpi4py` next to an MPI library (CI: Open MPI 4.1 from Debian, mpi4py 4.1.2 from PyPI).
 
 - `launch`: `rank()`, `world_size()`, `local_rank()` from the launcher's environment.
-- `collectives`: `all_reduce`, `broadcast`, `all_gather`, `reduce_scatter` (lazy Tensors), `barrier()`.
+- `collectives`: `all_reduce`, `broadcast`, `all_gather`, `reduce_scatter` (lazy Tensors), `barrier()`, and an
+  all_reduce split in a start and a wait step (`all_reduce_coalesced_start`, `collective_wait`).
 - `comm`: the communicator and the watchdog (DIST_TIMEOUT) that turns a dead rank into a `RankFailedError`.
 - `data_parallel`: `DataParallel` (gradients averaged in buckets), `DistributedSampler`, checkpoints.
 """
@@ -18,9 +19,11 @@ from xgrad.distributed.collectives import (
     all_gather,
     all_reduce,
     all_reduce_coalesced,
+    all_reduce_coalesced_start,
     barrier,
     broadcast,
     broadcast_coalesced,
+    collective_wait,
     reduce_scatter,
     split_rows,
 )
@@ -38,9 +41,11 @@ __all__ = [
     "all_gather",
     "all_reduce",
     "all_reduce_coalesced",
+    "all_reduce_coalesced_start",
     "barrier",
     "broadcast",
     "broadcast_coalesced",
+    "collective_wait",
     "is_launched",
     "load_checkpoint",
     "local_rank",

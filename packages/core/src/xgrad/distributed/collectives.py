@@ -29,7 +29,7 @@ need not be divisible by the world size (the first n % world ranks get one row m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -108,7 +108,11 @@ def mpi_type_and_op(MPI: Any, dtype: DType, op: str) -> tuple[Any, Any]:  # noqa
 @dataclass(frozen=True)
 class Collective:
     """The arg of a COLLECTIVE node: what to do across `world` ranks. `shape` is the output's; `counts` (for
-    reduce_scatter) the elements each rank receives."""
+    reduce_scatter) the elements each rank receives. `phase` splits an all_reduce in two steps of the schedule, so
+    that the steps between them run while MPI works: "start" posts it (MPI then writes the step's output while a
+    thread of the communicator drives it), "wait" completes the one started into its source and copies the result
+    into its own output; "" does both at once. The first `after` sources are not read: they only order the step
+    after the steps that compute them (another bucket's start)."""
 
     kind: str  # "all_reduce", "broadcast", "all_gather" or "reduce_scatter"
     op: str  # "sum", "max" or "min" for the reductions, "" otherwise
@@ -116,13 +120,18 @@ class Collective:
     world: int
     shape: tuple[int, ...]
     counts: tuple[int, ...] = ()
+    phase: str = ""  # "", "start" or "wait"
+    after: int = 0
 
     @property
     def name(self) -> str:
-        """What DEBUG output and errors call this step: `all_reduce(sum)`, `broadcast(0)`, `all_gather`."""
+        """What DEBUG output and errors call this step: `all_reduce(sum)`, `broadcast(0)`, `all_gather`,
+        `all_reduce(sum) start`."""
         if self.op:
-            return f"{self.kind}({self.op})"
-        return f"broadcast({self.root})" if self.kind == "broadcast" else self.kind
+            base = f"{self.kind}({self.op})"
+        else:
+            base = f"broadcast({self.root})" if self.kind == "broadcast" else self.kind
+        return f"{base} {self.phase}" if self.phase else base
 
     def run(self, out: Buffer, *srcs: Buffer) -> None:
         """Perform the collective: read `srcs` (several: the collective of them laid end to end), write `out` (the
@@ -130,58 +139,98 @@ class Collective:
         comm = communicator()
         if comm.size != self.world:
             raise DistributedError(f"{self.name} was built for {self.world} ranks, this job has {comm.size}")
+        srcs = srcs[self.after :]
+        if self.phase == "wait":  # the result MPI wrote into the start's output, once complete, copied into out
+            comm.finish(in_flight_key(srcs[0]), self.name)
+            out.copyin(srcs[0].as_bytes())
+            return
+        whole = replace(self, phase="", after=0) if self.phase else self
         hook = getattr(Device[out.device], "collective", None)
-        if hook is not None:  # the device's own collective library
-            hook(self, out, *srcs)
+        if hook is not None:  # the device's own collective library (a start runs whole: its wait then only copies)
+            hook(whole, out, *srcs)
             return
         direct = host_visible(out.allocator) and all(host_visible(s.allocator) for s in srcs)
+        if self.phase == "start" and direct and self.kind == "all_reduce":
+            self._start(comm, out, srcs)
+            return
+        if self.phase == "start":  # staged through host memory: done at once, the wait only copies
+            whole.run(out, *srcs)
+            return
         if direct:
             recv = out.allocator.as_memoryview(out.handle)  # type: ignore[attr-defined]
         else:
             recv = memoryview(bytearray(out.nbytes))
         send: memoryview | None = None
+        staged: bytearray | None = None
         if len(srcs) == 1:
             send = srcs[0].as_bytes()  # synchronizes the device: the kernels writing it are done
         elif self.kind == "all_reduce":  # coalesced: the sources laid end to end in a send buffer, reduced into out
-            send = _lay_end_to_end(srcs, staging(out.nbytes))
+            staged = take_staging(out.nbytes)
+            send = _lay_end_to_end(srcs, memoryview(staged)[: out.nbytes])
         else:  # coalesced broadcast: the sources laid end to end in the output, broadcast there in place
             _lay_end_to_end(srcs, recv)
-        self._mpi(comm, send, recv, out.dtype)
+        comm.wait(self._post(comm, send, recv, out.dtype), self.name)
+        if staged is not None:
+            give_staging(staged)
         if not direct:
             out.copyin(recv)
 
-    def _mpi(self, comm: Any, send: memoryview | None, recv: memoryview, dtype: DType) -> None:
+    def _start(self, comm: Any, out: Buffer, srcs: tuple[Buffer, ...]) -> None:
+        """Post the all_reduce of `srcs` (laid end to end in a send buffer of its own) into `out` and return; the
+        wait step completes it."""
+        staged = take_staging(out.nbytes)
+        send = _lay_end_to_end(srcs, memoryview(staged)[: out.nbytes])
+        recv = out.allocator.as_memoryview(out.handle)  # type: ignore[attr-defined]
+        request = self._post(comm, send, recv, out.dtype)
+        comm.start(in_flight_key(out), request, self.name, lambda: give_staging(staged))
+
+    def _post(self, comm: Any, send: memoryview | None, recv: memoryview, dtype: DType) -> Any:
+        """The MPI request of this collective from `send` into `recv` (a broadcast's root copies send into recv)."""
         MPI = comm.MPI  # noqa: N806
         c = comm.comm
         if send is None:  # coalesced broadcast: the root's sources are in recv already
-            comm.wait(c.Ibcast([recv, MPI.BYTE], root=self.root), self.name)
-        elif self.kind == "broadcast":
+            return c.Ibcast([recv, MPI.BYTE], root=self.root)
+        if self.kind == "broadcast":
             if comm.rank == self.root:
                 recv[:] = send
-            comm.wait(c.Ibcast([recv, MPI.BYTE], root=self.root), self.name)
-        elif self.kind == "all_gather":
-            comm.wait(c.Iallgather([send, MPI.BYTE], [recv, MPI.BYTE]), self.name)
-        else:
-            mpi_type, op = mpi_type_and_op(MPI, dtype, self.op)
-            n_in = send.nbytes // dtype.itemsize
-            if self.kind == "all_reduce":
-                request = c.Iallreduce([send, n_in, mpi_type], [recv, n_in, mpi_type], op)
-            else:
-                mine = self.counts[comm.rank]
-                request = c.Ireduce_scatter([send, n_in, mpi_type], [recv, mine, mpi_type], list(self.counts), op)
-            comm.wait(request, self.name)
+            return c.Ibcast([recv, MPI.BYTE], root=self.root)
+        if self.kind == "all_gather":
+            return c.Iallgather([send, MPI.BYTE], [recv, MPI.BYTE])
+        mpi_type, op = mpi_type_and_op(MPI, dtype, self.op)
+        n_in = send.nbytes // dtype.itemsize
+        if self.kind == "all_reduce":
+            return c.Iallreduce([send, n_in, mpi_type], [recv, n_in, mpi_type], op)
+        mine = self.counts[comm.rank]
+        return c.Ireduce_scatter([send, n_in, mpi_type], [recv, mine, mpi_type], list(self.counts), op)
 
 
-_staging: list[memoryview] = []  # the send buffer of coalesced all_reduces, grown to the largest so far
+_free_staging: list[bytearray] = []  # send buffers of coalesced all_reduces that no collective uses now
+STAGING_KEPT = 8
 
 
-def staging(nbytes: int) -> memoryview:
-    """Host memory for `nbytes` bytes that a coalesced all_reduce sends from (one buffer, reused: collectives run one
-    at a time). Why not reduce in place in the output, as a broadcast does: Open MPI's ring Iallreduce runs 1.3-1.8x
-    slower with MPI_IN_PLACE (2 ranks, 64 KB to 64 MB)."""
-    if not _staging or _staging[0].nbytes < nbytes:
-        _staging[:] = [memoryview(bytearray(nbytes))]
-    return _staging[0][:nbytes]
+def take_staging(nbytes: int) -> bytearray:
+    """Host memory of at least `nbytes` bytes that a coalesced all_reduce sends from, until `give_staging`: the
+    smallest free one that is big enough, else a new one. Why not reduce in place in the output, as a broadcast does:
+    Open MPI's ring Iallreduce runs 1.3-1.8x slower with MPI_IN_PLACE (2 ranks, 64 KB to 64 MB)."""
+    fits = [b for b in _free_staging if len(b) >= nbytes]
+    if not fits:
+        return bytearray(nbytes)
+    best = min(fits, key=len)
+    _free_staging.remove(best)
+    return best
+
+
+def give_staging(buf: bytearray) -> None:
+    """Hand back a send buffer of `take_staging` (the STAGING_KEPT largest are kept for the next collectives)."""
+    _free_staging.append(buf)
+    if len(_free_staging) > STAGING_KEPT:
+        _free_staging.remove(min(_free_staging, key=len))
+
+
+def in_flight_key(buf: Buffer) -> tuple[int, int]:
+    """What names the memory a started collective writes: its start's output and its wait's source are the same
+    memory (the same Buffer, or views of one arena at one offset)."""
+    return (id(buf.base), buf.offset) if buf.base is not None else (id(buf), 0)
 
 
 def _lay_end_to_end(srcs: tuple[Buffer, ...], dest: memoryview) -> memoryview:
@@ -257,16 +306,44 @@ def _coalesced(xs: list[Tensor], what: str) -> int:
     return sum(int(prod(_shape(x))) for x in xs)
 
 
-def all_reduce_coalesced(xs: list[Tensor], op: str = "sum") -> Tensor:
+def all_reduce_coalesced(xs: list[Tensor], op: str = "sum", after: Tensor | None = None) -> Tensor:
     """The `op` over all ranks of the tensors `xs` (one device, one dtype) laid end to end, as one flat tensor: one
-    collective for all of them (lazy). Each is realized into a buffer of its own, copied into the output once, and
-    reduced there in place (what DataParallel's buckets use)."""
-    total = _coalesced(xs, "all_reduce_coalesced")
-    _reduction_dtype(xs[0], op, "all_reduce_coalesced")
+    collective for all of them (lazy). Each is realized into a buffer of its own and copied once into a send buffer,
+    which MPI reduces into the output (what DataParallel's buckets use). `after`: a tensor the step runs after (its
+    value is not read; DataParallel orders its buckets with it)."""
+    return _reduce_coalesced(xs, op, after, "", "all_reduce_coalesced")
+
+
+def all_reduce_coalesced_start(xs: list[Tensor], op: str = "sum", after: Tensor | None = None) -> Tensor:
+    """The first half of `all_reduce_coalesced` (lazy): the step that posts it. Its result is read through
+    `collective_wait(started)`, whose step completes it; the steps the schedule runs between the two run while MPI
+    reduces (a thread of the communicator drives MPI meanwhile). Reading the started tensor itself is an error."""
+    if op == "mean":
+        raise DistributedError(
+            "all_reduce_coalesced_start(op='mean'): start a 'sum' and scale what collective_wait gives"
+        )
+    return _reduce_coalesced(xs, op, after, "start", "all_reduce_coalesced_start")
+
+
+def collective_wait(started: Tensor) -> Tensor:
+    """The result of the collective that `all_reduce_coalesced_start` started (lazy): its step waits for MPI to
+    complete it (under the DIST_TIMEOUT watchdog) and copies the result into a buffer of its own."""
+    u = started.uop
+    if u.op is not Ops.COLLECTIVE or u.arg.phase != "start":
+        raise DistributedError(
+            "collective_wait of a tensor that all_reduce_coalesced_start did not return; pass the started tensor itself"
+        )
+    return Tensor(UOp(Ops.COLLECTIVE, u.dtype, (u,), replace(u.arg, phase="wait", after=0)))
+
+
+def _reduce_coalesced(xs: list[Tensor], op: str, after: Tensor | None, phase: str, what: str) -> Tensor:
+    total = _coalesced(xs, what)
+    _reduction_dtype(xs[0], op, what)
     world = world_size()
     mpi_op = "max" if op == "max" else "min" if op == "min" else "sum"
-    step = Collective("all_reduce", mpi_op, 0, world, (total,))
-    out = Tensor(UOp(Ops.COLLECTIVE, xs[0].dtype, tuple(x.uop for x in xs), step))
+    deps = () if after is None else (after.uop,)
+    step = Collective("all_reduce", mpi_op, 0, world, (total,), phase=phase, after=len(deps))
+    out = Tensor(UOp(Ops.COLLECTIVE, xs[0].dtype, (*deps, *(x.uop for x in xs)), step))
     return out * (1.0 / world) if op == "mean" else out
 
 
@@ -342,9 +419,11 @@ __all__ = [
     "all_gather",
     "all_reduce",
     "all_reduce_coalesced",
+    "all_reduce_coalesced_start",
     "barrier",
     "broadcast",
     "broadcast_coalesced",
+    "collective_wait",
     "reduce_scatter",
     "split_rows",
 ]

@@ -25,7 +25,10 @@ import atexit
 import contextlib
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from xgrad.distributed.launch import DistributedError, NotLaunchedError, launcher, rank, shares_cores, world_size
@@ -90,6 +93,18 @@ def _exit_without_finalize() -> None:
     os._exit(1)
 
 
+@dataclass
+class InFlight:
+    """A collective started by one step of the schedule and completed by a later one: its request, and what to run
+    once it completed (hand back its send buffer)."""
+
+    request: Any
+    what: str
+    on_done: Callable[[], None]
+    done: bool = False
+    error: Exception | None = None
+
+
 class Communicator:
     """The processes of the job: `comm` (a duplicate of COMM_WORLD) carries the collectives, `ctl` (COMM_WORLD)
     the watchdog's PING/PONG."""
@@ -115,6 +130,11 @@ class Communicator:
         self._pongs: list[Any] = []  # PONG sends in flight
         self._token = bytearray(1)
         self.yields = shares_cores()
+        # started collectives by the memory they write; the progress thread polls those no wait has taken yet
+        self.in_flight: dict[tuple[int, int], InFlight] = {}
+        self._polled: list[InFlight] = []
+        self._lock = threading.Condition()
+        self._progress: threading.Thread | None = None
         # duplicating is itself a collective: nonblocking too, so a rank that died before it is named as well
         self.comm, request = world.Idup()
         self.wait(request, "the first collective (making xgrad's communicator)")
@@ -166,6 +186,58 @@ class Communicator:
                 time.sleep(POLL_SLEEP)
             elif self.yields:
                 os.sched_yield()
+
+    # ---- collectives that run while the schedule goes on ----
+    def start(self, key: tuple[int, int], request: Any, what: str, on_done: Callable[[], None]) -> None:
+        """Hand a posted request to the progress thread, which drives MPI (Test() every POLL_SLEEP) while the steps
+        after it run, until `finish(key)`. Why a thread: Open MPI moves a nonblocking collective only inside MPI calls
+        of the process (no progress of its own over shared memory or TCP), and the engine runs kernels in between."""
+        if self.failed is not None:
+            raise self.failed
+        if key in self.in_flight:
+            raise DistributedError(f"{what}: a collective started into this memory has not been waited for")
+        entry = InFlight(request, what, on_done)
+        self.in_flight[key] = entry
+        with self._lock:
+            self._polled.append(entry)
+            if self._progress is None:
+                self._progress = threading.Thread(target=self._drive, name="xgrad-mpi-progress", daemon=True)
+                self._progress.start()
+            self._lock.notify()
+
+    def finish(self, key: tuple[int, int], what: str) -> None:
+        """Wait (under the watchdog) for the collective started into `key`'s memory."""
+        entry = self.in_flight.pop(key, None)
+        if entry is None:
+            raise DistributedError(
+                f"{what}: no collective was started into its source; its start step must run first (build it with "
+                "collective_wait(all_reduce_coalesced_start(...)))"
+            )
+        with self._lock:  # from here this thread polls it: MPI forbids testing one request from two threads at once
+            if entry in self._polled:
+                self._polled.remove(entry)
+        try:
+            if entry.error is not None:
+                self._fail(f"rank {self.rank}: {what} failed in MPI ({entry.error})", self._silent_ranks())
+            if not entry.done:
+                self.wait(entry.request, what)
+        finally:
+            entry.on_done()
+
+    def _drive(self) -> None:
+        """The progress thread: Test() every started request that no wait has taken, until it completes."""
+        while True:
+            with self._lock:
+                while not self._polled:
+                    self._lock.wait()
+                for entry in list(self._polled):
+                    try:
+                        entry.done = bool(entry.request.Test())
+                    except self.MPI.Exception as e:
+                        entry.error = e
+                    if entry.done or entry.error is not None:
+                        self._polled.remove(entry)
+            time.sleep(POLL_SLEEP)
 
     def _fail(self, message: str, silent: tuple[int, ...]) -> None:
         if self.failed is None:  # MPI_Finalize at exit can wait forever for the dead rank: leave without it

@@ -8,10 +8,21 @@ step captures them).
 
 Buckets: the gradients are grouped per device and dtype in buckets of about DIST_BUCKET_MB, each gradient computed
 (scaled by 1/world) into a buffer of its own, and each bucket summed by one collective (`all_reduce_coalesced`: the
-gradients copied end to end into its output, reduced there in place); the parameters' grads become views of it.
-Fewer, larger messages than one collective per parameter. The collectives run when the step is realized, after the
-whole backward: they are not overlapped with it (the engine runs its schedule in order, and MPI is driven from this
-thread).
+gradients copied end to end into a send buffer, reduced into its output); the parameters' grads become views of it.
+Fewer, larger messages than one collective per parameter.
+
+Overlap with the backward: xgrad is lazy, so `backward()` computes nothing; the gradients are computed when the step
+is realized, in one schedule that the engine runs in order on one thread. What can overlap is a bucket's collective
+with the kernels of the gradients that follow it in that schedule. So the buckets are cut in reverse parameter order
+(the last layers' gradients come first in a backward), and every bucket but the last is split in two steps: a start
+(`all_reduce_coalesced_start`), which posts the MPI call and returns, and a wait (`collective_wait`), which completes
+it and copies the result into the gradients' buffer (one memcpy of the bucket). Each start is made to come after the
+previous bucket's start (`after=`), and the schedule is a depth-first order of the graph, so it runs: bucket 0's
+gradients, its start, bucket 1's gradients (while MPI reduces bucket 0), its start, ..., the last bucket (whole), then
+the optimizer's kernels, each bucket's wait just before the first kernel that reads it. A thread of the communicator
+drives MPI while the kernels run (Open MPI moves a collective only inside MPI calls). The last bucket has nothing
+left to overlap with and stays one step; with a single bucket (a model under DIST_BUCKET_MB) nothing changes.
+`DataParallel(overlap=False)` keeps every bucket one step, in parameter order.
 
 Checkpoints: `save_checkpoint` writes safetensors on rank 0 only; `load_checkpoint` reads them on rank 0 and
 broadcasts every tensor, so the other ranks need no access to the file.
@@ -25,7 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from xgrad.distributed.collectives import all_reduce_coalesced, barrier, broadcast_coalesced
+from xgrad.distributed.collectives import (
+    all_reduce_coalesced,
+    all_reduce_coalesced_start,
+    barrier,
+    broadcast_coalesced,
+    collective_wait,
+)
 from xgrad.distributed.launch import DistributedError, rank, world_size
 from xgrad.helpers import DIST_BUCKET_MB, dedup
 from xgrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
@@ -87,8 +104,16 @@ class DataParallel:
     >>> # opt.zero_grad(); dp.backward(loss_fn(dp(x), y)); opt.step()
     """
 
-    def __init__(self, model: Any, bucket_mb: float | None = None, root: int = 0, broadcast_params: bool = True):
+    def __init__(
+        self,
+        model: Any,
+        bucket_mb: float | None = None,
+        root: int = 0,
+        broadcast_params: bool = True,
+        overlap: bool = True,
+    ):
         self.model = model
+        self.overlap = overlap
         self.world = world_size()
         self.bucket_bytes = int((DIST_BUCKET_MB.value if bucket_mb is None else bucket_mb) * 2**20)
         if self.bucket_bytes <= 0:
@@ -107,18 +132,35 @@ class DataParallel:
         return loss
 
     def average_gradients(self) -> None:
-        """Replace each parameter's `.grad` by its mean over the ranks (lazy: one all_reduce per bucket). Every rank
-        must have gradients for the same parameters."""
+        """Replace each parameter's `.grad` by its mean over the ranks (lazy: one all_reduce per bucket, each but the
+        last started before the gradients of the next are computed: see the module's notes). Every rank must have
+        gradients for the same parameters."""
         grads = [p for p in self.params if p.grad is not None]
         if not grads:
             raise DistributedError(
                 "DataParallel.average_gradients() found no gradients; call it after loss.backward(), before the "
                 "optimizer step"
             )
-        for bucket in buckets(grads, self.bucket_bytes):
+        cut = buckets(grads[::-1] if self.overlap else grads, self.bucket_bytes)
+        started: Tensor | None = None  # the previous bucket's start: the next one runs after it
+        for i, bucket in enumerate(cut):
             # 1/world in the kernel that computes each gradient: exact for a power-of-two world, the sum is the mean
             scaled = [p.grad * (1.0 / self.world) for p in bucket if p.grad is not None]
-            summed = all_reduce_coalesced(scaled, "sum")
+            after = (
+                started
+                if started is not None
+                and (started.device, started.dtype)
+                == (
+                    scaled[0].device,
+                    scaled[0].dtype,
+                )
+                else None
+            )
+            if self.overlap and i < len(cut) - 1:
+                started = all_reduce_coalesced_start(scaled, "sum", after=after)
+                summed = collective_wait(started)
+            else:
+                summed = all_reduce_coalesced(scaled, "sum", after=after)
             for p, piece in _pieces(summed, bucket):
                 p.grad = piece
 
