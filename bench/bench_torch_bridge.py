@@ -4,16 +4,23 @@ the same torch code on CPU and against native xgrad (its TinyJit'd step), plus t
 
 Every variant starts from the same weights and sees the same batches; each is timed after warm-up steps (native
 xgrad and the compiled bridge: eager run and capture; eager modes: two steps). The time of a step includes reading
-the loss (`loss.item()`), which is where the bridge realizes. The tiny op is `a + b` on two 4-element tensors, timed
-as the Python cost of issuing it (the bridge and native xgrad build a lazy graph; torch CPU computes it).
+the loss (`loss.item()`), which is where the bridge realizes. Native xgrad is timed twice: with TinyJit (the issue's
+reference) and without it (graph building and cached scheduling every step: what an eager step cannot avoid). Each
+variant's steps are timed in `--rounds` rounds; the best round is reported (the host is shared: other rounds only
+add other processes' load) with the worst beside it, and the share of that best round spent in Python's cyclic
+garbage collector. The tiny op is `a + b` on two 4-element tensors, timed as the Python cost of issuing it (the
+bridge and native xgrad build a lazy graph; torch CPU computes it), best of `--rounds` rounds.
 
-Run: .venv/bin/python bench/bench_torch_bridge.py [--steps 30] [--ops 2000]   (asserts nothing; prints ratios)
+Run: .venv/bin/python bench/bench_torch_bridge.py [--steps 30] [--ops 2000] [--rounds 3]  (asserts nothing)
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
+import math
+import os
 import pathlib
 import sys
 import time
@@ -61,22 +68,62 @@ def torch_model(weights: dict[str, np.ndarray]) -> torch.nn.Module:
     return model
 
 
-def timed(step: Callable[[int], float], steps: int, warmup: int) -> tuple[float, list[float]]:
-    """Mean seconds per step after `warmup` steps, and every step's loss."""
+class GCClock:
+    """Seconds spent in Python's cyclic garbage collector while installed (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+
+
+class Timing:
+    """Mean seconds per step of each round, and the GC seconds per step of each."""
+
+    def __init__(self) -> None:
+        self.rounds: list[float] = []
+        self.gc: list[float] = []
+
+    @property
+    def best(self) -> float:
+        return min(self.rounds)
+
+    @property
+    def worst(self) -> float:
+        return max(self.rounds)
+
+    @property
+    def gc_share(self) -> float:
+        return self.gc[self.rounds.index(self.best)] / self.best
+
+
+def timed(step: Callable[[int], float], steps: int, warmup: int, rounds: int) -> tuple[Timing, list[float]]:
+    """Per-round mean seconds per step after `warmup` steps (`rounds` rounds of `steps`), and every step's loss."""
     losses = [step(i) for i in range(warmup)]
-    start = time.perf_counter()
-    losses += [step(i) for i in range(warmup, warmup + steps)]
-    return (time.perf_counter() - start) / steps, losses
+    timing = Timing()
+    for r in range(rounds):
+        clock = GCClock()
+        gc.callbacks.append(clock)
+        start = time.perf_counter()
+        losses += [step(warmup + (r * steps + i) % steps) for i in range(steps)]
+        timing.rounds.append((time.perf_counter() - start) / steps)
+        gc.callbacks.remove(clock)
+        timing.gc.append(clock.seconds / steps)
+    return timing, losses
 
 
 def bench_native(
-    demo: ModuleType, batches: list[tuple[np.ndarray, np.ndarray]], steps: int
-) -> tuple[float, list[float]]:
+    demo: ModuleType, batches: list[tuple[np.ndarray, np.ndarray]], steps: int, rounds: int, jit: bool = True
+) -> tuple[Timing, list[float]]:
     Tensor.manual_seed(0)
     model = demo.DigitsNet()
     opt = Adam(get_parameters(model), lr=LR)
 
-    @TinyJit
     def train_step(x: Tensor, y: Tensor) -> Tensor:
         with Context(TRAINING=1):
             opt.zero_grad()
@@ -84,15 +131,17 @@ def bench_native(
             Tensor.realize(loss, *opt.schedule_step())
         return loss
 
+    run = TinyJit(train_step) if jit else train_step
+
     def step(i: int) -> float:
         x, y = batches[i]
-        return float(train_step(Tensor(x).realize(), Tensor(y.astype(np.int32)).realize()).item())
+        return float(run(Tensor(x).realize(), Tensor(y.astype(np.int32)).realize()).item())
 
-    return timed(step, steps, 2)
+    return timed(step, steps, 2, rounds)
 
 
 def bench_torch(model: torch.nn.Module, device: str, batches: list[tuple[np.ndarray, np.ndarray]], steps: int,
-                compiled: bool = False) -> tuple[float, list[float]]:  # fmt: skip
+                rounds: int, compiled: bool = False) -> tuple[Timing, list[float]]:  # fmt: skip
     model = model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     data = [(torch.from_numpy(x).to(device), torch.from_numpy(y).long().to(device)) for x, y in batches]
@@ -115,24 +164,30 @@ def bench_torch(model: torch.nn.Module, device: str, batches: list[tuple[np.ndar
         update()
         return float(loss.item())
 
-    return timed(step, steps, 3 if compiled else 2)
+    return timed(step, steps, 3 if compiled else 2, rounds)
 
 
-def tiny_op_us(make: Callable[[], tuple[Any, Any]], ops: int) -> float:
+def tiny_op_us(make: Callable[[], tuple[Any, Any]], ops: int, rounds: int) -> float:
+    """Microseconds to issue `a + b`, best of `rounds` rounds of `ops`."""
     a, b = make()
     for _ in range(50):
         a + b
-    start = time.perf_counter()
-    for _ in range(ops):
-        a + b
-    return (time.perf_counter() - start) / ops * 1e6
+    best = math.inf
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(ops):
+            a + b
+        best = min(best, (time.perf_counter() - start) / ops * 1e6)
+    return best
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=30, help="timed training steps per variant (30)")
-    parser.add_argument("--ops", type=int, default=2000, help="tiny ops timed per variant (2000)")
+    parser.add_argument("--steps", type=int, default=30, help="timed training steps per round (30)")
+    parser.add_argument("--ops", type=int, default=2000, help="tiny ops per round (2000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per variant; the best is reported (3)")
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
     demo = load_demo()
     x_train, y_train, _, _ = demo.load_split(0)
     rng = np.random.default_rng(1)
@@ -142,30 +197,41 @@ def main(argv: list[str] | None = None) -> None:
     Tensor.manual_seed(0)
     weights = {k: v.numpy() for k, v in get_state_dict(demo.DigitsNet()).items()}
 
-    native_s, native_l = bench_native(demo, batches, args.steps)
-    cpu_s, cpu_l = bench_torch(torch_model(weights), "cpu", batches, args.steps)
-    eager_s, eager_l = bench_torch(torch_model(weights), "xgrad", batches, args.steps)
-    comp_s, comp_l = bench_torch(torch_model(weights), "xgrad", batches, args.steps, compiled=True)
+    rounds = args.rounds
+    native, native_l = bench_native(demo, batches, args.steps, rounds)
+    unjitted, _ = bench_native(demo, batches, args.steps, rounds, jit=False)
+    cpu, cpu_l = bench_torch(torch_model(weights), "cpu", batches, args.steps, rounds)
+    eager, eager_l = bench_torch(torch_model(weights), "xgrad", batches, args.steps, rounds)
+    comp, comp_l = bench_torch(torch_model(weights), "xgrad", batches, args.steps, rounds, compiled=True)
 
-    print(f"digits CNN training step, batch {BATCH}, {args.steps} timed steps (torch {torch.__version__})")
-    print(f"  native xgrad (TinyJit)             {native_s * 1e3:8.2f} ms")
-    print(f"  torch CPU                          {cpu_s * 1e3:8.2f} ms")
-    print(f"  torch on xgrad, eager              {eager_s * 1e3:8.2f} ms   {eager_s / native_s:5.2f}x native xgrad")
-    print(f"  torch on xgrad, torch.compile      {comp_s * 1e3:8.2f} ms   {comp_s / native_s:5.2f}x native xgrad")
-    print(f"  ratios: eager/cpu {eager_s / cpu_s:.2f}x, compiled/cpu {comp_s / cpu_s:.2f}x, native/cpu "
-          f"{native_s / cpu_s:.2f}x")  # fmt: skip
+    print(f"digits CNN training step, batch {BATCH}, best of {rounds} rounds of {args.steps} steps "
+          f"(torch {torch.__version__})")  # fmt: skip
+    print("                                       best    worst   GC   best / native xgrad (TinyJit)")
+
+    def row(name: str, t: Timing) -> None:
+        print(f"  {name:34s} {t.best * 1e3:6.2f} {t.worst * 1e3:6.2f} ms {t.gc_share * 100:3.0f}%  "
+              f"{t.best / native.best:5.2f}x")  # fmt: skip
+
+    row("native xgrad (TinyJit)", native)
+    row("native xgrad, no TinyJit", unjitted)
+    row("torch CPU", cpu)
+    row("torch on xgrad, eager", eager)
+    row("torch on xgrad, torch.compile", comp)
+    print(f"  ratios: eager/cpu {eager.best / cpu.best:.2f}x, compiled/cpu {comp.best / cpu.best:.2f}x, "
+          f"eager/native no TinyJit {eager.best / unjitted.best:.2f}x")  # fmt: skip
     print(f"  first losses: cpu {cpu_l[0]:.5f} xgrad eager {eager_l[0]:.5f} compiled {comp_l[0]:.5f} "
           f"native {native_l[0]:.5f}")  # fmt: skip
 
-    bridge_us = tiny_op_us(lambda: (torch.ones(4).to("xgrad"), torch.ones(4).to("xgrad")), args.ops)
+    bridge_us = tiny_op_us(lambda: (torch.ones(4).to("xgrad"), torch.ones(4).to("xgrad")), args.ops, rounds)
     native_us = tiny_op_us(
-        lambda: (Tensor.ones(4).contiguous().realize(), Tensor.ones(4).contiguous().realize()), args.ops
+        lambda: (Tensor.ones(4).contiguous().realize(), Tensor.ones(4).contiguous().realize()), args.ops, rounds
     )
-    cpu_us = tiny_op_us(lambda: (torch.ones(4), torch.ones(4)), args.ops)
+    cpu_us = tiny_op_us(lambda: (torch.ones(4), torch.ones(4)), args.ops, rounds)
     xgrad_torch.storage.flush()
     overhead = f"{bridge_us - native_us:.1f} us ({bridge_us / native_us:.2f}x)"
     print(f"tiny op a + b (4 elements): torch on xgrad {bridge_us:.1f} us, native xgrad {native_us:.1f} us, "
           f"torch CPU {cpu_us:.1f} us; bridge overhead {overhead}")  # fmt: skip
+    print(f"load average (1 min) {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
 
 
 if __name__ == "__main__":
