@@ -9,6 +9,9 @@ Launches itself under mpirun (Open MPI; as root with --allow-run-as-root --overs
    barrier each. Bandwidth is the algorithm bandwidth: bytes / time.
 2. The digits CNN (examples/train_digits.py) trained with DataParallel under TinyJit on a global batch of 64: one rank
    (the whole batch) and two ranks (32 each); the median replayed step time.
+3. Overlap: an MLP of --mlp-layers layers of --mlp-width (16 MB of float32 gradients by default) trained with
+   DataParallel under TinyJit on 2 ranks, buckets of --bucket-mb: the median step with the buckets' collectives
+   overlapped with the rest of the backward (the default) and with overlap=False, alternating.
 
 Ratios are measured in the same run; the numbers depend on the host's load (ranks share its cores).
 """
@@ -122,17 +125,65 @@ def worker_step(steps: int, global_batch: int) -> None:
         print("JSON " + json.dumps({"ranks": w, "step_s": statistics.median(times)}), flush=True)
 
 
+def worker_overlap(steps: int, layers: int, width: int, bucket_mb: float) -> None:
+    import numpy as np
+
+    from xgrad import Context, Tensor, TinyJit, nn
+    from xgrad.distributed import DataParallel, rank
+    from xgrad.nn.optim import SGD
+    from xgrad.nn.state import get_parameters
+
+    r = rank()
+    rng = np.random.default_rng(r)
+    x = Tensor(rng.standard_normal((32, width)).astype(np.float32)).realize()
+    y = Tensor(rng.standard_normal((32, width)).astype(np.float32)).realize()
+    runs = {}
+    for overlap in (True, False):
+        Tensor.manual_seed(0)
+        model = [nn.Linear(width, width) for _ in range(layers)]
+        opt = SGD(get_parameters(model), lr=1e-4)
+        dp = DataParallel(model, bucket_mb=bucket_mb, overlap=overlap)
+
+        def step(x: Tensor, y: Tensor, model: list = model, opt: SGD = opt, dp: DataParallel = dp) -> Tensor:
+            with Context(TRAINING=1):
+                opt.zero_grad()
+                h = x
+                for layer in model:
+                    h = layer(h).relu()
+                loss = dp.backward(((h - y) ** 2).mean())
+                Tensor.realize(loss, *opt.schedule_step())
+            return loss
+
+        runs[overlap] = TinyJit(step)
+        for _ in range(3):
+            runs[overlap](x, y).item()
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(steps):
+        for overlap, run in runs.items():
+            t = time.perf_counter()
+            run(x, y).item()
+            times[overlap].append(time.perf_counter() - t)
+    if r == 0:
+        row = {"overlap_s": statistics.median(times[True]), "whole_s": statistics.median(times[False])}
+        print("JSON " + json.dumps(row), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 4, 16, 64, 256])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--mlp-layers", type=int, default=4)
+    parser.add_argument("--mlp-width", type=int, default=1024)
+    parser.add_argument("--bucket-mb", type=float, default=4.0)
     parser.add_argument("--worker", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
         if args.worker[0] == "allreduce":
             worker_allreduce(args.sizes_mb, args.repeats)
+        elif args.worker[0] == "overlap":
+            worker_overlap(args.steps, args.mlp_layers, args.mlp_width, args.bucket_mb)
         else:
             worker_step(args.steps, args.batch)
         return
@@ -150,6 +201,16 @@ def main() -> None:
     print(f"1 rank : {one['step_s'] * 1e3:8.2f} ms/step (batch {args.batch})")
     speedup = one["step_s"] / two["step_s"]
     print(f"2 ranks: {two['step_s'] * 1e3:8.2f} ms/step (batch {args.batch // 2} each); speedup {speedup:.2f}x")
+    mlp = ["--steps", str(args.steps), "--mlp-layers", str(args.mlp_layers), "--mlp-width", str(args.mlp_width)]
+    ov = launch(2, "overlap", *mlp, "--bucket-mb", str(args.bucket_mb))[0]
+    mb = args.mlp_layers * (args.mlp_width + 1) * args.mlp_width * 4 / 2**20
+    print(
+        f"\noverlap: MLP {args.mlp_layers}x{args.mlp_width} ({mb:.0f} MB of gradients), "
+        f"buckets of {args.bucket_mb:g} MB"
+    )
+    print(
+        f"2 ranks: {ov['overlap_s'] * 1e3:8.2f} ms/step overlapped, {ov['whole_s'] * 1e3:8.2f} ms/step after backward"
+    )
     print(f"(host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}: ranks share the cores)")
 
 

@@ -317,7 +317,8 @@ def all_reduce_coalesced(xs: list[Tensor], op: str = "sum", after: Tensor | None
 def all_reduce_coalesced_start(xs: list[Tensor], op: str = "sum", after: Tensor | None = None) -> Tensor:
     """The first half of `all_reduce_coalesced` (lazy): the step that posts it. Its result is read through
     `collective_wait(started)`, whose step completes it; the steps the schedule runs between the two run while MPI
-    reduces (a thread of the communicator drives MPI meanwhile). Reading the started tensor itself is an error."""
+    reduces (a thread of the communicator drives MPI meanwhile). Read only what collective_wait gives: the started
+    tensor's buffer is being written by MPI until the wait step ran."""
     if op == "mean":
         raise DistributedError(
             "all_reduce_coalesced_start(op='mean'): start a 'sum' and scale what collective_wait gives"

@@ -135,6 +135,8 @@ class Communicator:
         self._polled: list[InFlight] = []
         self._lock = threading.Condition()
         self._progress: threading.Thread | None = None
+        # the thread may call MPI only if MPI was started for threads (mpi4py's default; a program can lower it)
+        self.threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         # duplicating is itself a collective: nonblocking too, so a rank that died before it is named as well
         self.comm, request = world.Idup()
         self.wait(request, "the first collective (making xgrad's communicator)")
@@ -194,10 +196,12 @@ class Communicator:
         of the process (no progress of its own over shared memory or TCP), and the engine runs kernels in between."""
         if self.failed is not None:
             raise self.failed
-        if key in self.in_flight:
-            raise DistributedError(f"{what}: a collective started into this memory has not been waited for")
+        if (old := self.in_flight.pop(key, None)) is not None:  # its wait never ran (its tensor was dropped unread)
+            self.finish_abandoned(old)
         entry = InFlight(request, what, on_done)
         self.in_flight[key] = entry
+        if not self.threaded:  # then MPI moves it only when its wait polls it
+            return
         with self._lock:
             self._polled.append(entry)
             if self._progress is None:
@@ -221,6 +225,18 @@ class Communicator:
                 self._fail(f"rank {self.rank}: {what} failed in MPI ({entry.error})", self._silent_ranks())
             if not entry.done:
                 self.wait(entry.request, what)
+        finally:
+            entry.on_done()
+
+    def finish_abandoned(self, entry: InFlight) -> None:
+        """Complete a started collective whose wait step never ran (under the watchdog: the other ranks posted it
+        too), and release what it holds."""
+        with self._lock:
+            if entry in self._polled:
+                self._polled.remove(entry)
+        try:
+            if not entry.done and entry.error is None:
+                self.wait(entry.request, entry.what)
         finally:
             entry.on_done()
 
