@@ -10,7 +10,11 @@ BEAM's search (width --beam, at most --beam-steps actions) runs only while the t
    half/bfloat16/fp8, reductions, softmax, cumsum, gather, matmuls on tensor cores, conv2d, pooling, layernorm,
    attention) on NV with each renderer (CUDA, PTX), each compared with the PYTHON reference device and with numpy;
 3. matmul N^3 (default 8192) in float16 and bfloat16: xgrad with the heuristic's kernel and with BEAM's best, beside
-   torch.matmul (cuBLAS) on the same GPU, best of --reps, TFLOPS and the ratio to torch; 8 rows checked in float64.
+   torch.matmul (cuBLAS) on the same GPU, best of --reps, TFLOPS and the ratio to torch; 8 rows checked in float64;
+   the opts each kernel used (TC i code: xgrad_codegen.tc_tile's tile shape, 0 = untiled);
+4. (--tiles, on by default) the bfloat16 matmul kernel with each tile shape of xgrad_codegen.tc_tile.TILE_SHAPES and
+   with the untiled tensor cores (TC amount 0), each checked against the heuristic's output and timed: what BEAM
+   chooses among, one row per shape.
 
 Prints a table and, with --json PATH, writes the results there. Exit status 1 when an op or a matmul is wrong.
 """
@@ -39,6 +43,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=270.0, help="seconds; BEAM is skipped when the time runs short")
     p.add_argument("--cuda-include", default="", help="a folder with cuda_fp16.h/cuda_bf16.h for NVRTC")
     p.add_argument("--renderers", default="CUDA,PTX", help="NV renderers to check")
+    p.add_argument("--tiles", type=int, default=1, help="1: time the bf16 matmul with every tile shape (0: skip)")
     p.add_argument("--json", default="", help="write the results to this file")
     return p.parse_args()
 
@@ -53,11 +58,31 @@ from nv_ops import OPS  # noqa: E402
 
 from xgrad import Device, Tensor, TinyJit, dtypes  # noqa: E402
 from xgrad.helpers import Context  # noqa: E402
+from xgrad.uop.ops import KernelInfo, UOp  # noqa: E402
+from xgrad_codegen import search  # noqa: E402
+from xgrad_codegen.device import CompiledProgram, program_info  # noqa: E402
+from xgrad_codegen.opt import Opt, OptError  # noqa: E402
+from xgrad_codegen.pipeline import before_optimize, full_rewrite  # noqa: E402
+from xgrad_codegen.tc_tile import TILE_SHAPES  # noqa: E402
 from xgrad_nv import compiler  # noqa: E402
 from xgrad_nv.plugin import nv_available  # noqa: E402
 
 START = time.perf_counter()
 RESULTS: dict[str, Any] = {"args": vars(ARGS)}
+
+
+BEAM_PICKS: dict[str, list[Opt]] = {}  # kernel name -> the opts BEAM chose (or read from its cache)
+_beam_opts = search.beam_opts
+
+
+def _recording_beam_opts(ast: UOp, device: Any, width: int | None = None) -> list[Opt] | None:
+    opts = _beam_opts(ast, device, width)
+    if opts is not None and isinstance(ast.arg, KernelInfo):
+        BEAM_PICKS[ast.arg.name] = opts
+    return opts
+
+
+search.beam_opts = _recording_beam_opts  # the device imports it when it compiles: BEAM's pick is reported
 
 
 def elapsed() -> float:
@@ -195,10 +220,20 @@ def matmul(dtype: Any, n: int, reps: int) -> bool:
         tol = 2e-2 if dtype == dtypes.bfloat16 else 5e-3
         good = err < tol
         ok = ok and good
-        row[label] = {"seconds": t, "tflops": flops / t / 1e12, "first_call_s": first, "max_rel_err": err, "ok": good}
+        ast = matmul_ast(dev)
+        opts = BEAM_PICKS.get(ast.arg.name) if label == "beam" and isinstance(ast.arg, KernelInfo) else None
+        opts = opts if opts is not None else search.heuristic(before_optimize(ast), dev.renderer)
+        row[label] = {
+            "seconds": t,
+            "tflops": flops / t / 1e12,
+            "first_call_s": first,
+            "max_rel_err": err,
+            "ok": good,
+            "opts": [str(o) for o in opts],
+        }
         say(
             f"  {dtype.name} xgrad {label:9s}: {t * 1e3:9.3f} ms  {flops / t / 1e12:8.2f} TFLOPS"
-            f"  (first call {first:.1f} s; max rel err {err:.1e}{'' if good else ' WRONG'})"
+            f"  (first call {first:.1f} s; max rel err {err:.1e}{'' if good else ' WRONG'}) opts {row[label]['opts']}"
         )
     row["torch"] = torch_matmul(a_np, b_np, dtype, reps, flops)
     best = max((row[k]["tflops"] for k in ("heuristic", "beam") if k in row), default=0.0)
@@ -207,6 +242,61 @@ def matmul(dtype: Any, n: int, reps: int) -> bool:
         say(f"  {dtype.name}: best xgrad / torch = {row['ratio_to_torch']:.3f} (target for bfloat16: >= 0.5)")
     RESULTS.setdefault("matmul", {})[dtype.name] = row
     return ok
+
+
+def matmul_ast(dev: Any) -> UOp:
+    """The AST of the last matmul (reduce) kernel `dev` compiled."""
+    return [key[0] for key, p in dev._programs.items() if p.info.name.startswith("r_")][-1]  # type: ignore[no-any-return]
+
+
+def tile_sweep(n: int, reps: int) -> bool:
+    """The bf16 n^3 matmul kernel with each tile shape (and untiled), checked against the heuristic's output on random
+    inputs and timed (best of `reps`)."""
+    section(f"tile shapes: bfloat16 matmul {n}^3, TC <instruction> <shape> (xgrad_codegen.tc_tile)")
+    dev = Device["NV"]
+    a = Tensor.empty(n, n, dtype=dtypes.bfloat16, device="NV")
+    b = Tensor.empty(n, n, dtype=dtypes.bfloat16, device="NV")
+    a.matmul(b, dtype=dtypes.float32).realize()
+    base = before_optimize(matmul_ast(dev))
+    renderer = dev.renderer
+    tc = next(i for i, t in enumerate(renderer.tensor_cores) if t.dtype == dtypes.bfloat16)
+    scratch = search.make_scratch(base, dev)
+    if scratch is None:
+        say("  no scratch buffers: skipped")
+        return True
+    flops = 2.0 * n**3
+    rows: dict[str, Any] = {}
+    ok = True
+    try:
+        reference = build(dev, base, search.heuristic(base, renderer))
+        for opts in [[Opt("TC", tc, 0)], *([Opt("TC", tc, s.code)] for s in TILE_SHAPES)]:
+            name = str(opts[0])
+            try:
+                prg = build(dev, base, opts)
+            except OptError as e:
+                say(f"  {name:16s}: does not apply ({e})")
+                continue
+            same = search.same_outputs(prg, reference, scratch)
+            t = search.time_program(prg, scratch, reps, float("inf"))
+            ok = ok and same
+            rows[name] = {"seconds": t, "tflops": flops / t / 1e12, "ok": same}
+            say(f"  {name:16s}: {t * 1e3:9.3f} ms  {flops / t / 1e12:8.2f} TFLOPS{'' if same else '  WRONG'}")
+    finally:
+        search.free_scratch(scratch)
+    RESULTS["tiles"] = rows
+    torch_row = RESULTS.get("matmul", {}).get("bfloat16", {}).get("torch")
+    if rows and torch_row:
+        name, best = max(((k, r["tflops"]) for k, r in rows.items() if r["ok"]), key=lambda x: x[1])
+        RESULTS["tiles_best"] = {"opt": name, "tflops": best, "ratio_to_torch": best / torch_row["tflops"]}
+        say(f"  best shape {name}: {best:.2f} TFLOPS = {best / torch_row['tflops']:.3f} x torch (target >= 0.5)")
+    return ok
+
+
+def build(dev: Any, base: UOp, opts: list[Opt]) -> CompiledProgram:
+    uops = full_rewrite(base, dev.renderer, opts)
+    name = base.arg.name if isinstance(base.arg, KernelInfo) else "matmul"
+    src = dev.renderer.render(name, uops)
+    return CompiledProgram(dev, dev.build(name, uops, src), program_info(name, uops, src))
 
 
 def torch_matmul(a_np: np.ndarray, b_np: np.ndarray, dtype: Any, reps: int, flops: float) -> dict[str, float] | None:
@@ -246,7 +336,14 @@ def main() -> int:
         except Exception as e:  # report and go on to the other dtype
             say(f"  {dtype.name}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:300]}")
             matmul_ok = False
-    ok = conformance_ok and matmul_ok
+    tiles_ok = True
+    if ARGS.tiles:
+        try:
+            tiles_ok = tile_sweep(n, reps)
+        except Exception as e:  # report it; the rest of the check stands
+            say(f"  tile sweep: FAILED {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            tiles_ok = False
+    ok = conformance_ok and matmul_ok and tiles_ok
     RESULTS["verdict"] = "ok" if ok else "failed"
     RESULTS["seconds"] = elapsed()
     section(f"done: {'all correct' if ok else 'FAILURES above'}")
