@@ -315,7 +315,8 @@ def test_batched_decode_rows_equal_one_sequence_each(tmp_path: pathlib.Path) -> 
     sees the rows' keys and values."""
     from xgrad_llm.server.batch import BatchDecoder
 
-    spec = sh.tm.Spec("gemma3", n_layers=2, n_kv_heads=1, head_dim=16, tied=True, sliding_window=6, dim=32)
+    # head_dim 32: the scores' products run as 16 partial sums (model.lane_dot); olmoe's 8 below: one sum
+    spec = sh.tm.Spec("gemma3", n_layers=2, n_kv_heads=1, head_dim=32, tied=True, sliding_window=6, dim=32)
     state = gemma3_state(spec)
     path = sh.tm.write_gguf(spec, type("M", (), {"state_dict": lambda self: state})(), tmp_path / "g.gguf")
     alone = LLM.load(path, max_context=64, chunk=4)
@@ -395,7 +396,7 @@ def test_batched_decode_with_a_long_context(tmp_path: pathlib.Path) -> None:
     2.5e9 > int32) at Gemma's serving context; the round equals decoding each row alone."""
     from xgrad_llm.server.batch import BatchDecoder
 
-    spec = sh.tm.Spec("gemma3", n_layers=1, n_kv_heads=1, head_dim=16, tied=True, sliding_window=6, dim=32)
+    spec = sh.tm.Spec("gemma3", n_layers=1, n_kv_heads=1, head_dim=32, tied=True, sliding_window=6, dim=32)
     state = gemma3_state(spec, seed=7)
     path = sh.tm.write_gguf(spec, type("M", (), {"state_dict": lambda self: state})(), tmp_path / "g.gguf")
     alone = LLM.load(path, max_context=64, chunk=4)

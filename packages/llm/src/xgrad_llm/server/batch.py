@@ -28,7 +28,7 @@ import numpy as np
 from xgrad import Tensor, TinyJit, Variable
 from xgrad.dtype import dtypes
 from xgrad_llm.generate import LLM, GenerationError, Runner
-from xgrad_llm.model import LayerWeights, Transformer, apply_rope, softcap
+from xgrad_llm.model import LayerWeights, Transformer, apply_rope, dot_lanes_of, lane_dot, softcap
 
 
 class BatchDecoder:
@@ -120,24 +120,27 @@ class BatchDecoder:
             writes.append(cv.shrink(((r, r + 1), None, (p, p + 1), None)).assign(new_v[b : b + 1]))
         Tensor.realize(*writes)
         end = self._span  # keys past the latest row's position are masked for every row: not read at all
+        lanes = dot_lanes_of(hd)
+        ck = ck.reshape(*ck.shape[:3], hd // lanes, lanes)  # split before the shrink to `end` (see lane_dot)
         if n == m.cache_k[i].shape[0]:
-            ck, cv = ck.shrink((None, None, (0, end), None)), cv.shrink((None, None, (0, end), None))
+            ck, cv = ck.shrink((None, None, (0, end), None, None)), cv.shrink((None, None, (0, end), None))
         else:  # the busy slots' rows only
-            ck = Tensor.cat(*(ck.shrink(((r, r + 1), None, (0, end), None)) for r in self._rows))
+            ck = Tensor.cat(*(ck.shrink(((r, r + 1), None, (0, end), None, None)) for r in self._rows))
             cv = Tensor.cat(*(cv.shrink(((r, r + 1), None, (0, end), None)) for r in self._rows))
-        keys = ck.unsqueeze(2).cast(dtypes.float32)  # (N, KV, 1, end, hd)
+        keys = ck.unsqueeze(2).cast(dtypes.float32)  # (N, KV, 1, end, hd / lanes, lanes)
         values = cv.unsqueeze(2).cast(dtypes.float32)
-        qg = m._f16(q).reshape(n, 1, kv, group, hd).permute(0, 2, 3, 1, 4)  # (N, KV, G, 1, hd)
+        qg = m._f16(q).reshape(n, 1, kv, group, hd // lanes, lanes).permute(0, 2, 3, 1, 4, 5)  # (N, KV, G, 1, ., .)
         # products as broadcast multiply + sum: `@` reshapes the keys' view, and with a row axis beside the symbolic
         # `end` its index needs a division by `end` per element (scalar kernels, 13x the one-row time for 4 rows)
-        scores = (qg * keys).sum(-1).unsqueeze(3)  # (N, KV, G, 1, end)
+        scores = lane_dot(qg, keys).unsqueeze(3)  # (N, KV, G, 1, end)
         scores = softcap(scores * cfg.attn_scale, cfg.attn_softcap)
         at = Tensor.cat(*(Tensor.arange(p, p + 1, device=m.device) for p in positions)).reshape(n, 1, 1, 1, 1)
         cols = Tensor.arange(end, device=m.device).reshape(1, 1, 1, 1, -1)
         keep = cols <= at
         if sliding and cfg.sliding_window:
             keep = keep & (cols > at - cfg.sliding_window)
-        probs = m._f16(keep.where(scores, -math.inf).softmax(-1))  # (N, KV, G, 1, end)
+        # realized: else each output lane of the product below recomputes its row's exponentials
+        probs = m._f16(keep.where(scores, -math.inf).softmax(-1)).contiguous()  # (N, KV, G, 1, end)
         out = (probs.transpose(-1, -2) * values).sum(-2).unsqueeze(3)  # (N, KV, G, 1, vd)
         out = out.permute(0, 3, 1, 2, 4).reshape(n, 1, cfg.n_heads * vd)
         return m._project(w, "attn_output", out)
