@@ -35,12 +35,15 @@ from xgrad.distributed.launch import DistributedError, NotLaunchedError, launche
 from xgrad.helpers import DIST_TIMEOUT
 
 # a wait polls busily for its first SPIN seconds, then (a rank that is late, e.g. writing a checkpoint) sleeps
-# POLL_SLEEP between polls. Where the job's ranks on this host outnumber its cores (`shares_cores`), the busy polls
-# yield the core every YIELD_EVERY polls, so the rank waited for can run; as Open MPI's own blocking calls do: they
-# yield when oversubscribed and spin otherwise (a yield per 16 polls cost a 1 MB all_reduce ~90 sched_yield calls,
-# 0.32 vs 0.24 ms, with a core per rank)
+# POLL_SLEEP between polls. The busy polls yield the core every YIELD_EVERY polls, so that the rank waited for can
+# run, after YIELD_AFTER seconds, or from the start where the job's ranks on this host outnumber its cores
+# (`shares_cores`). Why not always (Open MPI's blocking calls yield only when oversubscribed): a yield per 16 polls
+# cost a 1 MB all_reduce ~90 sched_yield calls, 0.32 vs 0.24 ms, with a core per rank. Why not never: on a host
+# loaded by other processes, a rank spinning without yielding delays the rank it waits for (a DataParallel step of
+# 16 MB of gradients on 2 ranks at load 12 on 2 cores: 200-800 ms spinning, 150 ms yielding).
 SPIN = 0.25
 YIELD_EVERY = 16
+YIELD_AFTER = 0.0005
 POLL_SLEEP = 0.00005
 PATIENCE = 1.0  # seconds of waiting after which a wait also answers PINGs
 GRACE = 3.0  # seconds a rank that timed out waits for the others' PONGs
@@ -186,7 +189,7 @@ class Communicator:
                 self.answer_pings()
             if waited > SPIN:
                 time.sleep(POLL_SLEEP)
-            elif self.yields:
+            elif self.yields or waited > YIELD_AFTER:
                 os.sched_yield()
 
     # ---- collectives that run while the schedule goes on ----
