@@ -59,12 +59,21 @@ class CompiledGraph:
             ):
                 raise BridgeError("the xgrad backend compiles static shapes; call torch.compile(..., dynamic=False)")
         self.jit: TinyJit[list[Tensor]] = TinyJit(self._run)
+        self.early: list[Tensor] = []  # assigns made while the graph runs (`assign_input`), realized at its end
+        self.assigned_early: set[int] = set()
+        self.running: tuple[list[torch.Tensor], list[Tensor], dict[int, int]] = ([], [], {})
+        _assign_early(gm)
 
     def _run(self, *unique: Tensor) -> list[Tensor]:
         xs = [unique[i] for i in self.positions]
         args = [wrap(x, dtype) for x, dtype in zip(xs, self.input_dtypes)]
         holders = {id(storage.holder_of(a)): i for i, a in enumerate(args)}
-        outs = self.gm(*args)
+        self.running, self.early, self.assigned_early = (args, xs, holders), [], set()
+        _RUNNING.append(self)
+        try:
+            outs = self.gm(*args)
+        finally:
+            _RUNNING.pop()
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
         self.kinds, self.values, self.dtypes, self.aliases = [], [], [], []
         tensors: list[Tensor] = []
@@ -88,7 +97,7 @@ class CompiledGraph:
         # inputs the graph wrote in place (aot_autograd keeps an inference graph's input mutations as copy_ ops): an
         # input that is a whole buffer of its own is assigned inside the capture, so a replay updates it where it
         # lies with no copy back; any other comes back as an extra output, written into the input after the call
-        self.mutated, self.assigned, assigns = [], [], []
+        self.mutated, self.assigned, assigns = [], sorted(self.assigned_early), list(self.early)
         for i, (a, x) in enumerate(zip(args, xs)):
             if storage.holder_of(a).whole is x:
                 continue
@@ -102,6 +111,19 @@ class CompiledGraph:
         if assigns:
             Tensor.realize(*tensors, *assigns)
         return tensors
+
+    def assign(self, dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        """`dst.copy_(src)` for an input `dst` of the running graph: an assign into the input's own buffer when it
+        has one, and later reads of `dst` read the assign (as native xgrad's optimizers read their states)."""
+        args, xs, holders = self.running
+        i = holders.get(id(storage.holder_of(dst)))
+        if i is None or args[i] is not dst or not self.assignable[i] or src.shape != dst.shape:
+            return dst.copy_(src)
+        x, new = xs[i], read(src)
+        self.early.append(x.assign(new if new.dtype == x.dtype else new.cast(x.dtype)))
+        storage.holder_of(dst).set(x)
+        self.assigned_early.add(i)
+        return dst
 
     def _input(self, k: int, a: Any) -> Tensor:
         """Input `k` as an xgrad Tensor. A small CPU tensor (an optimizer's step count) is copied into a buffer kept
@@ -183,6 +205,47 @@ class CompiledGraph:
             return
         with torch.no_grad():
             a.copy_(storage.to_cpu_tensor(wrap(new, a.dtype)))
+
+
+_RUNNING: list[CompiledGraph] = []  # the graph whose aten ops are running (innermost last)
+
+
+def assign_input(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """What `_assign_early` puts in place of `copy_(input, value)`: the running graph's assign into the input."""
+    if not _RUNNING:
+        return dst.copy_(src)
+    return _RUNNING[-1].assign(dst, src)
+
+
+def _assign_early(gm: torch.fx.GraphModule) -> None:
+    """Move each `copy_(input, value)` that aot_autograd leaves at the end of an inference graph to just after the
+    input's last read and the value's computation, and let the ops after it read the input instead of the value.
+    Run as an assign (`assign_input`), the new value is then computed once, into the input's buffer, and read from
+    there (Adam's update reads the new moments), where a copy_ at the end made xgrad keep the value in a buffer of
+    its own and copy it into the input."""
+    graph = gm.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.copy_.default or node.users:
+            continue
+        dst, src = node.args[0], node.args[1]
+        if len(node.args) != 2 or node.kwargs or not isinstance(dst, torch.fx.Node) or dst.op != "placeholder":
+            continue
+        if not isinstance(src, torch.fx.Node) or src.op == "placeholder":
+            continue
+        order = {n: k for k, n in enumerate(graph.nodes)}
+        last = max([order[src], *(order[u] for u in dst.users if u is not node)])
+        after = next(n for n, k in order.items() if k == last)
+        with graph.inserting_after(after):
+            moved = graph.call_function(assign_input, (dst, src))
+        for user in list(src.users):
+            if user is not node and user is not moved and order.get(user, -1) > last:
+                user.replace_input_with(src, dst)
+        graph.erase_node(node)
+        changed = True
+    if changed:
+        graph.lint()
+        gm.recompile()
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
