@@ -281,3 +281,35 @@ def test_a_row_the_vector_does_not_divide_takes_half_vectors_or_pads() -> None:
     assert heuristic_opts(matmul_ast(64, 64, 56), 16, scratch=True)[:2] == [Opt("PADTO", 1, 16), Opt("UPCAST", 1, 16)]
     assert heuristic_opts(matmul_ast(64, 64, 56), 8, scratch=True)[0] == Opt("UPCAST", 1, 8)
     assert heuristic_opts(matmul_ast(64, 64, 64), 16, scratch=True)[0] == Opt("UPCAST", 1, 32)
+
+
+def test_a_matvec_of_nested_reductions_keeps_independent_chains() -> None:
+    """A matrix-vector product summed group by group (a quantised matrix: 20 groups of 32, each group's sum scaled
+    once) is as long a chain of FMAs as one reduction of 640, though its inner reduction is 32 long: 4 vectors of
+    outputs side by side, as for a plain matvec, not one latency-bound chain of vector FMAs."""
+    x, w, s = Tensor(data(1, 640)).realize(), Tensor(data(640, 256, seed=1)).realize(), Tensor(data(20, 256)).realize()
+
+    def nested() -> Tensor:
+        return ((x.reshape(1, 20, 32, 1) * w.reshape(1, 20, 32, 256)).sum(2) * s.reshape(1, 20, 256)).sum(1)
+
+    (ast,) = kernel_asts(nested)
+    assert [(o.op, o.amount) for o in heuristic_opts(ast, 16)] == [("UPCAST", 16), ("UPCAST", 4), ("UNROLL", 4)]
+    groups = data(1, 640).reshape(20, 32, 1) * data(640, 256, seed=1).reshape(20, 32, 256)
+    expected = (groups.sum(1) * data(20, 256)).sum(0)
+    np.testing.assert_allclose(nested().numpy().reshape(-1), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_dot_products_sharing_an_operand_run_as_independent_chains() -> None:
+    """Attention's scores at decode: 4 query heads x 13 cached keys (a symbolic count there), each a dot product over
+    256 values, no loop long enough for a vector. The heads' lanes share each key load and are 4 independent FMA
+    chains (one chain per score before: latency-bound; Gemma 3 270M's 4-row round spent 5.4 ms of 45 in them on one
+    thread, 3.4 ms with the lanes)."""
+    qv, kv = data(4, 256), data(13, 256, seed=1)
+    q, k = Tensor(qv).realize(), Tensor(kv).realize()
+
+    def scores() -> Tensor:
+        return (q.reshape(4, 1, 256) * k.reshape(1, 13, 256)).sum(-1)
+
+    (ast,) = kernel_asts(scores)
+    assert [(o.op, o.amount) for o in heuristic_opts(ast, 16)] == [("UPCAST", 4)]
+    np.testing.assert_allclose(scores().numpy(), qv @ kv.T, rtol=1e-4, atol=1e-4)

@@ -566,8 +566,13 @@ def _untiled_lanes(h: _Heuristic, contiguous: UOp | None, amount: int) -> None:
             h.add("UPCAST", h.at(more[0]), more[1])
             upcast.add(more[0].arg[0])
             total *= more[1]
+    elif reds and not h.opts and (shared := _reuse_lanes(h.ast, set(), MAX_REUSE_LANES)) is not None:
+        # no loop to share index math, but one that a load does not read (attention's query heads over one key: each
+        # score a dot product over the head's width): its lanes are independent chains that share that load
+        h.add("UPCAST", h.at(shared[0]), shared[1])
     elif reds and (size := range_size(reds[-1])) is not None and size % 4 == 0 and size >= 8:
-        if amount and contiguous is not None and (rest := range_size(contiguous)) and size >= 64:
+        steps = prod(range_size(r) or 64 for r in reds)  # the chain's length (a quantised matrix's groups x group)
+        if amount and contiguous is not None and (rest := range_size(contiguous)) and steps >= 64:
             # one vector of outputs (a matrix-vector product) is one chain of dependent FMAs, as slow as their latency:
             # up to 4 vectors side by side are independent chains that overlap
             chains = next((c for c in (4, 2) if rest % (c * amount) == 0 and rest >= 2 * c * amount), 1)
