@@ -85,9 +85,10 @@ def test_heuristic_tiles_a_large_half_matmul(arch):
     wmmas = sum(u.op is Ops.WMMA for u in uops)
     global_loads = [u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
     assert wmmas == shape.frags_m * shape.frags_n * shape.frags_k
-    assert len(global_loads) == (bm + bn) * bk // shape.threads(tc)
-    # per thread 1 (sm_90: 8 warps) or 2 (4 warps of 16x16x16) loads per WMMA; the untiled tc.py has 12 (sm_90)
-    assert len(global_loads) <= 2 * wmmas
+    assert sum(u.dtype.count for u in global_loads) == (bm + bn) * bk // shape.threads(tc)
+    assert all(u.dtype.count == 8 for u in global_loads)  # 16-byte vectors (the renderer's aligned_vector_bytes)
+    # per thread 1/8 (sm_90: 8 warps) or 1/4 (4 warps of 16x16x16) loads per WMMA; the untiled tc.py has 12 (sm_90)
+    assert 4 * len(global_loads) <= wmmas
 
 
 def test_heuristic_tiles_a_padded_batched_matmul_with_bias():
@@ -108,6 +109,25 @@ def test_heuristic_tiles_a_padded_batched_matmul_with_bias():
     uops = full_rewrite(ast, PythonRenderer("sm_90"))
     ((opt,),) = [u.arg.opts for u in uops if u.op is Ops.SINK]
     assert opt.op == "TC" and opt.amount != 0 and any(u.op is Ops.DEFINE_LOCAL for u in uops)
+
+
+@pytest.mark.parametrize(
+    "m,k,n,vector_bytes,widths",
+    [
+        (64, 64, 64, 16, {8}),  # rows of 64 halves: every copy one aligned 16-byte vector
+        (70, 33, 50, 16, {1, 2}),  # A's rows of 33 halves: no alignment, scalars; B's of 50: pairs
+        (64, 64, 64, 0, {1}),  # a renderer without aligned vector loads: scalars
+    ],
+)
+def test_staged_copies_are_vectors_only_where_aligned(m, k, n, vector_bytes, widths):
+    renderer = PythonRenderer("sm_90")
+    renderer.aligned_vector_bytes = vector_bytes
+    a, b = operands(m, k, n)
+    got, uops = run_matmul(renderer, a, b, [Opt("TC", 0, 22222)])
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
+    loads = [u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    stores = [u for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_LOCAL]
+    assert {u.dtype.count for u in loads} == widths and {u.src[1].dtype.count for u in stores} == widths
 
 
 def test_small_matmul_takes_a_small_tile():

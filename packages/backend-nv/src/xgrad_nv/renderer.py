@@ -1,17 +1,20 @@
 """The CUDA C renderer: linear program in, one CUDA C++ kernel (for NVRTC or nvcc) out; and the NVIDIA arch table.
 
 Kernel ABI (what `xgrad_nv.device` launches):
-    extern "C" __global__ void __launch_bounds__(<threads>[, 1]) <name>(T0* data0, const T1* data1, ..., const int var0, ...)
-one pointer per PARAM (in PARAM order), then one 32-bit int per DEFINE_VAR (in program order). SPECIAL `gidx<d>` is
-`blockIdx.<d>`, `lidx<d>` is `threadIdx.<d>`; the launch's grid and block are the sizes of those SPECIALs
-(`xgrad_codegen.pygpu.launch_sizes`). DEFINE_LOCAL is a static `__shared__` array, BARRIER `__syncthreads()`.
+    extern "C" __global__ void __launch_bounds__(<threads>[, 1])
+    <name>(T0* data0, const T1* data1, ..., const int var0, ...)
+(`, 1` in tensor-core kernels: one block per SM is enough, see `render_kernel`); one pointer per PARAM (in PARAM
+order), then one 32-bit int per DEFINE_VAR (in program order). SPECIAL `gidx<d>` is `blockIdx.<d>`, `lidx<d>` is
+`threadIdx.<d>`; the launch's grid and block are the sizes of those SPECIALs (`xgrad_codegen.pygpu.launch_sizes`).
+DEFINE_LOCAL is a static `__shared__` array, BARRIER `__syncthreads()`.
 
 Types: half is `cuda_fp16.h`'s `half`, bfloat16 `cuda_bf16.h`'s `__nv_bfloat16` (both native: codegen computes in
 them, as the hardware does, one rounding per op); fp8 formats are emulated by codegen on uint8 memory (see
 `xgrad_codegen.decompose`). Conversions to and from the 16-bit floats go through the headers' explicitly rounding
 intrinsics, never through C++'s overloaded constructors (whose overloads are ambiguous for ints). Vectors exist only
-where tensor cores need them (fragments): a `struct { T v[n]; }` per vector type; every vector ALU op is split into
-lanes (`max_vector_width` is 1: codegen's vector loads would need an alignment it does not prove).
+where tensor cores need them (fragments) and for the aligned 16-byte copies of tc_tile's staged tiles
+(`aligned_vector_bytes`): a `struct __align__ { T v[n]; }` per vector type, loaded and stored through a pointer to it;
+every vector ALU op is split into lanes (`max_vector_width` is 1: the vectorizer does not prove alignment).
 
 Tensor cores: a WMMA (src: the A, B and C fragments in `TensorCore`'s layout) is one `mma.sync.aligned.m16n8k16`
 through inline PTX, A as four and B as two 32-bit registers of packed halves in element order, C/D four floats.
@@ -285,6 +288,7 @@ class CUDARenderer(CStyleRenderer):
     has_local = True
     has_shared = True
     max_vector_width = 1
+    aligned_vector_bytes = 16  # tc_tile's staged copies: one 128-bit load/store per 8 halves (LDG.128, STS.128)
 
     def __init__(self, arch: str | None = None, tf32: bool = False) -> None:
         """`tf32`: float32 matmuls on the tf32 tensor cores too (10-bit mantissa operands; off by default, as
@@ -316,6 +320,21 @@ class CUDARenderer(CStyleRenderer):
 
     def render_vectorize(self, ctx: RenderState, dtype: DType, lanes: list[str]) -> str:
         return f"{self.render_dtype(ctx, dtype)}{{{', '.join(lanes)}}}"
+
+    def render_load(self, ctx: RenderState, dtype: DType, buf: str, idx: str, gate: str | None) -> str:
+        """A vector (codegen proved it aligned, see `aligned_vector_bytes`) is read through a pointer to its
+        struct, one instruction; under a gate, zeros where it is off."""
+        if dtype.count == 1:
+            return super().render_load(ctx, dtype, buf, idx, gate)
+        t = self.render_dtype(ctx, dtype)
+        value = f"(*((const {t}*)({buf}+{idx})))"
+        return f"({gate}?{value}:{t}{{}})" if gate is not None else value
+
+    def render_store(self, ctx: RenderState, dtype: DType, buf: str, idx: str, value: str, gate: str | None) -> str:
+        if dtype.count == 1:
+            return super().render_store(ctx, dtype, buf, idx, value, gate)
+        stmt = f"*(({self.render_dtype(ctx, dtype)}*)({buf}+{idx})) = {value};"
+        return f"if ({gate}) {stmt}" if gate is not None else stmt
 
     def render_gep(self, vec: str, lane: int) -> str:
         return f"{vec}.v[{lane}]"

@@ -204,7 +204,7 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> UOp:
             raise OptError(f"TC {opt.axis} {opt.amount} stages tiles in shared memory, which {name} does not have")
         if shape.threads(tc) > renderer.max_threads:
             raise OptError(f"TC tile {opt.amount} needs {shape.threads(tc)} threads; {name} has {renderer.max_threads}")
-        ast = apply_tiled_tensor_core(ast, tc, shape, renderer.shared_max)
+        ast = apply_tiled_tensor_core(ast, tc, shape, renderer.shared_max, renderer.aligned_vector_bytes)
     return ast
 
 

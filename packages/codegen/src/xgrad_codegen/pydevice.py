@@ -135,6 +135,7 @@ class PythonRenderer(Renderer):
         self.global_max, self.local_max = gpu.global_max, gpu.local_max
         self.max_threads, self.shared_max = gpu.max_threads, gpu.shared_max
         self.tensor_cores = TENSOR_CORES[arch]
+        self.aligned_vector_bytes = 16  # as the GPUs' 128-bit loads (the executor reads vectors at any alignment)
 
     def render(self, name: str, uops: list[UOp]) -> str:
         ids = {u: i for i, u in enumerate(uops)}

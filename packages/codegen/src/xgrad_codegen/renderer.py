@@ -68,6 +68,9 @@ class Renderer:
     supported_ops: frozenset[Ops] = frozenset()  # ALU ops rendered natively; codegen decomposes the others
     native_dtypes: frozenset[DType] = frozenset()  # scalar dtypes the language has; codegen emulates bf16/fp8
     max_vector_width: int = 1  # widest vector dtype (in lanes) codegen may produce
+    # widest vector load/store (bytes) printed where codegen proves its alignment itself (tc_tile's staged copies of
+    # a matmul's tiles), even where `max_vector_width` is 1 because the vectorizer proves none; 0: scalars only
+    aligned_vector_bytes: int = 0
     masked_stores: bool = False  # stores a vector under a bool vector gate, one per lane (codegen's vectorize)
     supports_scratch: bool = False  # PACK may copy a panel into a per-thread scratch array (see xgrad_codegen.pack)
     # ---- GPU: workgroups (GLOBAL axes are workgroup ids, LOCAL/GROUP axes thread ids within one) ----

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from xgrad.dtype import dtypes
 from xgrad.uop.ops import AxisType, Ops, UOp
 from xgrad.uop.pattern import substitute
+from xgrad.uop.symbolic import simplify
 from xgrad_codegen.opt import OptError, kernel_ranges, range_size
 from xgrad_codegen.pack import index_step
 from xgrad_codegen.renderer import TensorCore
@@ -130,6 +131,28 @@ def _below(x: UOp, size: int, padded: int) -> UOp | None:
     return None if padded == size else x.lt(size)
 
 
+def _chunk(load: UOp, cols: tuple[UOp, UOp, int, int], stride: int, copies: int, widths: tuple[int, ...]) -> int:
+    """Elements per copy of `load`'s slice: the first of `widths` (elements of an aligned vector) such that the
+    operand's columns are contiguous in memory, every other step of its index and its offset are multiples of the
+    width (each chunk starts aligned: a 16-byte load), a padded column count is one too (a chunk's gate is one
+    condition), the shared rows (`stride`) keep chunks aligned and the threads share the `copies` chunks evenly; else
+    1 (scalar copies)."""
+    idx = load.src[0]
+    c_rng, _, c_tile, c_size = cols
+    if len(idx.src) > 2 or index_step(idx.src[1], c_rng) != 1:  # gated by a view (a pad), or columns not contiguous
+        return 1
+    rngs = [u for u in idx.src[1].toposort if u.op is Ops.RANGE]
+    steps = [index_step(idx.src[1], r) for r in rngs if r is not c_rng]
+    offset = simplify(substitute(idx.src[1], {r: UOp.const(dtypes.index, 0) for r in rngs}))
+    if offset.op is not Ops.CONST or any(x is None for x in steps):
+        return 1
+    for w in widths:
+        aligned = all(x % w == 0 for x in steps if x is not None) and int(offset.arg) % w == 0
+        if aligned and c_tile % w == 0 and stride % w == 0 and c_size % w == 0 and copies % w == 0:
+            return w
+    return 1
+
+
 def _stage(
     load: UOp,
     rows: tuple[UOp, UOp, int, int],
@@ -138,28 +161,39 @@ def _stage(
     stride: int,
     tid: UOp,
     threads: int,
+    widths: tuple[int, ...],
 ) -> tuple[list[UOp], list[UOp]]:
     """The loads and shared stores that copy one slice of `load`'s operand: rows (range, block start, tile rows,
     real size) x cols (the same for the columns) into `smem` (row-major, `stride` elements per row). Consecutive
-    threads take consecutive elements along the operand's contiguous axis (the columns unless the rows are)."""
+    threads take consecutive chunks along the operand's contiguous axis (the columns unless the rows are): vectors of
+    up to `widths[0]` elements where `_chunk` proves them aligned."""
     (r_rng, r_start, r_tile, r_size), (c_rng, c_start, c_tile, c_size) = rows, cols
     idx = load.src[0].src[1]
     along_rows = index_step(idx, r_rng) == 1 and index_step(idx, c_rng) != 1
+    width = 1 if along_rows else _chunk(load, cols, stride, r_tile * c_tile // threads, widths)
+    per_row = c_tile // width
     loads, stores = [], []
-    for copy in range(r_tile * c_tile // threads):
+    for copy in range(r_tile * c_tile // (threads * width)):
         q = tid + copy * threads
-        r, c = (q % r_tile, q // r_tile) if along_rows else (q // c_tile, q % c_tile)
+        r, c = (q % r_tile, q // r_tile) if along_rows else (q // per_row, (q % per_row) * width)
         r_ok = _below(r_start + r, r_size, _ceil_to(r_size, r_tile))
         gate = _and(r_ok, _below(c_start + c, c_size, _ceil_to(c_size, c_tile)))
         value = _with_gate(substitute(load, {r_rng: r_start + r, c_rng: c_start + c}), gate)
+        at = smem.index(r * stride + c)
+        if width > 1:  # one aligned vector load and store (the chunk's gate is the same for all its elements)
+            vidx = value.src[0]
+            value = UOp(Ops.LOAD, value.dtype.vec(width), (vidx.replace(dtype=vidx.dtype.vec(width)),))
+            at = at.replace(dtype=at.dtype.vec(width))
         loads.append(value)
-        stores.append((r * stride + c, value))
-    return loads, [smem.index(pos).store(v) for pos, v in stores]
+        stores.append(at.store(value))
+    return loads, stores
 
 
-def apply_tiled_tensor_core(ast: UOp, tc: TensorCore, shape: TileShape, shared_max: int) -> UOp:
+def apply_tiled_tensor_core(ast: UOp, tc: TensorCore, shape: TileShape, shared_max: int, vector_bytes: int = 0) -> UOp:
     """`ast` with its matmul done by blocks of `shape` on `tc`, staged through shared memory (see the module
-    docstring); OptError when the kernel is not such a matmul or the slices exceed `shared_max` bytes."""
+    docstring); OptError when the kernel is not such a matmul or the slices exceed `shared_max` bytes. With
+    `vector_bytes` (the renderer's `aligned_vector_bytes`) the copies are vectors of up to that many bytes where
+    their alignment is proven."""
     red, first, second, m, n, k = match_matmul(ast, tc)
     if (need := shape.shared_bytes(tc)) > shared_max:
         raise OptError(f"TC tile {shape.code} stages {need} bytes in shared memory; the renderer has {shared_max}")
@@ -183,8 +217,14 @@ def apply_tiled_tensor_core(ast: UOp, tc: TensorCore, shape: TileShape, shared_m
     stride_a, stride_b = bk + SMEM_PAD, bn + SMEM_PAD
     smem_a = UOp(Ops.DEFINE_LOCAL, tc.dtype, (), (0, bm * stride_a))
     smem_b = UOp(Ops.DEFINE_LOCAL, tc.dtype, (), (1, bk * stride_b))
-    loads_a, stores_a = _stage(first, (m, row0, bm, size_m), (k, k0, bk, size_k), smem_a, stride_a, tid, threads)
-    loads_b, stores_b = _stage(second, (k, k0, bk, size_k), (n, col0, bn, size_n), smem_b, stride_b, tid, threads)
+    most = vector_bytes // tc.dtype.itemsize
+    widths = tuple(w for w in (8, 4, 2) if w <= most)
+    loads_a, stores_a = _stage(
+        first, (m, row0, bm, size_m), (k, k0, bk, size_k), smem_a, stride_a, tid, threads, widths
+    )
+    loads_b, stores_b = _stage(
+        second, (k, k0, bk, size_k), (n, col0, bn, size_n), smem_b, stride_b, tid, threads, widths
+    )
     read_done = UOp(Ops.BARRIER, dtypes.void, tuple(loads_a + loads_b))
     stores = [
         substitute(st, {smem: UOp(Ops.NOOP, smem.dtype, (smem, read_done))})
