@@ -110,3 +110,29 @@ def test_compiled_adam_step_writes_each_state_once() -> None:
     # the capture (second call) runs, per parameter, one kernel each for the step count, the two moments and the
     # parameter: the new moments are computed into their own buffers and read from there, never copied into them
     assert kernels[1] == 4 * 2, kernels
+
+
+def test_compiled_outputs_sharing_a_storage_are_realized_once() -> None:
+    g = torch.Generator().manual_seed(2)
+    x, w, v = torch.randn(4, 2, 3, 3, generator=g), torch.randn(2, 2, 3, 3, generator=g), torch.randn(2, 5, generator=g)
+
+    def loss_of(x: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        h = F.conv2d(x, w, padding=1).relu()  # relu saved for its backward, its flattened view for the matmul's
+        return (h.flatten(1)[:, :2] @ v).square().sum()
+
+    compiled = torch.compile(loss_of, backend="xgrad", dynamic=False)
+    ref = [t.clone().requires_grad_(True) for t in (x, w, v)]
+    loss_of(*ref).backward()
+    kernels = []
+    for _ in range(3):
+        dev = [t.to("xgrad").requires_grad_(True) for t in (x, w, v)]
+        GlobalCounters.reset()
+        loss = compiled(*dev)
+        kernels.append(GlobalCounters.kernel_count)
+        loss.backward()
+        np.testing.assert_allclose(loss.item(), loss_of(x, w, v).item(), rtol=1e-5)
+        for d, r in zip(dev, ref):
+            np.testing.assert_allclose(d.grad.cpu().numpy(), r.grad.numpy(), rtol=1e-4, atol=1e-5)
+    # the forward's capture: conv + relu, the matmul's product, the loss (and its reduction): no copy of relu made
+    # for its flattened view (5 kernels when each output over the storage was realized on its own)
+    assert kernels[1] == 4, kernels

@@ -36,7 +36,7 @@ from xgrad import Tensor, TinyJit
 
 from . import storage
 from .registration import BridgeError
-from .storage import read, wrap
+from .storage import read, to_torch_dtype, wrap
 
 KEEP_CPU_INPUT = 16  # a CPU input of up to this many elements keeps its buffer between calls
 
@@ -46,10 +46,13 @@ class CompiledGraph:
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
         self.gm = gm
-        self.kinds: list[str] = []  # per output: "tensor", "alias" (a view of an input) or "value" (a constant)
+        self.kinds: list[str] = []  # per output: "tensor", "view" (of a captured tensor), "alias" (a view of an input)
+        # or "value" (a constant)
         self.values: list[Any] = []
         self.aliases: list[tuple[int, list[int], list[int], int]] = []  # (input, size, stride, offset)
         self.dtypes: list[torch.dtype] = []
+        self.views: list[tuple[int, list[int], list[int], int]] = []  # (captured tensor, size, stride, offset)
+        self.slots: list[int] = []  # per "tensor" output: its position among the captured tensors
         self.mutated: list[int] = []  # inputs written in place whose new values come back as extra outputs
         self.assigned: list[int] = []  # inputs written in place by an assign inside the capture
         self.cpu_inputs: dict[int, tuple[weakref.ref[torch.Tensor], np.ndarray, Tensor]] = {}  # k -> its buffer
@@ -75,8 +78,15 @@ class CompiledGraph:
         finally:
             _RUNNING.pop()
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        self.kinds, self.values, self.dtypes, self.aliases = [], [], [], []
+        self.kinds, self.values, self.dtypes, self.aliases, self.views, self.slots = [], [], [], [], [], []
         tensors: list[Tensor] = []
+        shared: dict[int, int] = {}  # outputs per storage (not counting inputs')
+        for o in outs:
+            if isinstance(o, torch.Tensor) and o.device.type == "xgrad":
+                h = storage.holder_of(o)
+                if id(h) not in holders:
+                    shared[id(h)] = shared.get(id(h), 0) + 1
+        wholes: dict[int, int] = {}  # storage -> its position among the captured tensors
         for o in outs:
             if isinstance(o, torch.Tensor) and o.device.type == "xgrad" and id(storage.holder_of(o)) in holders:
                 # an input (or a view of one) saved for backward: rebuilt from the call's own input, outside the
@@ -88,8 +98,20 @@ class CompiledGraph:
             elif isinstance(o, torch.Tensor):
                 if o.device.type != "xgrad":
                     raise BridgeError(f"a compiled graph returned a tensor on {o.device}; move its inputs to xgrad")
+                h = storage.holder_of(o)
+                if shared.get(id(h), 0) > 1 and o.dtype == to_torch_dtype(h.whole.dtype):
+                    # several outputs over one storage (relu and its flattened view, both saved for backward): the
+                    # storage is realized once and each output is rebuilt as a view of it, outside the capture,
+                    # instead of xgrad giving each its own copy
+                    if id(h) not in wholes:
+                        wholes[id(h)] = len(tensors)
+                        tensors.append(h.whole)
+                    self.kinds.append("view")
+                    self.views.append((wholes[id(h)], list(o.shape), list(o.stride()), int(o.storage_offset())))
+                    continue
                 self.kinds.append("tensor")
                 self.dtypes.append(o.dtype)
+                self.slots.append(len(tensors))
                 tensors.append(read(o))
             else:
                 self.kinds.append("value")
@@ -171,12 +193,22 @@ class CompiledGraph:
             self.jit.reset()  # a different aliasing of the inputs: capture again
         self.positions, self.assignable = positions, assignable
         results = self.jit(*unique)
-        tensors = iter(results)
-        values, dtypes, aliases = iter(self.values), iter(self.dtypes), iter(self.aliases)
+        values, dtypes, aliases, views = iter(self.values), iter(self.dtypes), iter(self.aliases), iter(self.views)
+        slots = iter(self.slots)
+        bases: dict[int, torch.Tensor] = {}
         out: list[Any] = []
         for kind in self.kinds:
             if kind == "tensor":
-                out.append(wrap(next(tensors), next(dtypes)))
+                out.append(wrap(results[next(slots)], next(dtypes)))
+            elif kind == "view":
+                j, size, stride, offset = next(views)
+                if j not in bases:
+                    bases[j] = wrap(results[j])
+                base = bases[j]
+                if (size, stride, offset) == (list(base.shape), list(base.stride()), 0):
+                    out.append(base)
+                else:
+                    out.append(torch.ops.aten.as_strided.default(base, size, stride, offset))
             elif kind == "alias":
                 i, size, stride, offset = next(aliases)
                 a = args[i]
