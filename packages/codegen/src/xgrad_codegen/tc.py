@@ -19,6 +19,7 @@ from xgrad.uop.pattern import substitute
 from xgrad.uop.symbolic import simplify
 from xgrad_codegen.opt import OptError, kernel_ranges, range_size
 from xgrad_codegen.renderer import TensorCore
+from xgrad_codegen.tc_conv import as_matmul
 
 
 def _strip_cast(u: UOp) -> UOp:
@@ -79,6 +80,7 @@ def match_matmul(ast: UOp, tc: TensorCore) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp
 
 def apply_tensor_core(ast: UOp, tc: TensorCore) -> UOp:
     """`ast` with its matmul done by `tc` (see the module docstring); OptError when it is not such a matmul."""
+    ast = as_matmul(ast, tc)  # a conv: one matmul over merged, padded ranges (tc_conv.py)
     red, first, second, m, n, k = match_matmul(ast, tc)
     tm, tn, tk = tc.dims
     sizes = (range_size(m), range_size(n), range_size(k))
