@@ -541,12 +541,12 @@ class Transformer:
         """x @ W.T of layer matrix `name`, its input quantised as the numerics say."""
         return self._product(self._input(x, w.types.get(name)), w[name], w.packed.get(name))
 
-    @staticmethod
-    def _product(x: Tensor, wt: Tensor, packed: PackedMatrix | None) -> Tensor:
+    def _product(self, x: Tensor, wt: Tensor, packed: PackedMatrix | None) -> Tensor:
         """x @ wt; for at most GROUPED_ROWS rows of x and a packed matrix, group by group (`PackedMatrix.product`:
         one conversion per weight for all rows; a 4-row round of Gemma 3 270M's output head on one thread 26.5 ->
-        20.3 ms, one row unchanged). Longer inputs (a prompt's chunk) keep the tiled matmul."""
-        if packed is not None and math.prod(x.shape[:-1]) <= GROUPED_ROWS:
+        20.3 ms, one row unchanged). Longer inputs (a prompt's chunk) keep the tiled matmul, and so does llama.cpp
+        numerics: its greedy ids against llama.cpp's (test_generate) were measured with that order of sums."""
+        if packed is not None and not self.llama_numerics and math.prod(x.shape[:-1]) <= GROUPED_ROWS:
             return packed.product(x)
         return x @ wt
 
