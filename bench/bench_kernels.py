@@ -57,7 +57,7 @@ def main() -> None:
     rows.sort(reverse=True)
     print(f"\n{len(rows)} kernels, {sum(r[0] for r in rows) * 1e6:.1f} us in all (heuristic, scratch buffers)")
     for seconds, name, opts in rows:
-        print(f"{seconds * 1e6:9.1f} us  {name:28s} {' '.join(f'{o.op}({o.axis},{o.amount})' for o in opts)}")
+        print(f"{seconds * 1e6:9.1f} us  {name:28s} {' '.join(map(str, opts))}")
     for _, name, _ in rows if args.beam else []:
         with Context(DEBUG=2, IGNORE_BEAM_CACHE=1):  # prints heuristic -> chosen time and actions per kernel
             search.beam_opts(kernels[name], dev, args.beam)

@@ -18,6 +18,7 @@ from xgrad_codegen.opt import (
     candidate_opts,
     heuristic_opts,
     kernel_ranges,
+    range_size,
 )
 from xgrad_codegen.pack import is_scratch, packable_loads
 from xgrad_codegen.pipeline import full_rewrite
@@ -220,7 +221,7 @@ def test_pack_is_a_candidate_only_for_renderers_with_scratch() -> None:
         (Opt("UPCAST", 2, 4), "applies to a LOOP range"),  # axis 2 is the reduction
         (Opt("UNROLL", 0, 4), "applies to a REDUCE range"),
         (Opt("UPCAST", 0, 5), "cannot split"),
-        (Opt("UPCAST", 7, 4), "out of range"),
+        (Opt("UPCAST", 7, 4), "no range has id 7: the kernel's range ids are \\[0, 1, 2\\]"),
         (Opt("PACK", 9), "out of range"),
         (Opt("PACK", 0), "GLOBAL"),  # no parallel loop chosen yet
     ],
@@ -228,6 +229,20 @@ def test_pack_is_a_candidate_only_for_renderers_with_scratch() -> None:
 def test_illegal_action_raises_opt_error(opt: Opt, message: str) -> None:
     with pytest.raises(OptError, match=message):
         apply_opt(matmul_ast(16, 24, 32), opt)
+
+
+def test_an_opt_names_its_range_by_id_not_by_position() -> None:
+    """UPCAST splits the columns (id 1): their lanes get a fresh id (3) and sort before the reduction, which keeps its
+    id (2) though kernel_ranges now lists it fourth. UNROLL 2 unrolls the reduction; axis 3 is the lanes."""
+    ast = apply_opt(matmul_ast(16, 24, 32), Opt("UPCAST", 1, 8))
+    kinds = [AxisType.LOOP, AxisType.LOOP, AxisType.UPCAST, AxisType.REDUCE]
+    assert [r.arg for r in kernel_ranges(ast)] == list(zip([0, 1, 3, 2], kinds))
+    unrolled = apply_opt(ast, Opt("UNROLL", 2, 4))
+    reductions = {r.arg: range_size(r) for r in kernel_ranges(unrolled) if r.arg[1] is not AxisType.LOOP}
+    assert reductions == {(3, AxisType.UPCAST): 8, (2, AxisType.REDUCE): 6, (4, AxisType.UNROLL): 4}
+    with pytest.raises(OptError, match="UNROLL applies to a REDUCE range, not to a UPCAST range"):
+        apply_opt(ast, Opt("UNROLL", 3, 4))
+    assert str(Opt("UNROLL", 2, 4)) == "UNROLL(2,4)"  # how DEBUG and BEAM print it
 
 
 def test_an_unknown_action_is_refused_when_made() -> None:

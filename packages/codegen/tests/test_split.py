@@ -10,7 +10,7 @@ from kernel_helpers import ScratchRenderer, data, matmul_ast
 
 from xgrad import Tensor
 from xgrad.uop.ops import AxisType, Ops, UOp
-from xgrad_codegen.opt import Opt, OptError, apply_opt, candidate_opts, heuristic_opts, kernel_ranges
+from xgrad_codegen.opt import Opt, OptError, apply_opt, candidate_opts, heuristic_opts, range_of
 from xgrad_codegen.pack import MAX_SCRATCH_BYTES, index_step, is_scratch
 from xgrad_codegen.pipeline import full_rewrite
 
@@ -78,7 +78,7 @@ def _tiled() -> UOp:
 def test_split_is_a_candidate_only_on_the_parallel_loop() -> None:
     ast = _tiled()
     splits = [o for o in candidate_opts(ast, ScratchRenderer()) if o.op == "SPLIT"]
-    assert splits and all(kernel_ranges(ast)[o.axis].arg[1] is AxisType.GLOBAL for o in splits)
+    assert splits and all(range_of(ast, o.axis).arg[1] is AxisType.GLOBAL for o in splits)
 
 
 @pytest.mark.parametrize(

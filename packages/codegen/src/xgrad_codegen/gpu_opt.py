@@ -22,6 +22,7 @@ from xgrad_codegen.opt import (
     kernel_ranges,
     optimize,
     pm_reduce_ranges,
+    range_of,
     range_size,
 )
 from xgrad_codegen.pack import index_step
@@ -61,9 +62,7 @@ def apply_gpu_opt(ast: UOp, opt: Opt) -> UOp:
             "TC picks one of the renderer's tensor_cores: apply it with gpu_opt.apply_opts(ast, opts, renderer)"
         )
     rngs = kernel_ranges(ast)
-    if not 0 <= opt.axis < len(rngs):
-        raise OptError(f"{opt.op} axis {opt.axis} is out of range: the kernel has {len(rngs)} ranges")
-    rng = rngs[opt.axis]
+    rng = range_of(ast, opt.axis)
     axis_id, kind = rng.arg
     size = range_size(rng)
     if opt.op == "LOCAL" and any(u.op is Ops.WMMA for u in ast.toposort):
@@ -93,8 +92,8 @@ def gpu_candidates(ast: UOp, renderer: Renderer) -> list[Opt]:
     if renderer.has_shared and not any(u.op in (Ops.WMMA, Ops.DEFINE_LOCAL) for u in ast.toposort):
         out.extend(tile_candidates(ast, renderer))
     room = renderer.max_threads // max(threads_of(ast), 1)
-    for i, r in enumerate(kernel_ranges(ast)):
-        size = range_size(r)
+    for r in kernel_ranges(ast):
+        i, size = r.arg[0], range_size(r)
         if size is None or size < 2:
             continue
         fits = [a for a in GPU_ACTIONS["LOCAL"][1] if a and a <= min(size, room) and size % a == 0]
@@ -132,7 +131,7 @@ def _contiguous_loop(ast: UOp) -> UOp | None:
 
 
 def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
-    """The GPU heuristic. Each opt's axis indexes the ranges of the kernel after the opts before it.
+    """The GPU heuristic. Each opt's axis is the id of a range of the kernel (see opt.Opt).
 
     1. a long reduction (at least GROUP_MIN_REDUCE steps over all its loops: a softmax or norm row, a big sum, a
        conv's weight gradient) in a kernel with fewer than GROUP_MAX_OUTPUTS outputs is split over the threads of a
@@ -163,7 +162,7 @@ def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
         size = range_size(red) or 0
         amounts = [a for a in GROUP_AMOUNTS if size % a == 0 and total >= GROUP_MIN_STEPS * a]
         if amount := next((a for a in amounts if a <= renderer.max_threads), 0):
-            add(Opt("GROUP", kernel_ranges(ast).index(red), amount))
+            add(Opt("GROUP", red.arg[0], amount))
     grouped = bool(opts)  # a workgroup per reduced row: its outputs stay separate workgroups
     if not grouped:  # the register tiles and unrolled windows of the CPU heuristic, without its scratch panels
         for opt in heuristic_opts(ast, renderer.max_vector_width, scratch=False):
@@ -174,12 +173,12 @@ def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
         fits = [a for a in LOCAL_AMOUNTS if size % a == 0 and a <= room and a < size]
         amount = next((a for a in fits if a >= LOCAL_MIN), 0)
         if not amount and size > LOCAL_PAD and LOCAL_PAD <= room and loop.arg[1] is AxisType.LOOP:
-            add(Opt("PADTO", kernel_ranges(ast).index(loop), LOCAL_PAD))
-            loop = next(r for r in kernel_ranges(ast) if r.arg[0] == loop.arg[0])
+            add(Opt("PADTO", loop.arg[0], LOCAL_PAD))
+            loop = range_of(ast, loop.arg[0])
             amount = LOCAL_PAD
         amount = amount or next(iter(fits), 0)
         if amount >= 2:
-            add(Opt("LOCAL", kernel_ranges(ast).index(loop), amount))
+            add(Opt("LOCAL", loop.arg[0], amount))
     return opts
 
 

@@ -56,8 +56,17 @@ class OptOps(enum.StrEnum):
 @dataclass(frozen=True)
 class Opt:
     """One optimizer action (see OPT_ACTIONS): `op` names it (an OptOps member; its name as a string is taken too);
-    `axis` indexes `kernel_ranges(ast)` (for PACK: `pack.packable_loads(ast)`); `amount` is the split factor (0 = the
-    whole range), or for PADTO the multiple to pad the range to. An unknown action raises OptError."""
+    `amount` is the split factor (0 = the whole range), or for PADTO the multiple to pad the range to. An unknown
+    action raises OptError.
+
+    `axis` names the range the action applies to by its id (the RANGE's `arg[0]`, what `kernel_ranges` shows), not by
+    a position: an action before it that splits or re-kinds ranges leaves the ids of the others as they were (the
+    outer part of a split keeps its range's id, the inner part gets a fresh one, max id + 1), so a list of opts reads
+    the same however the ranges sort after each step. Two actions do not name a range. PACK's axis is the load's
+    position in `pack.packable_loads(ast)`: loads have no id, and that list's order is the AST's own (first use in a
+    REDUCE, in toposort order), which the splits before a PACK do not change; PACK is the last action on a kernel (it
+    renumbers the loops its panel does not read, so no range action may follow it). TC's axis is the position of
+    the tensor core in the renderer's `tensor_cores` (see `gpu_opt.apply_opts`)."""
 
     op: str  # an OptOps member once made (a StrEnum: a str); typed str so that Opt("UPCAST", ...) reads as it runs
     axis: int
@@ -68,6 +77,10 @@ class Opt:
             if self.op not in OptOps.__members__:
                 raise OptError(f"unknown optimizer action {self.op!r}; the actions are {list(OptOps.__members__)}")
             object.__setattr__(self, "op", OptOps(self.op))
+
+    def __str__(self) -> str:
+        """`UPCAST(3,16)`: the action, its axis (a range id; see above) and its amount (DEBUG and BEAM output)."""
+        return f"{self.op}({self.axis},{self.amount})"
 
 
 # every action, what its axis refers to, and the amounts it takes (search.py builds its candidates from this table)
@@ -95,6 +108,15 @@ def kernel_ranges(ast: UOp) -> list[UOp]:
     return sorted(rngs, key=lambda r: (r.arg[1] is AxisType.REDUCE or r.arg[1] is AxisType.UNROLL, r.arg[0]))
 
 
+def range_of(ast: UOp, axis: int) -> UOp:
+    """The range of `ast` whose id is `axis` (an Opt's axis); OptError naming the ids there are when none has it."""
+    found = [r for r in kernel_ranges(ast) if r.arg[0] == axis]
+    if len(found) != 1:
+        ids = [r.arg[0] for r in kernel_ranges(ast)]
+        raise OptError(f"no range has id {axis}: the kernel's range ids are {ids} (an Opt's axis is a range id)")
+    return found[0]
+
+
 def range_size(r: UOp) -> int | None:
     end = r.src[0]
     return int(end.arg) if end.op is Ops.CONST else None
@@ -116,9 +138,7 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
         except PackError as e:
             raise OptError(str(e)) from None
     rngs = kernel_ranges(ast)
-    if not 0 <= opt.axis < len(rngs):
-        raise OptError(f"{opt.op} axis {opt.axis} is out of range: the kernel has {len(rngs)} ranges")
-    rng = rngs[opt.axis]
+    rng = range_of(ast, opt.axis)
     axis_id, kind = rng.arg
     size = range_size(rng)
     if opt.op == "GLOBAL":
@@ -162,9 +182,9 @@ def candidate_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
     rngs = kernel_ranges(ast)
     has_global = any(r.arg[1] is AxisType.GLOBAL for r in rngs)
     has_reduce = any(r.arg[1] is AxisType.REDUCE for r in rngs)
-    for i, r in enumerate(rngs):
+    for r in rngs:
+        i, kind = r.arg
         size = range_size(r)
-        kind = r.arg[1]
         if kind is AxisType.LOOP and not has_global:
             out.append(Opt("GLOBAL", i))
         if size is None or size <= 1:
@@ -317,7 +337,7 @@ def _batch_panel(ast: UOp, tiled: set[int]) -> tuple[UOp, int] | None:
     for r in kernel_ranges(ast):
         if r.arg[1] is not AxisType.LOOP or r.arg[0] in tiled or (range_size(r) or 0) < MIN_PARALLEL_BLOCKS:
             continue
-        swapped = apply_opt(ast, Opt("GLOBAL", kernel_ranges(ast).index(r)))
+        swapped = apply_opt(ast, Opt("GLOBAL", r.arg[0]))
         for i, load in enumerate(packable_loads(swapped)):
             try:
                 _, ups, _, _ = check_pack(swapped, load)
@@ -409,18 +429,16 @@ class _Heuristic:
     scratch: bool
     opts: list[Opt] = field(default_factory=list)
 
-    def add(self, op: str, axis: int, amount: int = 0) -> None:
-        opt = Opt(op, axis, amount)
+    def add(self, op: str, axis: UOp | int, amount: int = 0) -> None:
+        """Choose and apply an action on range `axis` (the opt names it by id; a split's outer part keeps the id), or
+        for PACK on the load at position `axis` of `packable_loads`."""
+        opt = Opt(op, axis.arg[0] if isinstance(axis, UOp) else axis, amount)
         self.opts.append(opt)
         self.ast = apply_opt(self.ast, opt)
 
-    def at(self, rng: UOp) -> int:
-        """The axis of range `rng` (or of the range that kept its id after a split) in the kernel now."""
-        return next(i for i, r in enumerate(kernel_ranges(self.ast)) if r.arg[0] == rng.arg[0])
-
     def now(self, rng: UOp) -> UOp:
         """Range `rng` (by id) as the kernel has it now."""
-        return kernel_ranges(self.ast)[self.at(rng)]
+        return range_of(self.ast, rng.arg[0])
 
     def find(self, rng: UOp) -> UOp | None:
         """Range `rng` (by id) as the kernel has it now; None when no range has its id any more."""
@@ -428,7 +446,7 @@ class _Heuristic:
 
 
 def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> list[Opt]:
-    """The heuristic, in named stages. Each opt's axis indexes the ranges of the kernel after the opts before it.
+    """The heuristic, in named stages. Each opt's axis is the id of a range of the kernel (see Opt).
 
     1. vector axis (`_vector_axis`): upcast the store-contiguous output axis by the vector width (in a reduction
        with a tile: by two vectors when that divides; pad it when nothing divides);
@@ -490,10 +508,10 @@ def _vector_axis(h: _Heuristic, contiguous: UOp, tiled: bool, n_outs: int) -> tu
     if wide and amount < vw:
         amount = 0
     if not amount and vw > 1 and (wide or size > 2 * vw):  # e.g. 1000: pad to 1008, upcast
-        h.add("PADTO", h.at(contiguous), vw)
+        h.add("PADTO", contiguous, vw)
         contiguous, amount = h.now(contiguous), vw
     if amount:
-        h.add("UPCAST", h.at(contiguous), amount)
+        h.add("UPCAST", contiguous, amount)
     return amount, contiguous
 
 
@@ -515,13 +533,13 @@ def _register_tile(h: _Heuristic, tile: UOp, amount: int, contiguous: UOp | None
         depth = 4
     depth = min(depth, tile_size)  # a short tile axis is upcast whole
     if tile_size % depth:  # the padded rows' loads are clamped (see pad_range): no test in the inner loop
-        h.add("PADTO", h.at(tile), depth)
-    h.add("UPCAST", h.at(tile), depth)
+        h.add("PADTO", tile, depth)
+    h.add("UPCAST", tile, depth)
     for red in [r for r in kernel_ranges(h.ast) if r.arg[1] is AxisType.REDUCE]:
         if (range_size(red) or SMALL_REDUCE + 1) <= SMALL_REDUCE:  # a conv's window: straight-line code
-            h.add("UNROLL", h.at(red), 0)
+            h.add("UNROLL", red, 0)
     if rows is not None:
-        h.add("UPCAST", h.at(rows), 2)
+        h.add("UPCAST", rows, 2)
 
 
 def _parallel_panel(h: _Heuristic, contiguous: UOp | None, tile: UOp, tiled: set[int]) -> None:
@@ -529,11 +547,11 @@ def _parallel_panel(h: _Heuristic, contiguous: UOp | None, tile: UOp, tiled: set
     or the blocks of the tiled axis whose panel is read with a stride (SPLIT first when one panel can cover several
     tiles)."""
     if h.scratch and (batch := _batch_panel(h.ast, tiled)):
-        h.add("GLOBAL", h.at(batch[0]))
+        h.add("GLOBAL", batch[0])
         h.add("PACK", batch[1])
         return
     if (images := _window_batch(h.ast, tiled)) is not None:
-        h.add("GLOBAL", h.at(images))
+        h.add("GLOBAL", images)
         if h.scratch and (weights := _unread_panel(h.ast)) is not None:
             h.add("PACK", weights, 1)
         return
@@ -541,13 +559,13 @@ def _parallel_panel(h: _Heuristic, contiguous: UOp | None, tile: UOp, tiled: set
         blocks = h.find(axis) if axis is not None else None
         if blocks is None or blocks.arg[1] is not AxisType.LOOP or (range_size(blocks) or 0) < 2:
             continue
-        swapped = apply_opt(h.ast, Opt("GLOBAL", h.at(blocks)))
+        swapped = apply_opt(h.ast, Opt("GLOBAL", blocks.arg[0]))
         if (which := _strided_panel(swapped)) is not None:
-            h.add("GLOBAL", h.at(blocks))
+            h.add("GLOBAL", blocks)
             if h.scratch:
                 if (split := _panel_split(h.ast, which)) > 1:
                     glob = next(r for r in kernel_ranges(h.ast) if r.arg[1] is AxisType.GLOBAL)
-                    h.add("SPLIT", h.at(glob), split)
+                    h.add("SPLIT", glob, split)
                     which = _strided_panel(h.ast)
                 if which is not None:
                     h.add("PACK", which)
@@ -560,16 +578,16 @@ def _untiled_lanes(h: _Heuristic, contiguous: UOp | None, amount: int) -> None:
     side (a matrix-vector product) and the innermost reduction unrolled by 4."""
     reds = [r for r in kernel_ranges(h.ast) if r.arg[1] is AxisType.REDUCE]
     if reds and not h.opts and (lanes := _linear_lanes(h.ast)) is not None:
-        h.add("UPCAST", h.at(lanes[0]), lanes[1])
+        h.add("UPCAST", lanes[0], lanes[1])
         upcast, total = {lanes[0].arg[0]}, lanes[1]
         while (more := _reuse_lanes(h.ast, upcast, MAX_REUSE_LANES // total)) is not None:
-            h.add("UPCAST", h.at(more[0]), more[1])
+            h.add("UPCAST", more[0], more[1])
             upcast.add(more[0].arg[0])
             total *= more[1]
     elif reds and not h.opts and (shared := _reuse_lanes(h.ast, set(), MAX_REUSE_LANES)) is not None:
         # no loop to share index math, but one that a load does not read (attention's query heads over one key: each
         # score a dot product over the head's width): its lanes are independent chains that share that load
-        h.add("UPCAST", h.at(shared[0]), shared[1])
+        h.add("UPCAST", shared[0], shared[1])
     elif reds and (size := range_size(reds[-1])) is not None and size % 4 == 0 and size >= 8:
         steps = prod(range_size(r) or 64 for r in reds)  # the chain's length (a quantised matrix's groups x group)
         if amount and contiguous is not None and (rest := range_size(contiguous)) and steps >= 64:
@@ -577,8 +595,8 @@ def _untiled_lanes(h: _Heuristic, contiguous: UOp | None, amount: int) -> None:
             # up to 4 vectors side by side are independent chains that overlap
             chains = next((c for c in (4, 2) if rest % (c * amount) == 0 and rest >= 2 * c * amount), 1)
             if chains > 1:
-                h.add("UPCAST", h.at(contiguous), chains)
-        h.add("UNROLL", h.at(reds[-1]), 4)
+                h.add("UPCAST", contiguous, chains)
+        h.add("UNROLL", reds[-1], 4)
 
 
 def _linear_lanes(ast: UOp) -> tuple[UOp, int] | None:
@@ -625,7 +643,7 @@ def optimize(ast: UOp, opts: list[Opt] | None = None, vector_width: int = 4, scr
         ast = apply_opt(ast, opt)
     loops = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP]
     if loops and not any(r.arg[1] is AxisType.GLOBAL for r in kernel_ranges(ast)):
-        ast = apply_opt(ast, Opt("GLOBAL", kernel_ranges(ast).index(loops[0])))
+        ast = apply_opt(ast, Opt("GLOBAL", loops[0].arg[0]))
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     return ast.replace(arg=KernelInfo(info.name, tuple(chosen), True))
 

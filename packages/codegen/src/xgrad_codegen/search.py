@@ -67,7 +67,8 @@ if TYPE_CHECKING:
     from xgrad_codegen.device import CompiledDevice, CompiledProgram
     from xgrad_codegen.renderer import Renderer
 
-SEARCH_VERSION = 2  # bump when the search or the cache format changes meaning
+# bump when the search or the cache format changes meaning (3: an Opt's axis is a range id, no longer a position)
+SEARCH_VERSION = 3
 SPLIT_AMOUNTS = (2, 3, 4, 8, 16)
 PAD_MULTIPLES = (4, 6, 8)
 # the finalists (the final beam and the heuristic's program) are timed again in turn, best of this many launches
@@ -131,7 +132,7 @@ def beam_opts(ast: UOp, device: CompiledDevice, width: int | None = None) -> lis
     width = BEAM.value if width is None else width
     if width <= 0 or NOOPT.value:
         return None
-    base = before_optimize(ast)  # the kernel as full_rewrite hands it to optimize: the actions index its ranges
+    base = before_optimize(ast)  # the kernel as full_rewrite hands it to optimize: the actions name its ranges
     knobs = SearchKnobs.read()
     key = cache_key(base, device, width)
     if CACHELEVEL.value > 0 and not IGNORE_BEAM_CACHE.value and (hit := _read_cache(key)) is not None:
@@ -225,9 +226,9 @@ def own_candidates(ast: UOp) -> list[Opt]:
     """Next actions for an AST with some actions applied: split any loop (UPCAST) or reduction (UNROLL) of constant
     size by an amount that divides it, or pad a loop to a multiple of 4, 6 or 8 so it can be split."""
     out: list[Opt] = []
-    for i, r in enumerate(kernel_ranges(ast)):
+    for r in kernel_ranges(ast):
+        i, kind = r.arg
         size = range_size(r)
-        kind = r.arg[1]
         if size is None or size <= 1 or kind not in (AxisType.LOOP, AxisType.REDUCE):
             continue
         op = "UPCAST" if kind is AxisType.LOOP else "UNROLL"
@@ -556,7 +557,7 @@ def _finite(x: float) -> float | None:
 
 
 def _opts_text(opts: list[Opt]) -> str:
-    return "[" + ", ".join(f"{o.op}({o.axis},{o.amount})" for o in opts) + "]"
+    return "[" + ", ".join(map(str, opts)) + "]"
 
 
 # ---- verification ----
