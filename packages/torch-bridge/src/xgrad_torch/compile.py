@@ -62,6 +62,10 @@ class CompiledGraph:
             ):
                 raise BridgeError("the xgrad backend compiles static shapes; call torch.compile(..., dynamic=False)")
         self.jit: TinyJit[list[Tensor]] = TinyJit(self._run)
+        self.positions: list[int] = []  # per input: its position among the Tensors passed to the TinyJit
+        self.assignable: list[bool] = []  # per input: written by an assign into its own buffer
+        self.input_views: list[tuple[list[int], list[int], int] | None] = []  # per input: the view taken inside
+        self.input_dtypes: list[torch.dtype | None] = []
         self.early: list[Tensor] = []  # assigns made while the graph runs (`assign_input`), realized at its end
         self.assigned_early: set[int] = set()
         self.running: tuple[list[torch.Tensor], list[Tensor], dict[int, int]] = ([], [], {})
@@ -69,7 +73,10 @@ class CompiledGraph:
 
     def _run(self, *unique: Tensor) -> list[Tensor]:
         xs = [unique[i] for i in self.positions]
-        args = [wrap(x, dtype) for x, dtype in zip(xs, self.input_dtypes)]
+        args = [
+            wrap(x, dtype) if view is None else torch.ops.aten.as_strided.default(wrap(x), *view)
+            for x, dtype, view in zip(xs, self.input_dtypes, self.input_views)
+        ]
         holders = {id(storage.holder_of(a)): i for i, a in enumerate(args)}
         self.running, self.early, self.assigned_early = (args, xs, holders), [], set()
         _RUNNING.append(self)
@@ -147,24 +154,31 @@ class CompiledGraph:
         self.assigned_early.add(i)
         return dst
 
-    def _input(self, k: int, a: Any) -> Tensor:
-        """Input `k` as an xgrad Tensor. A small CPU tensor (an optimizer's step count) is copied into a buffer kept
-        for the next call, which passes that buffer again, with no copy, while the tensor still holds the values
-        the buffer holds (the ones the last call wrote back)."""
+    def _input(self, k: int, a: Any) -> tuple[Tensor, tuple[list[int], list[int], int] | None]:
+        """Input `k` as an xgrad Tensor, and the view of it the graph takes (None: all of it). A view of a storage
+        (a transposed weight saved for backward) goes in as the storage's whole buffer and is taken inside the
+        capture, where it folds into the kernels and leaves TinyJit a plain buffer to swap. A small CPU tensor (an
+        optimizer's step count) is copied into a buffer kept for the next call, which passes that buffer again,
+        with no copy, while the tensor still holds the values the buffer holds (the ones the last call wrote
+        back)."""
         if not isinstance(a, torch.Tensor) or a.device.type not in ("xgrad", "cpu"):
             raise BridgeError(f"the xgrad backend got an input on {getattr(a, 'device', type(a).__name__)}; "
                               "move the model and its inputs to 'xgrad' before calling it")  # fmt: skip
         if a.device.type == "xgrad":
-            return read(a)
+            h = storage.holder_of(a)
+            whole = a.is_contiguous() and a.storage_offset() == 0 and a.numel() == h.numel
+            if whole or a.dtype != to_torch_dtype(h.whole.dtype):
+                return read(a), None
+            return h.whole, (list(a.shape), list(a.stride()), int(a.storage_offset()))
         if a.numel() > KEEP_CPU_INPUT or a.dtype == torch.bfloat16:
-            return storage.from_cpu(a).realize()
+            return storage.from_cpu(a).realize(), None
         kept = self.cpu_inputs.get(k)
         values = a.detach().numpy()
         if kept is not None and kept[0]() is a and np.array_equal(values, kept[1]):
-            return kept[2]
+            return kept[2], None
         x = storage.from_cpu(a).realize()
         self.cpu_inputs[k] = (weakref.ref(a), values.copy(), x)
-        return x
+        return x, None
 
     def _owns_buffer(self, a: torch.Tensor, x: Tensor) -> bool:
         """Whether input `a` (read as `x`) is the whole of a storage of its own: an in-place write to it can be an
@@ -176,7 +190,9 @@ class CompiledGraph:
 
     def __call__(self, *args: Any) -> list[Any]:
         self.input_dtypes = [a.dtype if isinstance(a, torch.Tensor) else None for a in args]
-        xs = [self._input(k, a) for k, a in enumerate(args)]
+        read_in = [self._input(k, a) for k, a in enumerate(args)]
+        xs = [x for x, _ in read_in]
+        views = [view for _, view in read_in]
         storage.flush()  # pending writes to inputs (an optimizer's step) first: the replay reads their buffers
         # one xgrad Tensor per graph node: a tensor passed twice, two sharing a storage, or two storages holding the
         # same lazy value (optimizer states made by zeros_like, which realize to one buffer) go in once, and none
@@ -189,11 +205,11 @@ class CompiledGraph:
                 unique.append(x)
         positions = [first[id(x.uop)] for x in xs]
         assignable = [self._owns_buffer(a, x) and positions.count(p) == 1 for a, x, p in zip(args, xs, positions)]
-        if (positions, assignable) != (getattr(self, "positions", positions), getattr(self, "assignable", assignable)):
-            self.jit.reset()  # a different aliasing of the inputs: capture again
-        self.positions, self.assignable = positions, assignable
+        if (positions, assignable, views) != (self.positions, self.assignable, self.input_views):
+            self.jit.reset()  # a different aliasing or view of the inputs: capture again
+        self.positions, self.assignable, self.input_views = positions, assignable, views
         results = self.jit(*unique)
-        values, dtypes, aliases, views = iter(self.values), iter(self.dtypes), iter(self.aliases), iter(self.views)
+        values, dtypes, aliases, out_views = iter(self.values), iter(self.dtypes), iter(self.aliases), iter(self.views)
         slots = iter(self.slots)
         bases: dict[int, torch.Tensor] = {}
         out: list[Any] = []
@@ -201,7 +217,7 @@ class CompiledGraph:
             if kind == "tensor":
                 out.append(wrap(results[next(slots)], next(dtypes)))
             elif kind == "view":
-                j, size, stride, offset = next(views)
+                j, size, stride, offset = next(out_views)
                 if j not in bases:
                     bases[j] = wrap(results[j])
                 base = bases[j]
