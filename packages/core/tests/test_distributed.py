@@ -82,13 +82,15 @@ def test_data_parallel_overlapped_buckets_equal_the_buckets_reduced_after_backwa
     assert float(worst[0]) <= 1e-6  # asserted there too, per weight
 
 
-def test_a_rank_that_dies_mid_step_is_named_by_the_others_within_the_timeout() -> None:
+@pytest.mark.parametrize("step", ["all_reduce", "overlap"])
+def test_a_rank_that_dies_mid_step_is_named_by_the_others_within_the_timeout(step: str) -> None:
     if not launcher_flags():
         pytest.skip("the launcher is not Open MPI: the test keeps survivors alive with an Open MPI option")
     # by default mpirun kills the whole job when a rank exits non-zero; this option lets the survivors report
     proc = mpirun(
         3,
         "check_fault.py",
+        step,
         flags=("--mca", "orte_abort_on_non_zero_status", "0"),
         env={"DIST_TIMEOUT": "3"},
         timeout=120,

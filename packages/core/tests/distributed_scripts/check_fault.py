@@ -1,17 +1,20 @@
 """Run under mpirun by test_distributed.py (with DIST_TIMEOUT set low): rank 1 dies in the middle of a training step,
 the other ranks must raise a RankFailedError naming rank 1 within the timeout (plus the watchdog's grace), not hang.
 
-Each surviving rank prints "OK rank=<rank> <seconds it waited>" and the error's message on a line "MESSAGE ..."."""
+Each surviving rank prints "OK rank=<rank> <seconds it waited>" and the error's message on a line "MESSAGE ...".
+With argv[1] "overlap" the step is a DataParallel backward whose buckets' collectives are started (in flight) before
+the one that finds rank 1 gone."""
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import numpy as np
 
-from xgrad import Tensor
-from xgrad.distributed import RankFailedError, all_reduce, rank, world_size
+from xgrad import Tensor, nn
+from xgrad.distributed import DataParallel, RankFailedError, all_reduce, rank, world_size
 from xgrad.distributed.comm import GRACE
 from xgrad.helpers import DIST_TIMEOUT
 
@@ -19,11 +22,26 @@ R, W = rank(), world_size()
 w = Tensor(np.ones(1000, np.float32))
 assert all_reduce(w).numpy()[0] == W  # a first collective works on every rank
 grad = (w * 2 + R).contiguous().realize()  # this step's local work
+layers = [nn.Linear(8, 8) for _ in range(4)]
+dp = DataParallel(layers, bucket_mb=300 / 2**20)  # 75 floats a bucket: each layer's weight and bias apart
+
+
+def overlapped_step() -> None:
+    x = Tensor(np.ones((2, 8), np.float32))
+    for layer in layers:
+        x = layer(x).relu()
+    dp.backward(x.sum())
+    Tensor.realize(*[layer.weight.grad for layer in layers])  # type: ignore[misc]
+
+
 if R == 1:
     os._exit(3)  # dies mid-step, before its collective
 start = time.perf_counter()
 try:
-    all_reduce(grad).realize()
+    if sys.argv[1:] == ["overlap"]:
+        overlapped_step()
+    else:
+        all_reduce(grad).realize()
 except RankFailedError as e:
     waited = time.perf_counter() - start
     assert e.ranks == (1,), e.ranks
