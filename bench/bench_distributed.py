@@ -1,12 +1,13 @@
 """xgrad.distributed on this machine: all_reduce bandwidth beside mpi4py on numpy arrays, and a data-parallel step.
 
-    python bench/bench_distributed.py [--sizes-mb 1 4 16 64 256] [--repeats 5] [--steps 20]
+    python bench/bench_distributed.py [--sizes-mb 1 4 16 64 256] [--repeats 5] [--steps 20] [--bucket-mb 4]
 
 Launches itself under mpirun (Open MPI; as root with --allow-run-as-root --oversubscribe):
 1. 2 ranks: for each size, the best time of `all_reduce(x).realize()` on a realized float32 CPU tensor (xgrad: a
    schedule item whose MPI call reads and writes the tensors' buffers), of the same under TinyJit (what a jitted
-   training step pays), and of `comm.Allreduce(a, b)` on numpy arrays (mpi4py, blocking), alternating, after a
-   barrier each. Bandwidth is the algorithm bandwidth: bytes / time.
+   training step pays), and of `comm.Allreduce(a, b)` on numpy arrays (mpi4py, blocking), alternating, each after
+   the same blocking MPI barrier. MPI is started by xgrad (with the allreduce algorithm it asks Open MPI for, see
+   xgrad.distributed.comm; mpi4py's blocking call is not affected). Bandwidth is the algorithm bandwidth: bytes / time.
 2. The digits CNN (examples/train_digits.py) trained with DataParallel under TinyJit on a global batch of 64: one rank
    (the whole batch) and two ranks (32 each); the median replayed step time.
 3. Overlap: an MLP of --mlp-layers layers of --mlp-width (16 MB of float32 gradients by default) trained with
