@@ -74,7 +74,7 @@ Scalar = bool | int | float
 def operand(v: Any, dtype: torch.dtype | None = None) -> Any:
     """An xgrad operand: a tensor reads as its xgrad Tensor (`x_of`), except that a CPU scalar tensor gives its Python
     number, as do Python numbers (xgrad then promotes them as torch promotes scalars); None stays None."""
-    if isinstance(v, torch.Tensor) and not (v.device.type == "cpu" and v.dim() == 0):
+    if isinstance(v, torch.Tensor) and not (v.is_cpu and v.dim() == 0):  # (is_cpu: a device object costs more)
         return x_of(v, dtype)
     return v.item() if isinstance(v, torch.Tensor) else v
 
@@ -86,7 +86,7 @@ def tensor(v: Any) -> Tensor:
 
 def x_of(v: torch.Tensor, dtype: torch.dtype | None = None) -> Tensor:
     """The xgrad Tensor of a torch tensor on `xgrad` (lazy) or on `cpu` (copied in), cast to `dtype` when given."""
-    x = storage.from_cpu(v) if v.device.type == "cpu" else read(v)
+    x = storage.from_cpu(v) if v.is_cpu else read(v)
     if dtype is not None and x.dtype != to_xgrad_dtype(dtype):
         x = x.cast(to_xgrad_dtype(dtype))
     return x
@@ -273,9 +273,16 @@ for _name, (_fn, _result) in UNARY.items():
 
 
 # ---- elementwise: binary (type promotion as torch's, alpha, broadcast) ----
+_OPERANDS: dict[tuple[str, ...], tuple[str, str]] = {}  # a schema's argument names -> its two operands' names
+
+
 def _operands(a: Args) -> tuple[str, str]:
-    names = [k for k in a if k not in ("alpha", "out", "rounding_mode")]
-    return names[0], names[1]
+    keys = tuple(a)
+    found = _OPERANDS.get(keys)
+    if found is None:
+        names = [k for k in keys if k not in ("alpha", "out", "rounding_mode")]
+        found = _OPERANDS[keys] = (names[0], names[1])
+    return found
 
 
 def _binary(fn: Callable[[Any, Any], Any], result: str) -> Compute:

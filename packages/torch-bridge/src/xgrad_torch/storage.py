@@ -203,10 +203,13 @@ def _scatter_into(base: Tensor, value: Tensor, size: tuple[int, ...], stride: tu
 def read(t: torch.Tensor) -> Tensor:
     """The xgrad Tensor that the torch tensor `t` on `xgrad` reads as (lazy)."""
     h = holder_of(t)
-    if t.is_contiguous() and t.storage_offset() == 0 and t.numel() == h.numel:
-        shape = tuple(t.shape)
-        return h.whole if h.whole.shape == shape else h.whole.reshape(shape)
-    return view_of(h.base, tuple(t.shape), tuple(t.stride()), int(t.storage_offset()))
+    shape = tuple(t.shape)
+    if t.storage_offset() == 0 and t.is_contiguous():
+        if h.whole.shape == shape:  # the common case: the storage's tensor itself
+            return h.whole
+        if t.numel() == h.numel:
+            return h.whole.reshape(shape)
+    return view_of(h.base, shape, tuple(t.stride()), int(t.storage_offset()))
 
 
 def write(t: torch.Tensor, value: Tensor | bool | int | float) -> None:
