@@ -3,10 +3,13 @@
 Run: .venv/bin/python bench/bench_webgpu.py [--steps 30]
 Each configuration trains examples/train_digits.py for --steps steps in its own child process and reports the mean
 replayed (TinyJit) step: wall time and process CPU time (all threads, lavapipe's included: steadier than wall time on
-a shared machine). Configurations: the backend as it is; without merging output ranges into one parallel range;
-without batching dispatches into one submit; without both (the backend of session 1); and the xgrad CPU device. The
-torch row trains the same network (same layers, Adam, batch 64) on torch CPU; ratios are against it (above 1 means
-xgrad is slower). Asserts nothing.
+a shared machine). Configurations: the backend as it is; with the GPU heuristic and range merging of session 14
+(`webgpu-old-heuristic`: every kernel's output ranges merged into one, GROUP below 16384 outputs, a workgroup from the
+store-contiguous loop only); without merging output ranges into one parallel range; without batching dispatches
+into one submit; without both (the backend of session 1); and the xgrad CPU device. The torch row trains the same
+network (same layers, Adam, batch 64) on torch CPU; ratios are against it (above 1 means xgrad is slower).
+`--modes a,b --rounds 3` runs only those configurations, alternating, three times each (old against new on a loaded
+machine). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-MODES = ("webgpu", "webgpu-no-merge", "webgpu-no-batch", "webgpu-session-1", "cpu")
+MODES = ("webgpu", "webgpu-old-heuristic", "webgpu-no-merge", "webgpu-no-batch", "webgpu-session-1", "cpu")
 
 
 def child(mode: str, steps: int) -> dict[str, float]:
@@ -37,6 +40,15 @@ def child(mode: str, steps: int) -> dict[str, float]:
             wd.merge_output_ranges = lambda ast: ast  # type: ignore[attr-defined]
         if mode in ("webgpu-no-batch", "webgpu-session-1"):
             wd.MAX_PENDING_DISPATCHES = 1
+        if mode == "webgpu-old-heuristic":
+            from xgrad import Device
+            from xgrad_codegen import gpu_opt
+            from xgrad_webgpu import parallel
+
+            wd.merge_output_ranges = parallel.flatten_output_ranges  # type: ignore[attr-defined]
+            gpu_opt._more_threads = lambda ast, renderer, split: []
+            renderer = Device["WEBGPU"].renderer
+            renderer.group_max_outputs, renderer.min_local = 16384, 1  # a GPU's defaults
     # every call of the step (TinyJit's replays take a fast path that skips `_replay`): the first runs eagerly, the
     # second captures, the third is the first replay (it warms caches); time the rest
     call, marks = jit.TinyJit.__call__, {"calls": 0, "cpu": 0.0, "wall": 0.0}
@@ -89,15 +101,20 @@ def torch_step_ms(steps: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated configurations to run")
+    parser.add_argument("--rounds", type=int, default=1, help="run the configurations this many times, alternating")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print("RESULT " + json.dumps(child(args.child, args.steps)))
         return
+    modes = [m for m in args.modes.split(",") if m]
+    if unknown := [m for m in modes if m not in MODES]:
+        parser.error(f"unknown configurations {unknown}: choose from {', '.join(MODES)}")
     torch_ms = torch_step_ms(args.steps)
     print(f"{'configuration':20s} {'wall ms/step':>13s} {'CPU ms/step':>12s} {'wall/torch':>11s} {'accuracy':>9s}")
     print(f"{'torch CPU':20s} {torch_ms['wall_ms']:13.2f} {torch_ms['cpu_ms']:12.2f} {1.0:11.2f}")
-    for mode in MODES:
+    for mode in modes * args.rounds:
         cmd = [sys.executable, __file__, "--child", mode, "--steps", str(args.steps)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from xgrad.dtype import dtypes
 from xgrad.errors import CompileError, DeviceError
 from xgrad.helpers import Context
 from xgrad.tensor import Tensor
+from xgrad_webgpu.device import cpu_adapter
+from xgrad_webgpu.renderer import CpuAdapter
 
 
 def test_elementwise_and_reduce_match_numpy(webgpu: str) -> None:
@@ -104,7 +107,7 @@ def test_debug_4_prints_the_wgsl_of_each_new_kernel(webgpu: str, capsys: pytest.
         out = (t * 1234.25 + 0.5).numpy()  # a constant no other test uses: a kernel compiled here
     assert out.tolist() == [1234.75, 2469.0]
     printed = capsys.readouterr().out
-    assert "@compute @workgroup_size(1, 1, 1)" in printed and "1234.25f" in printed  # 2 elements: one thread each
+    assert "@compute @workgroup_size(2, 1, 1)" in printed and "1234.25f" in printed  # 2 elements: one workgroup
 
 
 def test_shader_rejected_through_tensor_path_raises_compile_error(webgpu: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,3 +176,23 @@ def test_wide_softmax_uses_workgroup_memory(webgpu: str, capsys: pytest.CaptureF
     np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-9)
     assert printed.count("var<workgroup>") >= 2 and "workgroupBarrier();" in printed
     assert "@compute @workgroup_size(256, 1, 1)" in printed
+
+
+def test_cpu_adapter_is_read_from_the_adapter_info() -> None:
+    """lavapipe's info names its vector width; a GPU's adapter type is not CPU (wgpu's `adapter.info` keys)."""
+    threads = os.cpu_count() or 1
+    info = {"adapter_type": "CPU", "device": "llvmpipe (LLVM 15.0.6, 256 bits)", "backend_type": "Vulkan"}
+    assert cpu_adapter(info) == CpuAdapter(threads=threads, lanes=8)
+    assert cpu_adapter({**info, "device": "llvmpipe (LLVM 19.1.7, 512 bits)"}) == CpuAdapter(threads, 16)
+    assert cpu_adapter({**info, "device": "some CPU driver"}) == CpuAdapter(threads, 8)
+    assert cpu_adapter({"adapter_type": "DiscreteGPU", "device": "NVIDIA GeForce RTX 4090"}) is None
+
+
+def test_the_device_declares_its_adapters_preferences(webgpu: str) -> None:
+    """On lavapipe (CI's adapter) the renderer's workgroups are at least its SIMD lanes wide."""
+    dev = Device[webgpu]
+    cpu = cpu_adapter(dev.adapter.info)
+    if cpu is None:
+        assert dev.renderer.min_local == 1
+    else:
+        assert dev.renderer.min_local == cpu.lanes and dev.renderer.group_max_outputs == cpu.threads * cpu.lanes * 16

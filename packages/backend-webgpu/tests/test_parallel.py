@@ -11,7 +11,7 @@ from xgrad.tensor import Tensor
 from xgrad.uop.ops import AxisType, Ops, UOp
 from xgrad.uop.pattern import substitute
 from xgrad.uop.symbolic import simplify
-from xgrad_webgpu.parallel import merge_output_ranges, output_ranges
+from xgrad_webgpu.parallel import flatten_output_ranges, merge_output_ranges, output_ranges
 
 IDX = dtypes.index
 
@@ -64,3 +64,14 @@ def test_permuted_reduction_matches_numpy_on_webgpu(webgpu: str) -> None:
     x = np.random.default_rng(1).normal(size=(3, 5, 7, 4)).astype(np.float32)
     out = Tensor(x, device=webgpu).permute(2, 0, 3, 1).sum(3).numpy()
     np.testing.assert_allclose(out, x.transpose(2, 0, 3, 1).sum(3), rtol=1e-5, atol=1e-6)
+
+
+def test_a_reduction_keeps_its_output_ranges() -> None:
+    """Only elementwise kernels are merged (see the module docstring); flatten_output_ranges merges any kernel."""
+    r = [UOp.range(3, 0), UOp.range(4, 1), UOp.range(5, 2, AxisType.REDUCE)]
+    out, x = UOp(Ops.PARAM, dtypes.float32, (), 0), UOp(Ops.PARAM, dtypes.float32, (), 1)
+    total = UOp(Ops.REDUCE, dtypes.float32, (x.index(r[0] * 20 + r[1] * 5 + r[2]).load(), r[2]), Ops.ADD)
+    ast = UOp(Ops.SINK, dtypes.void, (out.index(r[0] * 4 + r[1]).store(total),))
+    assert merge_output_ranges(ast) is ast
+    (flat,) = output_ranges(flatten_output_ranges(ast))
+    assert flat.src[0].arg == 12

@@ -7,7 +7,8 @@ import pytest
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import DTypeError
 from xgrad.uop.ops import AxisType, Ops, UOp
-from xgrad_webgpu.renderer import WGSLRenderer
+from xgrad_codegen.renderer import Renderer
+from xgrad_webgpu.renderer import CPU_OUTPUTS_PER_LANE, CpuAdapter, WGSLRenderer
 
 IDX = dtypes.index
 
@@ -233,3 +234,12 @@ def test_workgroup_limits_default_to_webgpus_and_come_from_the_device() -> None:
     }
     r = WGSLRenderer("", limits)
     assert (r.local_max, r.max_threads, r.shared_max, r.global_max) == ((512, 128, 16), 512, 8192, (1000,) * 3)
+
+
+def test_cpu_adapter_sets_the_heuristics_preferences() -> None:
+    """A GPU keeps codegen's defaults; lavapipe's workgroups are filled to its SIMD lanes, and its reductions stay in
+    one thread from 16 outputs per lane of its threads on (CPU_OUTPUTS_PER_LANE)."""
+    gpu = WGSLRenderer()
+    assert (gpu.min_local, gpu.group_max_outputs) == (Renderer.min_local, Renderer.group_max_outputs)
+    lavapipe = WGSLRenderer("", None, CpuAdapter(threads=2, lanes=8))
+    assert (lavapipe.min_local, lavapipe.group_max_outputs) == (8, 2 * 8 * CPU_OUTPUTS_PER_LANE)

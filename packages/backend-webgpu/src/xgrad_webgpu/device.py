@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import struct
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,7 @@ from xgrad.errors import CompileError, DeviceError
 from xgrad.uop.ops import Ops, UOp
 from xgrad_codegen.device import CompiledDevice, eval_size, launch_args
 from xgrad_webgpu.parallel import merge_output_ranges
-from xgrad_webgpu.renderer import F16_FEATURE, WGSLRenderer
+from xgrad_webgpu.renderer import F16_FEATURE, CpuAdapter, WGSLRenderer
 
 # submit the recorded dispatches at least this often, so the adapter starts on long kernel lists
 MAX_PENDING_DISPATCHES = 64
@@ -118,6 +119,17 @@ def without_driver_noise() -> Iterator[None]:
             kept = "".join(line for line in lines if line.strip() not in DRIVER_NOISE)
             if kept:
                 os.write(2, kept.encode())
+
+
+def cpu_adapter(info: Mapping[str, Any]) -> CpuAdapter | None:
+    """The threads and SIMD lanes of an adapter that is a CPU driver (`adapter_type` CPU: lavapipe), None for a GPU.
+    lavapipe runs one thread per core and names its vector width in bits in the device name (`llvmpipe (LLVM 15.0.6,
+    256 bits)`); 256 bits (8 float lanes, what it picks on AVX2 and AVX-512 hosts alike) when the name does not."""
+    if str(info.get("adapter_type", "")).upper() != "CPU":
+        return None
+    bits = re.search(r"(\d+) bits", str(info.get("device", "")))
+    lanes = max(1, int(bits.group(1)) // 32) if bits else 8
+    return CpuAdapter(threads=os.cpu_count() or 1, lanes=lanes)
 
 
 def describe_adapter(adapter: Any) -> str:
@@ -216,7 +228,8 @@ class WebGPUDevice(CompiledDevice):
         self.max_groups = int(self.device.limits["max-compute-workgroups-per-dimension"])
         # read by the scheduler (`xgrad.engine.kernel_buffers`): one storage binding stays free for the variables
         self.max_kernel_buffers = int(self.device.limits["max-storage-buffers-per-shader-stage"]) - 1
-        renderer = WGSLRenderer(",".join(f for f in features if f == F16_FEATURE), self.device.limits)
+        cpu = cpu_adapter(adapter.info)
+        renderer = WGSLRenderer(",".join(f for f in features if f == F16_FEATURE), self.device.limits, cpu)
         allocator = WebGPUAllocator(self.device, alignment)
         super().__init__(name, allocator, renderer, _NoCompiler(), _no_factory)
         self._wgpu = wgpu

@@ -147,6 +147,7 @@ class CompiledDevice:
         if self.renderer.has_local:  # workgroup limits shape GPU kernels (PYTHON::sm_90 and PYTHON::gfx942 differ)
             r = self.renderer
             parts.append(f"{r.arch}:g{r.global_max}:l{r.local_max}:t{r.max_threads}:s{r.shared_max}")
+            parts.append(f"o{r.group_max_outputs}:m{r.min_local}")  # the heuristic's preferences
         return ":".join(parts)
 
     def build(self, name: str, uops: list[UOp], src: str) -> RawProgram:

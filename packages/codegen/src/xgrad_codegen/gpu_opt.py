@@ -40,8 +40,9 @@ GPU_ACTIONS: dict[str, tuple[str, tuple[int, ...]]] = {
     "GROUPTOP": ("a REDUCE range of constant size", (0, 2, 4, 8, 16, 32, 64, 128, 256)),
 }
 THREAD_KINDS = (AxisType.LOCAL, AxisType.GROUP)
-GROUP_MIN_REDUCE = 1024  # a reduction at least this long is split over a workgroup's threads (softmax, norms, sums)
-GROUP_MAX_OUTPUTS = 16384  # ... unless the kernel has this many outputs: one thread per output is parallel enough
+# a reduction at least this long is split over a workgroup's threads (softmax, norms, sums), unless the kernel has
+# `renderer.group_max_outputs` outputs: one thread per output is then parallel enough
+GROUP_MIN_REDUCE = 1024
 GROUP_MIN_STEPS = 16  # each thread of a group adds at least this many elements
 GROUP_AMOUNTS = (256, 128, 64, 32, 16)
 LOCAL_AMOUNTS = (64, 32, 16, 8, 4, 2)
@@ -134,7 +135,8 @@ def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
     """The GPU heuristic. Each opt's axis is the id of a range of the kernel (see opt.Opt).
 
     1. a long reduction (at least GROUP_MIN_REDUCE steps over all its loops: a softmax or norm row, a big sum, a
-       conv's weight gradient) in a kernel with fewer than GROUP_MAX_OUTPUTS outputs is split over the threads of a
+       conv's weight gradient) in a kernel with fewer than `renderer.group_max_outputs` outputs (a GPU: 16384;
+       lavapipe, where barriers cost far more: 16 per SIMD lane of its threads) is split over the threads of a
        workgroup: its longest loop by the largest of GROUP_AMOUNTS that divides it, leaves GROUP_MIN_STEPS steps per
        thread and fits the renderer (GROUP: thread t adds elements t, t+n, ..., so neighbouring threads read
        neighbouring memory); the parts meet in shared memory;
@@ -142,7 +144,9 @@ def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
        windows (`opt.heuristic_opts` without scratch panels: UPCAST, UNROLL, PADTO), then the store-contiguous output
        loop (what is left of it) is split so that its inner part becomes the workgroup's threads (LOCAL, the largest
        of LOCAL_AMOUNTS that divides it and fits); a loop longer than LOCAL_PAD that nothing down to LOCAL_MIN
-       divides is padded to a multiple of LOCAL_PAD first (its extra threads store nothing);
+       divides is padded to a multiple of LOCAL_PAD first (its extra threads store nothing); a workgroup left with
+       fewer threads than that is filled from the other output loops, and padded up to the renderer's `min_local`
+       (`_more_threads`);
     3. every other output loop becomes a workgroup dimension (GLOBAL, see `optimize_for`)."""
     if NOOPT or not renderer.has_local:
         return []
@@ -154,10 +158,11 @@ def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
         ast = apply_opt(ast, opt)
 
     rngs = kernel_ranges(ast)
-    outputs = int(prod(range_size(r) or GROUP_MAX_OUTPUTS for r in rngs if r.arg[1] is AxisType.LOOP))
+    outputs = int(prod(range_size(r) or renderer.group_max_outputs for r in rngs if r.arg[1] is AxisType.LOOP))
     reds = [r for r in rngs if r.arg[1] is AxisType.REDUCE and range_size(r) is not None]
     total = int(prod(range_size(r) or 1 for r in reds))
-    if renderer.supports_group_reduce and reds and total >= GROUP_MIN_REDUCE and outputs < GROUP_MAX_OUTPUTS:
+    few = outputs < renderer.group_max_outputs
+    if renderer.supports_group_reduce and reds and total >= GROUP_MIN_REDUCE and few:
         red = max(reds, key=lambda r: range_size(r) or 0)  # the longest of the reduce loops (a conv's batch)
         size = range_size(red) or 0
         amounts = [a for a in GROUP_AMOUNTS if size % a == 0 and total >= GROUP_MIN_STEPS * a]
@@ -179,6 +184,41 @@ def gpu_heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
         amount = amount or next(iter(fits), 0)
         if amount >= 2:
             add(Opt("LOCAL", loop.arg[0], amount))
+        for opt in _more_threads(ast, renderer, {o.axis for o in opts if o.op == "LOCAL"}):
+            add(opt)
+    return opts
+
+
+def _more_threads(ast: UOp, renderer: Renderer, split: set[int]) -> list[Opt]:
+    """LOCAL actions that fill a workgroup whose store-contiguous loop gave it fewer than LOCAL_AMOUNTS[0] threads
+    (a loop the register tile upcast whole, a conv's short image rows): the other output loops, longest first, each
+    by the largest amount that divides it and fits. When the workgroup is still narrower than the renderer's
+    `min_local` (lavapipe's SIMD lanes), the loop that needs the least padding is padded to make up the rest. `split`:
+    the ids of the loops LOCAL has split already."""
+    opts: list[Opt] = []
+    threads = threads_of(ast)
+    loops = [r for r in kernel_ranges(ast) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL) and r.arg[0] not in split]
+    for loop in sorted(loops, key=lambda r: -(range_size(r) or 0)):
+        room = min(LOCAL_AMOUNTS[0] // threads, renderer.max_threads // threads, renderer.local_max[0])
+        size = range_size(loop) or 0  # 0: a symbolic size, which LOCAL does not split
+        if (amount := next((a for a in LOCAL_AMOUNTS if size and size % a == 0 and a <= room), 0)) < 2:
+            continue
+        opts.append(Opt("LOCAL", loop.arg[0], amount))
+        ast = apply_opt(ast, opts[-1])
+        threads *= amount
+        split.add(loop.arg[0])
+    need = -(-renderer.min_local // threads)
+    room = min(renderer.max_threads // threads, renderer.local_max[0])
+    short = [r for r in kernel_ranges(ast) if r.arg[1] is AxisType.LOOP and (range_size(r) or 0) >= need]
+    short = [r for r in short if r.arg[0] not in split]
+    if need < 2 or need > room or not short:
+        return opts
+    loop = min(short, key=lambda r: (-(range_size(r) or 0) % need) / (range_size(r) or 1))
+    opts.append(Opt("PADTO", loop.arg[0], need))
+    ast = apply_opt(ast, opts[-1])
+    size = range_size(range_of(ast, loop.arg[0])) or 0
+    amount = max(a for a in (need, *LOCAL_AMOUNTS) if size % a == 0 and a % need == 0 and a <= room)
+    opts.append(Opt("LOCAL", loop.arg[0], amount))
     return opts
 
 

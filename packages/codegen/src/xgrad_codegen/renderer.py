@@ -80,6 +80,12 @@ class Renderer:
     local_max: tuple[int, ...] = ()  # most threads per workgroup dimension
     max_threads: int = 1  # most threads in one workgroup (all dimensions together)
     shared_max: int = 0  # bytes of shared memory one workgroup may use
+    # preferences of the GPU heuristic (`gpu_opt.gpu_heuristic_opts`): a long reduction is split over a workgroup's
+    # threads (GROUP) only in a kernel with fewer outputs than `group_max_outputs` (with more, one thread per output
+    # keeps the device busy and GROUP only adds barriers); a workgroup narrower than `min_local` threads wastes lanes
+    # (a CPU driver runs a workgroup's threads as SIMD lanes), so the heuristic pads a loop to fill one
+    group_max_outputs: int = 16384
+    min_local: int = 1
     tensor_cores: tuple[TensorCore, ...] = ()  # matrix instructions (none are used by codegen yet)
     legalize: PatternMatcher | None = None  # this language's own rewrites, applied right before printing
 
