@@ -51,8 +51,9 @@ def run_matmul(renderer: PythonRenderer, a: np.ndarray, b: np.ndarray, opts: lis
     "m,k,n,code",
     [
         (64, 64, 64, 22222),  # multiples of the block (64 x 32 x 32 on sm_90): 4 warps, 2 x 2 fragments, 2 slices
+        (64, 96, 64, 222222),  # the same double-buffered: 3 slices, slice 0 staged before the loop
         (40, 56, 24, 22121),  # no multiples: m, n and k padded (the loads past the end read 0, stores skipped)
-        (70, 33, 50, 22222),  # odd k: the last k-slice padded by 31
+        (70, 33, 50, 222222),  # odd k: the last k-slice padded by 31 (double-buffered)
     ],
 )
 def test_tiled_matmul_matches_numpy(arch, m, k, n, code):
@@ -63,15 +64,18 @@ def test_tiled_matmul_matches_numpy(arch, m, k, n, code):
     shape, tc = TileShape.from_code(code), renderer.tensor_cores[0]
     assert eval_launch(uops, {})[1][0] == shape.threads(tc)  # warps_m x warps_n warps per block
     assert sum(u.op is Ops.WMMA for u in uops) == shape.frags_m * shape.frags_n * shape.frags_k
-    assert sum(u.op is Ops.BARRIER for u in uops) == 2 and sum(u.op is Ops.DEFINE_LOCAL for u in uops) == 2
+    # one buffer: a barrier before the copies are stored and one after; double-buffered: one per slice
+    assert sum(u.op is Ops.BARRIER for u in uops) == (1 if shape.stages == 2 else 2)
+    shared = sum(u.arg[1] * u.dtype.itemsize for u in uops if u.op is Ops.DEFINE_LOCAL)
+    assert shared == shape.shared_bytes(tc) and sum(u.op is Ops.DEFINE_LOCAL for u in uops) == 2
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_heuristic_tiles_a_large_half_matmul(arch):
     """A 1024^3 float16 matmul (compiled, not run) gets a 128 x 128 tile (the largest that leaves tc_tile.MIN_BLOCKS
-    blocks) with k-slices of 32: on sm_90 8 warps of 4 x 4 m16n8 fragments, on RDNA3/CDNA3 4 warps of 4 x 4 16x16
-    ones; each warp's k-slice is frags_m x frags_n x frags_k WMMAs and each thread copies (BM + BN) x 32 / threads
-    elements from global memory."""
+    blocks) with double-buffered k-slices of 32: on sm_90 8 warps of 4 x 4 m16n8 fragments, on RDNA3/CDNA3 4 warps
+    of 4 x 4 16x16 ones; each warp's k-slice is frags_m x frags_n x frags_k WMMAs and each thread copies (BM + BN) x
+    32 / threads elements from global memory."""
     renderer = PythonRenderer(arch)
     x, y = Tensor.empty(1024, 1024, dtype=dtypes.half), Tensor.empty(1024, 1024, dtype=dtypes.half)
     (ast,) = kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))
@@ -85,10 +89,12 @@ def test_heuristic_tiles_a_large_half_matmul(arch):
     wmmas = sum(u.op is Ops.WMMA for u in uops)
     global_loads = [u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
     assert wmmas == shape.frags_m * shape.frags_n * shape.frags_k
-    assert sum(u.dtype.count for u in global_loads) == (bm + bn) * bk // shape.threads(tc)
+    # double-buffered: each thread copies its share of slice 0 before the loop and of the next slice in it
+    assert shape.stages == 2
+    assert sum(u.dtype.count for u in global_loads) == 2 * (bm + bn) * bk // shape.threads(tc)
     assert all(u.dtype.count == 8 for u in global_loads)  # 16-byte vectors (the renderer's aligned_vector_bytes)
-    # per thread 1/8 (sm_90: 8 warps) or 1/4 (4 warps of 16x16x16) loads per WMMA; the untiled tc.py has 12 (sm_90)
-    assert 4 * len(global_loads) <= wmmas
+    # in the loop per thread 1/8 (sm_90: 8 warps) or 1/4 (4 warps of 16x16x16) loads per WMMA; tc.py: 12 (sm_90)
+    assert 4 * (len(global_loads) // 2) <= wmmas
 
 
 def test_heuristic_tiles_a_padded_batched_matmul_with_bias():
@@ -144,7 +150,8 @@ def test_small_matmul_takes_a_small_tile():
 def test_tile_codes_round_trip_and_bad_ones_are_refused():
     for shape in TILE_SHAPES:
         assert TileShape.from_code(shape.code) == shape
-    for bad in (1234, 123456, 20442, -1):
+    assert TileShape.from_code(244422).stages == 2 and TileShape.from_code(24442).stages == 1
+    for bad in (1234, 244423, 1234567, 20442, -1):
         with pytest.raises(OptError, match="five digits"):
             TileShape.from_code(bad)
 
@@ -176,7 +183,7 @@ def test_limits_refuse_a_tile():
     renderer.shared_max = 4096
     with pytest.raises(OptError, match="shared memory"):
         apply_opts(base, [Opt("TC", 0, 22222)], renderer)
-    assert {o.amount for o in gpu_candidates(base, renderer) if o.op == "TC"} <= {22121, 11111}
+    assert {o.amount for o in gpu_candidates(base, renderer) if o.op == "TC"} <= {22121, 11111, 111112}
 
 
 def test_beam_candidates_offer_tile_shapes_for_half_matmuls_only():

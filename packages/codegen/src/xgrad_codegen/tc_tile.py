@@ -54,23 +54,27 @@ class TileShape:
     frags_m: int
     frags_n: int
     frags_k: int
+    stages: int = 1  # 2: double-buffered slices (the next one's copies overlap this one's WMMAs)
 
     @property
     def code(self) -> int:
-        """The shape as the amount of Opt("TC", index, amount): its five digits."""
+        """The shape as the amount of Opt("TC", index, amount): its five digits, and a sixth (2) when
+        double-buffered."""
         out = 0
         for d in (self.warps_m, self.warps_n, self.frags_m, self.frags_n, self.frags_k):
             out = out * 10 + d
-        return out
+        return out if self.stages == 1 else out * 10 + self.stages
 
     @staticmethod
     def from_code(code: int) -> TileShape:
-        """The shape `code` writes (see `code`); OptError for anything but five digits 1..9."""
+        """The shape `code` writes (see `code`); OptError for anything but five digits 1..9 and an optional sixth
+        of 1 or 2."""
         digits = [int(c) for c in str(code) if c.isdigit()]
-        if code < 0 or len(digits) != 5 or 0 in digits:
+        if code < 0 or len(digits) not in (5, 6) or 0 in digits or (len(digits) == 6 and digits[5] > 2):
             raise OptError(
                 f"TC amount {code} is not a tile shape: write five digits 1-9 (warps m, warps n, fragments m, "
-                "fragments n, k-fragments per slice), e.g. 24442, or 0 for the untiled tensor core"
+                "fragments n, k-fragments per slice) and optionally a sixth, 2 for double-buffered slices, e.g. "
+                "244422, or 0 for the untiled tensor core"
             )
         return TileShape(*digits)
 
@@ -88,13 +92,13 @@ class TileShape:
         return self.threads(tc) <= max_threads and self.shared_bytes(tc) <= shared_max
 
     def shared_bytes(self, tc: TensorCore) -> int:
-        """Bytes of the two staged slices."""
+        """Bytes of the staged slices (two of each when double-buffered)."""
         bm, bn, bk = self.block(tc)
-        return (bm * (bk + SMEM_PAD) + bk * (bn + SMEM_PAD)) * tc.dtype.itemsize
+        return self.stages * (bm * (bk + SMEM_PAD) + bk * (bn + SMEM_PAD)) * tc.dtype.itemsize
 
 
-# the shapes BEAM tries and the heuristic picks from, largest tile first (the heuristic takes the first that fits)
-TILE_SHAPES: tuple[TileShape, ...] = (
+# the block shapes, largest tile first (the heuristic takes the first that fits)
+BLOCK_SHAPES: tuple[TileShape, ...] = (
     TileShape(2, 4, 4, 4, 2),  # 8 warps, each 64 x 32 of m16n8 (sm_80+): 128 x 128 x 32 per block
     TileShape(2, 2, 4, 8, 2),  # 4 warps, each 64 x 64: 128 x 128 x 32
     TileShape(2, 2, 4, 4, 2),  # 4 warps, each 64 x 32: 128 x 64 x 32
@@ -102,6 +106,10 @@ TILE_SHAPES: tuple[TileShape, ...] = (
     TileShape(2, 2, 2, 2, 2),  # 4 warps, each 32 x 16: 64 x 32 x 32
     TileShape(2, 2, 1, 2, 1),  # 4 warps, each 16 x 16: 32 x 32 x 16
     TileShape(1, 1, 1, 1, 1),  # one warp, one fragment: the instruction's shape
+)
+# what BEAM tries and the heuristic picks from: each block shape double-buffered (preferred where it fits), then not
+TILE_SHAPES: tuple[TileShape, ...] = tuple(
+    TileShape(s.warps_m, s.warps_n, s.frags_m, s.frags_n, s.frags_k, stages) for s in BLOCK_SHAPES for stages in (2, 1)
 )
 
 
@@ -131,7 +139,7 @@ def _below(x: UOp, size: int, padded: int) -> UOp | None:
     return None if padded == size else x.lt(size)
 
 
-def _chunk(load: UOp, cols: tuple[UOp, UOp, int, int], stride: int, copies: int, widths: tuple[int, ...]) -> int:
+def _chunk(load: UOp, cols: tuple[UOp, UOp | int, int, int], stride: int, copies: int, widths: tuple[int, ...]) -> int:
     """Elements per copy of `load`'s slice: the first of `widths` (elements of an aligned vector) such that the
     operand's columns are contiguous in memory, every other step of its index and its offset are multiples of the
     width (each chunk starts aligned: a 16-byte load), a padded column count is one too (a chunk's gate is one
@@ -155,16 +163,18 @@ def _chunk(load: UOp, cols: tuple[UOp, UOp, int, int], stride: int, copies: int,
 
 def _stage(
     load: UOp,
-    rows: tuple[UOp, UOp, int, int],
-    cols: tuple[UOp, UOp, int, int],
+    rows: tuple[UOp, UOp | int, int, int],
+    cols: tuple[UOp, UOp | int, int, int],
     smem: UOp,
     stride: int,
+    base: UOp | int,
     tid: UOp,
     threads: int,
     widths: tuple[int, ...],
 ) -> tuple[list[UOp], list[UOp]]:
     """The loads and shared stores that copy one slice of `load`'s operand: rows (range, block start, tile rows,
-    real size) x cols (the same for the columns) into `smem` (row-major, `stride` elements per row). Consecutive
+    real size) x cols (the same for the columns) into `smem` from element `base` on (row-major, `stride` elements per
+    row). Consecutive
     threads take consecutive chunks along the operand's contiguous axis (the columns unless the rows are): vectors of
     up to `widths[0]` elements where `_chunk` proves them aligned."""
     (r_rng, r_start, r_tile, r_size), (c_rng, c_start, c_tile, c_size) = rows, cols
@@ -179,7 +189,7 @@ def _stage(
         r_ok = _below(r_start + r, r_size, _ceil_to(r_size, r_tile))
         gate = _and(r_ok, _below(c_start + c, c_size, _ceil_to(c_size, c_tile)))
         value = _with_gate(substitute(load, {r_rng: r_start + r, c_rng: c_start + c}), gate)
-        at = smem.index(r * stride + c)
+        at = smem.index(base + r * stride + c)
         if width > 1:  # one aligned vector load and store (the chunk's gate is the same for all its elements)
             vidx = value.src[0]
             value = UOp(Ops.LOAD, value.dtype.vec(width), (vidx.replace(dtype=vidx.dtype.vec(width)),))
@@ -211,43 +221,66 @@ def apply_tiled_tensor_core(ast: UOp, tc: TensorCore, shape: TileShape, shared_m
     tid = UOp.range(threads, next_id, AxisType.LOCAL)
     warp, lane = tid // tc.threads, tid % tc.threads
     warp_m, warp_n = warp // shape.warps_n, warp % shape.warps_n
-    row0, col0, k0 = blk_m * bm, blk_n * bn, ko * bk
+    row0, col0 = blk_m * bm, blk_n * bn
 
-    # stage the slices: global loads, a barrier (the previous slice is no longer read), shared stores, a barrier
+    # stages 2 (double-buffered slices): slice 0 is staged before the loop; iteration ko starts with a barrier (slice
+    # ko is written, slice ko-1 no longer read), reads its fragments from buffer ko % 2 and meanwhile copies slice
+    # ko+1 into the other buffer (its global loads are in flight while the WMMAs run)
     stride_a, stride_b = bk + SMEM_PAD, bn + SMEM_PAD
-    smem_a = UOp(Ops.DEFINE_LOCAL, tc.dtype, (), (0, bm * stride_a))
-    smem_b = UOp(Ops.DEFINE_LOCAL, tc.dtype, (), (1, bk * stride_b))
+    size_a, size_b = bm * stride_a, bk * stride_b
+    smem_a = UOp(Ops.DEFINE_LOCAL, tc.dtype, (), (0, shape.stages * size_a))
+    smem_b = UOp(Ops.DEFINE_LOCAL, tc.dtype, (), (1, shape.stages * size_b))
     most = vector_bytes // tc.dtype.itemsize
     widths = tuple(w for w in (8, 4, 2) if w <= most)
-    loads_a, stores_a = _stage(
-        first, (m, row0, bm, size_m), (k, k0, bk, size_k), smem_a, stride_a, tid, threads, widths
-    )
-    loads_b, stores_b = _stage(
-        second, (k, k0, bk, size_k), (n, col0, bn, size_n), smem_b, stride_b, tid, threads, widths
-    )
-    read_done = UOp(Ops.BARRIER, dtypes.void, tuple(loads_a + loads_b))
-    stores = [
-        substitute(st, {smem: UOp(Ops.NOOP, smem.dtype, (smem, read_done))})
-        for st, smem in [*((s, smem_a) for s in stores_a), *((s, smem_b) for s in stores_b)]
-    ]
-    written = UOp(Ops.BARRIER, dtypes.void, tuple(stores))
-    tile_a, tile_b = (UOp(Ops.NOOP, s.dtype, (s, written)) for s in (smem_a, smem_b))
+    steps = pad_k // bk
 
-    def fragment(operand: str, tile: UOp, stride: int, row: UOp | int, col: UOp | int) -> UOp:
+    def stage(k0: UOp | int, buf: UOp | int) -> tuple[list[UOp], list[UOp]]:
+        ca, sa = _stage(
+            first, (m, row0, bm, size_m), (k, k0, bk, size_k), smem_a, stride_a, buf * size_a, tid, threads, widths
+        )
+        cb, sb = _stage(
+            second, (k, k0, bk, size_k), (n, col0, bn, size_n), smem_b, stride_b, buf * size_b, tid, threads, widths
+        )
+        return ca + cb, sa + sb
+
+    next_stores: list[UOp] = []
+    if shape.stages == 2 and steps > 1:
+        _, first_stores = stage(0, 0)
+        next_loads, next_stores = stage(((ko + 1) % steps) * bk, (ko + 1) % 2)
+        ready = UOp(Ops.BARRIER, dtypes.void, (*first_stores, *next_loads))
+        cur_a, cur_b = (ko % 2) * size_a, (ko % 2) * size_b
+    else:  # one buffer: global loads, a barrier (the previous slice is no longer read), shared stores, a barrier
+        loads, stores = stage(ko * bk, 0)
+        read_done = UOp(Ops.BARRIER, dtypes.void, tuple(loads))
+        ordered = {s: UOp(Ops.NOOP, s.dtype, (s, read_done)) for s in (smem_a, smem_b)}
+        ready = UOp(Ops.BARRIER, dtypes.void, tuple(substitute(st, ordered) for st in stores))
+        cur_a = cur_b = UOp.const(dtypes.index, 0)
+    tile_a, tile_b = (UOp(Ops.NOOP, s.dtype, (s, ready)) for s in (smem_a, smem_b))
+
+    def fragment(operand: str, tile: UOp, base: UOp, stride: int, row: UOp | int, col: UOp | int) -> UOp:
         loads = []
         for e in range(tc.elements(operand)):
             r, c = lane_place(tc, operand, lane, e)
-            loads.append(tile.index((row + r) * stride + col + c).load())
+            loads.append(tile.index(base + (row + r) * stride + col + c).load())
         return UOp(Ops.VECTORIZE, tc.dtype.vec(len(loads)), tuple(loads))
 
     frags_a = [
-        [fragment("a", tile_a, stride_a, warp_m * (shape.frags_m * tm) + i * tm, f * tk) for f in range(shape.frags_k)]
+        [
+            fragment("a", tile_a, cur_a, stride_a, warp_m * (shape.frags_m * tm) + i * tm, f * tk)
+            for f in range(shape.frags_k)
+        ]
         for i in range(shape.frags_m)
     ]
     frags_b = [
-        [fragment("b", tile_b, stride_b, f * tk, warp_n * (shape.frags_n * tn) + j * tn) for f in range(shape.frags_k)]
+        [
+            fragment("b", tile_b, cur_b, stride_b, f * tk, warp_n * (shape.frags_n * tn) + j * tn)
+            for f in range(shape.frags_k)
+        ]
         for j in range(shape.frags_n)
     ]
+    if next_stores:  # the next slice's stores hang on the last WMMA's operand (only for order: NOOP is dropped)
+        last = frags_a[-1][-1]
+        frags_a[-1][-1] = UOp(Ops.NOOP, last.dtype, (last, *next_stores))
     acc = tc.acc.vec(tc.elements("c"))
     zero = UOp.const(acc, 0.0)
     out: list[UOp] = []
