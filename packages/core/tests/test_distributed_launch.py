@@ -197,3 +197,16 @@ def test_data_parallel_starts_each_bucket_before_the_next_buckets_gradients(no_l
     assert any(p is layers[-1].weight for p in cut[0]) and steps[starts[0]].bufs[0].size == sum(
         p.numel() for p in cut[0]
     )
+
+
+def test_staging_keeps_as_many_send_buffers_as_were_in_use_at_once() -> None:
+    from xgrad.distributed.collectives import give_staging, take_staging
+
+    first = [take_staging(1000 + i) for i in range(12)]  # 12 buckets in flight at once
+    for b in first:
+        give_staging(b)
+    again = [take_staging(1000 + i) for i in range(12)]  # the next step: every one reused, none allocated
+    assert sorted(map(id, again)) == sorted(map(id, first))
+    assert all(len(b) >= 1000 + i for i, b in enumerate(again))
+    for b in again:
+        give_staging(b)

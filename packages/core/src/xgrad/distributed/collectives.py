@@ -205,13 +205,15 @@ class Collective:
 
 
 _free_staging: list[bytearray] = []  # send buffers of coalesced all_reduces that no collective uses now
-STAGING_KEPT = 8
+_staging_use = [0, 0]  # how many are taken now, and the most ever taken at once
 
 
 def take_staging(nbytes: int) -> bytearray:
     """Host memory of at least `nbytes` bytes that a coalesced all_reduce sends from, until `give_staging`: the
     smallest free one that is big enough, else a new one. Why not reduce in place in the output, as a broadcast does:
     Open MPI's ring Iallreduce runs 1.3-1.8x slower with MPI_IN_PLACE (2 ranks, 64 KB to 64 MB)."""
+    _staging_use[0] += 1
+    _staging_use[1] = max(_staging_use)
     fits = [b for b in _free_staging if len(b) >= nbytes]
     if not fits:
         return bytearray(nbytes)
@@ -221,9 +223,11 @@ def take_staging(nbytes: int) -> bytearray:
 
 
 def give_staging(buf: bytearray) -> None:
-    """Hand back a send buffer of `take_staging` (the STAGING_KEPT largest are kept for the next collectives)."""
+    """Hand back a send buffer of `take_staging`. As many are kept as were ever in use at once (DataParallel's
+    overlapped buckets each hold one until their wait), the largest, so a training step allocates none."""
+    _staging_use[0] -= 1
     _free_staging.append(buf)
-    if len(_free_staging) > STAGING_KEPT:
+    if len(_free_staging) > _staging_use[1]:
         _free_staging.remove(min(_free_staging, key=len))
 
 
