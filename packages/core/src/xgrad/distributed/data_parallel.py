@@ -97,7 +97,8 @@ class DataParallel:
     model; after `loss.backward()` call `average_gradients()` (or `backward(loss)`, which does both), then step any
     `xgrad.nn.optim` optimizer as usual. Each rank feeds its own part of the batch (see `DistributedSampler`); with
     the loss a mean over the local batch and equal local batch sizes, the update equals one process's on the whole
-    batch.
+    batch. With `overlap` (the default) each bucket but the last reduces while the next buckets' gradients are
+    computed (see the module's notes); `overlap=False` reduces every bucket after the whole backward.
 
     >>> # under `mpirun -n 2`:
     >>> # dp = DataParallel(model); opt = Adam(get_parameters(model))
@@ -146,16 +147,9 @@ class DataParallel:
         for i, bucket in enumerate(cut):
             # 1/world in the kernel that computes each gradient: exact for a power-of-two world, the sum is the mean
             scaled = [p.grad * (1.0 / self.world) for p in bucket if p.grad is not None]
-            after = (
-                started
-                if started is not None
-                and (started.device, started.dtype)
-                == (
-                    scaled[0].device,
-                    scaled[0].dtype,
-                )
-                else None
-            )
+            # ordered after the previous start when both are one device's (buckets are cut per device and dtype)
+            same_group = started is not None and (started.device, started.dtype) == (scaled[0].device, scaled[0].dtype)
+            after = started if same_group else None
             if self.overlap and i < len(cut) - 1:
                 started = all_reduce_coalesced_start(scaled, "sum", after=after)
                 summed = collective_wait(started)
