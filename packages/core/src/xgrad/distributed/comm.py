@@ -96,7 +96,7 @@ def _exit_without_finalize() -> None:
     os._exit(1)
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: two entries are never the same collective
 class InFlight:
     """A collective started by one step of the schedule and completed by a later one: its request, and what to run
     once it completed (hand back its send buffer)."""
