@@ -1,12 +1,12 @@
 """The CUDA C renderer: linear program in, one CUDA C++ kernel (for NVRTC or nvcc) out; and the NVIDIA arch table.
 
 Kernel ABI (what `xgrad_nv.device` launches):
-    extern "C" __global__ void __launch_bounds__(<threads>[, 1])
+    extern "C" __global__ void __launch_bounds__(<threads>[, <blocks>])
     <name>(T0* data0, const T1* data1, ..., const int var0, ...)
-(`, 1` in tensor-core kernels: one block per SM is enough, see `render_kernel`); one pointer per PARAM (in PARAM
-order), then one 32-bit int per DEFINE_VAR (in program order). SPECIAL `gidx<d>` is `blockIdx.<d>`, `lidx<d>` is
-`threadIdx.<d>`; the launch's grid and block are the sizes of those SPECIALs (`xgrad_codegen.pygpu.launch_sizes`).
-DEFINE_LOCAL is a static `__shared__` array, BARRIER `__syncthreads()`.
+(`<blocks>`, 1 or 2, only in tensor-core kernels: the blocks per SM ptxas must fit, see `render_kernel`); one
+pointer per PARAM (in PARAM order), then one 32-bit int per DEFINE_VAR (in program order). SPECIAL `gidx<d>` is
+`blockIdx.<d>`, `lidx<d>` is `threadIdx.<d>`; the launch's grid and block are the sizes of those SPECIALs
+(`xgrad_codegen.pygpu.launch_sizes`). DEFINE_LOCAL is a static `__shared__` array, BARRIER `__syncthreads()`.
 
 Types: half is `cuda_fp16.h`'s `half`, bfloat16 `cuda_bf16.h`'s `__nv_bfloat16` (both native: codegen computes in
 them, as the hardware does, one rounding per op); fp8 formats are emulated by codegen on uint8 memory (see
@@ -391,8 +391,12 @@ class CUDARenderer(CStyleRenderer):
         params = [by_index.get(i, f"const void* unused{i}") for i in range(count)]
         params += [self.render_var_decl(ctx, u, n, k) for u, n, k in ctx.variables]
         # a tensor-core kernel keeps its accumulators in registers: one block per SM is enough (minBlocks 1), or
-        # ptxas trades registers for occupancy and spills (a 4-warp 64x64 tile: 72 registers and 28 bytes spilled)
-        bounds = f"{threads}, 1" if any(u.op is Ops.WMMA for u in ctx.uops) else f"{threads}"
+        # ptxas trades registers for occupancy and spills (a 4-warp 64x64 tile: 72 registers and 28 bytes spilled);
+        # a block of 8+ warps asks for two (16 warps per SM, <= 128 registers): the double-buffered 8-warp tile fits
+        # in 127 registers with the same loop as at 140 (where one block per SM fit)
+        bounds = f"{threads}"
+        if any(u.op is Ops.WMMA for u in ctx.uops):
+            bounds += ", 2" if threads >= 256 else ", 1"
         head = f"{self.kernel_prefix} void __launch_bounds__({bounds}) {name}({', '.join(params)}) {{"
         return "\n".join([*self.render_prefix(ctx), head, *body, "}"]) + "\n"
 
