@@ -11,7 +11,12 @@ add other processes' load) with the worst beside it, and the share of that best 
 garbage collector. The tiny op is `a + b` on two 4-element tensors, timed as the Python cost of issuing it (the
 bridge and native xgrad build a lazy graph; torch CPU computes it), best of `--rounds` rounds.
 
-Run: .venv/bin/python bench/bench_torch_bridge.py [--steps 30] [--ops 2000] [--rounds 3]  (asserts nothing)
+On a loaded host, wall-clock times mostly measure waiting: `--clock cpu` times the process's CPU time instead
+(time.process_time, every thread), with torch on one thread; run it with NUM_CPU_THREADS=1 so xgrad's kernels run
+on the calling thread too and the three numbers count work, not the worker pool's wake-ups.
+
+Run: .venv/bin/python bench/bench_torch_bridge.py [--steps 30] [--ops 2000] [--rounds 3] [--clock wall|cpu]
+(asserts nothing)
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from xgrad.nn.state import get_parameters, get_state_dict
 EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "train_digits.py"
 LR = 2e-3
 BATCH = 64
+clock: Callable[[], float] = time.perf_counter  # --clock cpu: time.process_time
 
 
 def load_demo() -> ModuleType:
@@ -77,9 +83,9 @@ class GCClock:
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            self._start = time.perf_counter()
+            self._start = clock()
         else:
-            self.seconds += time.perf_counter() - self._start
+            self.seconds += clock() - self._start
 
 
 class Timing:
@@ -107,13 +113,13 @@ def timed(step: Callable[[int], float], steps: int, warmup: int, rounds: int) ->
     losses = [step(i) for i in range(warmup)]
     timing = Timing()
     for r in range(rounds):
-        clock = GCClock()
-        gc.callbacks.append(clock)
-        start = time.perf_counter()
+        collector = GCClock()
+        gc.callbacks.append(collector)
+        start = clock()
         losses += [step(warmup + (r * steps + i) % steps) for i in range(steps)]
-        timing.rounds.append((time.perf_counter() - start) / steps)
-        gc.callbacks.remove(clock)
-        timing.gc.append(clock.seconds / steps)
+        timing.rounds.append((clock() - start) / steps)
+        gc.callbacks.remove(collector)
+        timing.gc.append(collector.seconds / steps)
     return timing, losses
 
 
@@ -174,10 +180,10 @@ def tiny_op_us(make: Callable[[], tuple[Any, Any]], ops: int, rounds: int) -> fl
         a + b
     best = math.inf
     for _ in range(rounds):
-        start = time.perf_counter()
+        start = clock()
         for _ in range(ops):
             a + b
-        best = min(best, (time.perf_counter() - start) / ops * 1e6)
+        best = min(best, (clock() - start) / ops * 1e6)
     return best
 
 
@@ -186,7 +192,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=30, help="timed training steps per round (30)")
     parser.add_argument("--ops", type=int, default=2000, help="tiny ops per round (2000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per variant; the best is reported (3)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time or process CPU time")
     args = parser.parse_args(argv)
+    global clock
+    if args.clock == "cpu":
+        clock = time.process_time
+        torch.set_num_threads(1)
     load_before = os.getloadavg()[0]
     demo = load_demo()
     x_train, y_train, _, _ = demo.load_split(0)
@@ -204,8 +215,8 @@ def main(argv: list[str] | None = None) -> None:
     eager, eager_l = bench_torch(torch_model(weights), "xgrad", batches, args.steps, rounds)
     comp, comp_l = bench_torch(torch_model(weights), "xgrad", batches, args.steps, rounds, compiled=True)
 
-    print(f"digits CNN training step, batch {BATCH}, best of {rounds} rounds of {args.steps} steps "
-          f"(torch {torch.__version__})")  # fmt: skip
+    print(f"digits CNN training step, batch {BATCH}, best of {rounds} rounds of {args.steps} steps, {args.clock} "
+          f"time (torch {torch.__version__}, NUM_CPU_THREADS={os.environ.get('NUM_CPU_THREADS', 'all')})")  # fmt: skip
     print("                                       best    worst   GC   best / native xgrad (TinyJit)")
 
     def row(name: str, t: Timing) -> None:
