@@ -14,7 +14,7 @@ from kernel_helpers import data
 from xgrad import Tensor
 from xgrad.engine import realize
 from xgrad.uop.ops import AxisType, UOp
-from xgrad_codegen.gpu_opt import gpu_heuristic_opts, threads_of
+from xgrad_codegen.gpu_opt import gpu_candidates, gpu_heuristic_opts, threads_of
 from xgrad_codegen.opt import Opt, apply_opt, kernel_ranges
 from xgrad_codegen.pipeline import before_optimize, full_rewrite
 from xgrad_codegen.pydevice import PythonRenderer
@@ -103,3 +103,11 @@ def test_min_local_pads_a_loop_to_fill_a_workgroup() -> None:
     tuned = _applied(base, opts)
     assert threads_of(tuned) >= 8 and any(r.arg[1] is AxisType.LOCAL for r in kernel_ranges(tuned))
     np.testing.assert_allclose(_run(ast, lavapipe, inputs, (64, 10)), x @ w, rtol=1e-5, atol=1e-4)
+
+
+def test_beam_offers_group_only_below_the_renderers_group_max_outputs() -> None:
+    """BEAM's GROUP/GROUPTOP moves follow the heuristic's rule (on lavapipe such candidates took LLVM minutes)."""
+    t = Tensor(data(8, 1024)).realize()
+    ast = before_optimize(kernel_with_inputs(lambda: t.sum(1))[0])
+    assert {"GROUP", "GROUPTOP"} <= {o.op for o in gpu_candidates(ast, PythonRenderer("sm_90"))}
+    assert not {"GROUP", "GROUPTOP"} & {o.op for o in gpu_candidates(ast, LavapipeLike("sm_90"))}

@@ -40,6 +40,7 @@ GPU_ACTIONS: dict[str, tuple[str, tuple[int, ...]]] = {
     "GROUPTOP": ("a REDUCE range of constant size", (0, 2, 4, 8, 16, 32, 64, 128, 256)),
 }
 THREAD_KINDS = (AxisType.LOCAL, AxisType.GROUP)
+REDUCING_KINDS = (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP)  # the other kinds of range index outputs
 # a reduction at least this long is split over a workgroup's threads (softmax, norms, sums), unless the kernel has
 # `renderer.group_max_outputs` outputs: one thread per output is then parallel enough
 GROUP_MIN_REDUCE = 1024
@@ -86,10 +87,15 @@ def apply_gpu_opt(ast: UOp, opt: Opt) -> UOp:
 
 
 def gpu_candidates(ast: UOp, renderer: Renderer) -> list[Opt]:
-    """The legal GPU actions on `ast` for `renderer` (BEAM's moves besides opt.candidate_opts), within its limits."""
+    """The legal GPU actions on `ast` for `renderer` (BEAM's moves besides opt.candidate_opts), within its limits.
+    GROUP and GROUPTOP only in a kernel with fewer outputs than `renderer.group_max_outputs`, as the heuristic: on
+    lavapipe a candidate with barriers and wide unrolls took LLVM minutes to compile (coroutine frames), and with that
+    many outputs a group reduction is slower there anyway."""
     if not renderer.has_local:
         return []
     out: list[Opt] = []
+    outputs = prod(range_size(r) or 1 for r in kernel_ranges(ast) if r.arg[1] not in REDUCING_KINDS)
+    may_group = renderer.supports_group_reduce and outputs < renderer.group_max_outputs
     if renderer.has_shared and not any(u.op in (Ops.WMMA, Ops.DEFINE_LOCAL) for u in ast.toposort):
         out.extend(tile_candidates(ast, renderer))
     room = renderer.max_threads // max(threads_of(ast), 1)
@@ -100,7 +106,7 @@ def gpu_candidates(ast: UOp, renderer: Renderer) -> list[Opt]:
         fits = [a for a in GPU_ACTIONS["LOCAL"][1] if a and a <= min(size, room) and size % a == 0]
         if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL) and renderer.local_max:
             out.extend(Opt("LOCAL", i, a) for a in fits if a <= renderer.local_max[0])
-        if r.arg[1] is AxisType.REDUCE and renderer.supports_group_reduce:
+        if r.arg[1] is AxisType.REDUCE and may_group:
             out.extend(Opt(op, i, a) for op in ("GROUP", "GROUPTOP") for a in fits)
     return out
 
