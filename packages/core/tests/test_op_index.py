@@ -1,5 +1,6 @@
-"""The core README's index of where each public Tensor method is defined matches the code, and no public method is
-defined twice along Tensor's mixins (one name, one definition)."""
+"""The core README's index of where each public Tensor method is defined matches the code, no public method is
+defined twice along Tensor's mixins (one name, one definition), and the mixins are flat: each builds on TensorBase
+alone and Tensor lists them all."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pathlib
 import re
 
 from xgrad import Tensor
+from xgrad.mixin.base import TensorBase
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 ROW = re.compile(r"^\| `([\w/]+\.py)` \| (\w+) \| ([\w, ]+) \|$")
@@ -46,3 +48,11 @@ def test_no_public_method_is_defined_twice_along_the_mixins() -> None:
                 twice.append(f"{n}: {seen[n]} and {cls}")
             seen.setdefault(n, cls)
     assert twice == []
+
+
+def test_every_mixin_builds_on_the_base_alone_and_tensor_lists_them_all() -> None:
+    assert Tensor.__mro__[-2:] == (TensorBase, object)
+    mixins = Tensor.__mro__[1:-2]
+    assert Tensor.__bases__ == mixins, "Tensor must list every mixin itself (no mixin reached through another)"
+    chained = {cls.__name__: [b.__name__ for b in cls.__bases__] for cls in mixins if cls.__bases__ != (TensorBase,)}
+    assert chained == {}, "a mixin subclasses only TensorBase; call other mixins' methods through self._t()"

@@ -44,7 +44,22 @@ from xgrad.errors import (
 )
 from xgrad.helpers import TRAINING
 from xgrad.mixin.autograd import AutogradMixin
+from xgrad.mixin.bitwise import BitwiseMixin
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
+from xgrad.mixin.conv import ConvMixin
+from xgrad.mixin.creation import CreationMixin
+from xgrad.mixin.elementwise import ElementwiseMixin
+from xgrad.mixin.gather import GatherMixin
+from xgrad.mixin.indexing import IndexingMixin
+from xgrad.mixin.linalg import LinalgMixin
+from xgrad.mixin.movement import MovementMixin
+from xgrad.mixin.multi import MultiMixin
+from xgrad.mixin.nn import NNMixin
+from xgrad.mixin.random import RandomMixin
+from xgrad.mixin.reduce import ReduceMixin
+from xgrad.mixin.sort import SortMixin
+from xgrad.mixin.symbolic_shapes import SymbolicShapeMixin
+from xgrad.mixin.unary import UnaryMixin
 from xgrad.uop.ops import Ops, UOp
 
 _set = object.__setattr__  # Tensor.__setattr__ less its bookkeeping, where the caller does that itself
@@ -103,7 +118,25 @@ class _TensorType(type):
         TRAINING.value = int(mode)
 
 
-class Tensor(AutogradMixin, metaclass=_TensorType):
+class Tensor(
+    AutogradMixin,
+    MultiMixin,
+    NNMixin,
+    SortMixin,
+    ConvMixin,
+    LinalgMixin,
+    IndexingMixin,
+    GatherMixin,
+    RandomMixin,
+    CreationMixin,
+    ReduceMixin,
+    UnaryMixin,
+    BitwiseMixin,
+    ElementwiseMixin,
+    MovementMixin,
+    SymbolicShapeMixin,
+    metaclass=_TensorType,
+):
     """A lazy tensor.
 
     Attributes: `uop` is the graph node the tensor stands for (a BUFFER once realized); `grad` holds the gradient

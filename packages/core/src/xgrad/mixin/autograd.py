@@ -24,14 +24,14 @@ from xgrad.errors import (
     ShapeError,
 )
 from xgrad.helpers import Context
-from xgrad.mixin.multi import MultiMixin
+from xgrad.mixin.base import TensorBase
 from xgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 
-class AutogradMixin(MultiMixin):
+class AutogradMixin(TensorBase):
     __slots__ = ()
     grad: Tensor | None
     is_param: bool

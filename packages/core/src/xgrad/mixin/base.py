@@ -1,6 +1,6 @@
-"""The core of every Tensor: its graph node and the facts read from it. The mixins build on it in layers, each
-using the methods of the layers below: base <- symbolic_shapes <- movement <- elementwise <- bitwise <- unary <-
-reduce <- creation <- random <- gather <- indexing <- linalg <- conv <- sort <- nn <- multi <- autograd <- Tensor."""
+"""The core of every Tensor: its graph node and the facts read from it. Every mixin (xgrad/mixin/*.py) subclasses
+TensorBase alone and `Tensor` lists them all; a mixin reaches another mixin's methods through `_t()` (self, typed as
+the Tensor it is), so each type-checks on its own."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from xgrad.dtype import DType, dtypes, to_dtype
 from xgrad.engine.realize import realize_base, reinterpret_memory
 from xgrad.errors import DTypeError, ShapeError
+from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import Scalar
-from xgrad.mixin.elementwise import ElementwiseMixin
 from xgrad.mixin.symbolic_shapes import as_size
 from xgrad.uop.ops import Ops
 from xgrad.uop.symshape import shape_str, sym_equal
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 _UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 
-class BitwiseMixin(ElementwiseMixin):
+class BitwiseMixin(TensorBase):
     __slots__ = ()
 
     def bitcast(self, dtype: DType | str) -> Tensor:
@@ -43,7 +43,7 @@ class BitwiseMixin(ElementwiseMixin):
         if dt != self.dtype and isinstance(self.device, str) and self.device.startswith("DISK"):
             return self._bitcast_disk(dt)
         if old == new:
-            return self._bitcast_same_size(dt)
+            return self._t()._bitcast_same_size(dt)
         if old not in _UINT_OF_SIZE or new not in _UINT_OF_SIZE:
             raise DTypeError(f"bitcast between {self.dtype.name} and {dt.name}: no unsigned int holds their items")
         if self.ndim == 0:
@@ -86,7 +86,7 @@ class BitwiseMixin(ElementwiseMixin):
         return self._tensor_cls()(reinterpret_memory(self.uop, dt)).reshape(shape)
 
     def _cmp(self, op: Ops, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        a, b = self._broadcasted(x, reverse)
+        a, b = self._t()._broadcasted(x, reverse)
         return self._new(a.uop.alu(op, b.uop))
 
     def __lt__(self, x: Tensor | Scalar) -> Tensor:
@@ -96,11 +96,11 @@ class BitwiseMixin(ElementwiseMixin):
         return self._cmp(Ops.CMPLT, x, True)
 
     def __le__(self, x: Tensor | Scalar) -> Tensor:
-        a, b = self._broadcasted(x)
+        a, b = self._t()._broadcasted(x)
         return (a < b) | (a == b) if dtypes.is_float(a.dtype) else (a > b).logical_not()  # nan <= x is False
 
     def __ge__(self, x: Tensor | Scalar) -> Tensor:
-        a, b = self._broadcasted(x)
+        a, b = self._t()._broadcasted(x)
         return (a > b) | (a == b) if dtypes.is_float(a.dtype) else (a < b).logical_not()
 
     def __eq__(self, x: Tensor | Scalar) -> Tensor:  # type: ignore[override]
@@ -112,7 +112,7 @@ class BitwiseMixin(ElementwiseMixin):
         return self._cmp(Ops.CMPNE, x)
 
     def _bitop(self, op: Ops, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        a, b = self._broadcasted(x, reverse)
+        a, b = self._t()._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
             raise DTypeError(f"{op.name.lower()} is only for integer or bool tensors, not {a.dtype.name}")
         return a._alu(op, b)
@@ -158,7 +158,7 @@ class BitwiseMixin(ElementwiseMixin):
         >>> Tensor([0, 5]).bitwise_not().tolist()
         [-1, -6]"""
         if self.dtype == dtypes.bool:
-            return self.logical_not()
+            return self._t().logical_not()
         return self._bitop(Ops.XOR, -1 if not dtypes.is_unsigned(self.dtype) else int(dtypes.max(self.dtype)))
 
     # ---- operators ----

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from xgrad.dtype import DType, dtypes, least_upper_float
 from xgrad.errors import ArgumentError, ShapeError
 from xgrad.helpers import ceildiv, make_tuple, prod
-from xgrad.mixin.linalg import LinalgMixin
+from xgrad.mixin.base import TensorBase
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -132,7 +132,7 @@ def _ceil_extra(i: int, k: int, s: int, d: int, pads: tuple[int, int], ceil_mode
     return max(0, (o - 1) * s + d * (k - 1) + 1 - (i + pads[0] + pads[1]))
 
 
-class ConvMixin(LinalgMixin):
+class ConvMixin(TensorBase):
     __slots__ = ()
 
     def _pool_args(
@@ -175,7 +175,7 @@ class ConvMixin(LinalgMixin):
             )
         k, s, d = _kernel_stride_dilation(weight, stride, dilation, n)
         pads = string_padding(padding, k, s, d) if isinstance(padding, str) else _resolve_padding(padding, n)
-        x = self.pad(((0, 0), (0, 0), *pads)) if any(p != (0, 0) for p in pads) else self._t()
+        x = self._t().pad(((0, 0), (0, 0), *pads)) if any(p != (0, 0) for p in pads) else self._t()
         windows = _pool(x, k, s, d)  # (N, C_in, *o, *k)
         o = windows.shape[2 : 2 + n]
         windows = windows.reshape((batch, groups, 1, cin_g) + o + k)
@@ -248,7 +248,7 @@ class ConvMixin(LinalgMixin):
         extra = [_ceil_extra(i, kj, sj, dj, pj, ceil_mode) for i, kj, sj, dj, pj in zip(spatial, k, s, d, pads)]
         lead = [(0, 0)] * (self.ndim - n)
         grown = [(b, a + e) for (b, a), e in zip(pads, extra)]
-        x = self._float().pad(lead + grown)
+        x = self._t()._float().pad(lead + grown)
         kernel_axes = tuple(range(x.ndim, x.ndim + n))
         total = _pool(x, k, s, d).sum(kernel_axes)
         if count_include_pad and not any(extra):
@@ -290,7 +290,7 @@ class ConvMixin(LinalgMixin):
         extra = [_ceil_extra(i, kj, sj, dj, pj, ceil_mode) for i, kj, sj, dj, pj in zip(spatial, k, s, d, pads)]
         low = -float("inf") if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
         grown = [(b, a + e) for (b, a), e in zip(pads, extra)]
-        windows = _pool(self.pad([(0, 0)] * (self.ndim - n) + grown, value=low), k, s, d)
+        windows = _pool(self._t().pad([(0, 0)] * (self.ndim - n) + grown, value=low), k, s, d)
         kernel_axes = tuple(range(self.ndim, self.ndim + n))
         out = windows.max(kernel_axes)
         if not return_indices:
@@ -328,7 +328,7 @@ class ConvMixin(LinalgMixin):
         positions = prod(out_spatial)
         ids = indices.reshape(lead + (prod(spatial), 1))
         target = ids == self._tensor_cls().arange(positions, device=self.device).cast(ids.dtype)
-        values = self.reshape(lead + (prod(spatial), 1))
+        values = self._t().reshape(lead + (prod(spatial), 1))
         scattered = target.where(values, values.zeros_like()).sum(-2, dtype=self.dtype)
         return scattered.reshape(lead + out_spatial)
 
@@ -345,7 +345,7 @@ class ConvMixin(LinalgMixin):
             raise ShapeError(f"interpolate size {sizes} must name between 1 and {self.ndim} trailing dims")
         if mode not in ("linear", "nearest", "nearest-exact"):
             raise ArgumentError(f"interpolate mode {mode!r} is not one of 'linear', 'nearest', 'nearest-exact'")
-        x = self._float() if mode == "linear" else self._t()
+        x = self._t()._float() if mode == "linear" else self._t()
         coord = least_upper_float(x.dtype) if mode == "linear" else dtypes.float32
         coord = dtypes.float32 if coord.itemsize < 4 else coord
         for j, out_size in enumerate(sizes):

@@ -12,8 +12,8 @@ from xgrad.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from xgrad.engine.indexing import buffer_view
 from xgrad.errors import ArgumentError, DTypeError, ShapeError
 from xgrad.helpers import argfix, prod
+from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype, with_requires_grad
-from xgrad.mixin.reduce import ReduceMixin
 from xgrad.uop.ops import Ops, UOp, ssimplify
 from xgrad.uop.symshape import is_symbolic, shape_str, sint_max, sint_min, sym_prod
 
@@ -47,7 +47,7 @@ class LinspaceDTypeError(DTypeError, ValueError):
     """`linspace` with dtype bool: a `ValueError` as tinygrad's (and a `DTypeError`)."""
 
 
-class CreationMixin(ReduceMixin):
+class CreationMixin(TensorBase):
     __slots__ = ()
 
     # ---- creation ----

@@ -11,7 +11,6 @@ from xgrad.errors import ArgumentError, DeviceMismatchError, DTypeError, ShapeEr
 from xgrad.helpers import DISALLOW_BROADCAST
 from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import Scalar, broadcast_shape, weak_dtype
-from xgrad.mixin.movement import MovementMixin
 from xgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -24,7 +23,7 @@ def _wrapped(x: Tensor) -> Tensor:
     return x & -1 if dtypes.is_int(x.dtype) else x
 
 
-class ElementwiseMixin(MovementMixin):
+class ElementwiseMixin(TensorBase):
     __slots__ = ()
 
     # ---- elementwise ----

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import ArgumentError, DeviceMismatchError, DTypeError, ShapeError
 from xgrad.helpers import prod
+from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import Scalar, broadcast_shape
-from xgrad.mixin.random import RandomMixin
 from xgrad.uop.ops import Ops, UOp
 
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
 
-class GatherMixin(RandomMixin):
+class GatherMixin(TensorBase):
     __slots__ = ()
 
     # ---- helpers ----
@@ -38,7 +38,7 @@ class GatherMixin(RandomMixin):
 
     def _one_hot_mask(self, n: int) -> Tensor:
         """Bool mask of shape self.shape + (n,): True where the last index equals self."""
-        return self.unsqueeze(-1) == self.arange(n, device=self.device)
+        return self._t().unsqueeze(-1) == self._tensor_cls().arange(n, device=self.device)
 
     def _check_index(self, index: Tensor, what: str) -> None:
         if not dtypes.is_int(index.dtype) or index.dtype == dtypes.bool:
@@ -53,7 +53,7 @@ class GatherMixin(RandomMixin):
         n = self.shape[0]
         if n == 0:
             return self._t()
-        return self.pad(((n - 1, 0),)).unfold(0, n, 1).sum(-1)
+        return self._t().pad(((n - 1, 0),)).unfold(0, n, 1).sum(-1)
 
     # ---- gather / scatter ----
     def gather(self, dim: int, index: Tensor) -> Tensor:
@@ -65,14 +65,14 @@ class GatherMixin(RandomMixin):
         """
         self._check_index(index, "gather")
         if self.ndim == 0:
-            return self.reshape(1).gather(0, index.reshape(1)).reshape(())
+            return self._t().reshape(1).gather(0, index.reshape(1)).reshape(())
         d = self._axis(dim)
         if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
             raise ShapeError(
                 f"gather index of shape {index.shape} does not fit {self.shape} along dim {d}: it needs "
                 f"{self.ndim} axes, each no larger than self's except dim {d}"
             )
-        x = self.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
+        x = self._t().shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
         return x.unsqueeze(-1).transpose(d, -1)._pick(index._one_hot_mask(self.shape[d]), -1)
 
     def _scatter_masks(self, dim: int, index: Tensor, src: Tensor | Scalar, what: str) -> tuple[Tensor, Tensor, int]:
@@ -88,7 +88,7 @@ class GatherMixin(RandomMixin):
         if index.ndim != self.ndim or src.ndim != self.ndim:
             raise ShapeError(f"{what}: self {self.shape}, index {index.shape} and src {src.shape} need equal ranks")
         if self.ndim == 0:
-            mask, vals, k = self.reshape(1)._scatter_masks(0, index.reshape(1), src.reshape(1), what)
+            mask, vals, k = self._t().reshape(1)._scatter_masks(0, index.reshape(1), src.reshape(1), what)
             return mask.reshape(mask.shape[1:]), vals.reshape(vals.shape[1:]), k
         bad = any(i > s for i, s in zip(index.shape, src.shape)) or any(
             i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d
@@ -117,10 +117,10 @@ class GatherMixin(RandomMixin):
         if k == 0:
             return self._t()
         if reduce == "add":
-            return self + vals._pick(mask, -1)
+            return self._t() + vals._pick(mask, -1)
         if reduce == "multiply":
-            return self * mask.where(vals, vals._scalar(1))._reduce(Ops.MUL, -1, False)
-        order = self.arange(k, device=self.device)
+            return self._t() * mask.where(vals, vals._scalar(1))._reduce(Ops.MUL, -1, False)
+        order = self._tensor_cls().arange(k, device=self.device)
         last = mask.where(order, -1).max(-1, keepdim=True)
         return (last >= 0).squeeze(-1).where(vals._pick(mask & (order == last), -1), self._t())
 
@@ -174,27 +174,28 @@ class GatherMixin(RandomMixin):
         >>> Tensor([[1, 0], [0, 2]]).nonzero().tolist()
         [[0, 0], [1, 1]]
         """
-        flat = (self != 0).flatten() if self.dtype != dtypes.bool else self.flatten()
+        flat = (self._t() != 0).flatten() if self.dtype != dtypes.bool else self._t().flatten()
         n, dt = flat.shape[0], dtypes.default_int
         if n == 0 or self.ndim == 0:
             table = self._scalar(0, dt).reshape(1, 1).expand(n, self.ndim)
         else:
-            flat_pos = self.arange(n, device=self.device, dtype=dt)
+            flat_pos = self._tensor_cls().arange(n, device=self.device, dtype=dt)
             coords = [(flat_pos // prod(self.shape[i + 1 :])) % s for i, s in enumerate(self.shape)]
             table = coords[0].stack(*coords[1:], dim=1)
         return flat._select_rows(table, size, fill_value)
 
-    def _select_rows(self, table: Tensor, size: int | None, fill_value: Scalar) -> Tensor:
-        """Rows of `table` (shape (n, k)) where the 1-d bool self is true, in order; `size` rows exactly."""
+    def _select_rows_by_match(self, table: Tensor, size: int | None, fill_value: Scalar) -> Tensor:
+        """Rows of `table` (shape (n, k)) where the 1-d bool self is true, in order; `size` rows exactly. Each result
+        row is matched against every row of `table` (n x rows work): what `_select_rows` uses for short inputs."""
         n = self.shape[0]
-        count = self.cast(dtypes.int32)
+        count = self._t().cast(dtypes.int32)
         total = count.sum()
         rows = int(total.item()) if size is None else size
         if size is not None and size < 0:
             raise ShapeError(f"size must be non-negative, got {size}")
         rank = count._inclusive_count() - 1
-        slot = self.arange(rows, device=self.device, dtype=dtypes.int32)
-        match = self.reshape(1, n) & (rank.reshape(1, n) == slot.reshape(rows, 1))
+        slot = self._tensor_cls().arange(rows, device=self.device, dtype=dtypes.int32)
+        match = self._t().reshape(1, n) & (rank.reshape(1, n) == slot.reshape(rows, 1))
         picked = table.reshape(1, n, table.shape[1])._pick(match.unsqueeze(-1), 1)
         return (slot < total).reshape(rows, 1).where(picked, table._scalar(fill_value))
 
@@ -223,7 +224,7 @@ class GatherMixin(RandomMixin):
         if not dtypes.is_int(self.dtype) or self.dtype == dtypes.bool:
             raise DTypeError(f"one_hot needs an integer tensor, not {self.dtype.name}")
         if num_classes == -1:
-            num_classes = int(self.max().item()) + 1 if self.numel() else 0
+            num_classes = int(self._t().max().item()) + 1 if self.numel() else 0
         if num_classes < 0:
             raise ArgumentError(f"one_hot num_classes must be -1 or non-negative, got {num_classes}")
         return self._one_hot_mask(num_classes).cast(dtypes.default_int)

@@ -20,8 +20,8 @@ import numpy as np
 from xgrad.dtype import dtypes, to_np_dtype
 from xgrad.engine.realize import lazy_tensors, lazy_walk
 from xgrad.errors import DTypeError, IndexingError, ShapeError, XgradError
+from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import broadcast_shape
-from xgrad.mixin.gather import GatherMixin
 from xgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ _WRITABLE_MOVES = (Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP)
 COMPACT_MIN = 1 << 15
 
 
-class IndexingMixin(GatherMixin):
+class IndexingMixin(TensorBase):
     __slots__ = ()
 
     # ---- compaction (nonzero, masked_select, bool masks) ----
@@ -49,14 +49,18 @@ class IndexingMixin(GatherMixin):
         grows by at most the distance between them). With the prefix count (also log-step), that is O(n log n) work."""
         n = self.shape[0]
         if n < COMPACT_MIN or n == 0:
-            return super()._select_rows(table, size, fill_value)
+            return self._t()._select_rows_by_match(table, size, fill_value)
         if size is not None and size < 0:
             raise ShapeError(f"size must be non-negative, got {size}")
-        inclusive = _prefix_sum(self.cast(dtypes.int32))
+        inclusive = _prefix_sum(self._t().cast(dtypes.int32))
         total = inclusive.shrink(((n - 1, n),)).reshape(())
         rows = int(total.item()) if size is None else size
         # distance to move left, or -1 for a row that is not kept
-        dist = self.where(self.arange(n, device=self.device, dtype=dtypes.int32) - inclusive + 1, -1).contiguous()
+        dist = (
+            self._t()
+            .where(self._tensor_cls().arange(n, device=self.device, dtype=dtypes.int32) - inclusive + 1, -1)
+            .contiguous()
+        )
         vals = table
         step = 1
         while step < n:
@@ -66,7 +70,7 @@ class IndexingMixin(GatherMixin):
             vals = arriving.reshape(n, 1).where(_shift_left(vals, step), vals).contiguous()
             step *= 2
         out = vals.shrink(((0, min(rows, n)), None)).pad(((0, max(rows - n, 0)), (0, 0)))
-        slot = self.arange(rows, device=self.device, dtype=dtypes.int32)
+        slot = self._tensor_cls().arange(rows, device=self.device, dtype=dtypes.int32)
         return (slot < total).reshape(rows, 1).where(out, table._scalar(fill_value))
 
     def __getitem__(self, indices: Any) -> Tensor:
@@ -80,11 +84,11 @@ class IndexingMixin(GatherMixin):
         """
         if type(indices) is list and any(i is None or i is Ellipsis or isinstance(i, slice) for i in indices):
             indices = tuple(indices)  # numpy's older rule, kept by tinygrad: a list holding a slice is a tuple
-        if (view := self._symbolic_index(indices)) is not None:  # a bound Variable in an index: t[:, :start_pos]
+        if (view := self._t()._symbolic_index(indices)) is not None:  # a bound Variable in an index: t[:, :start_pos]
             return view
         if (mask := self._large_leading_mask(indices)) is not None:  # x[mask]: compact the rows directly
             n, rest = mask.numel(), self.shape[mask.ndim :]
-            rows = mask.flatten()._select_rows(self.reshape(n, math.prod(rest)), None, 0)
+            rows = mask.flatten()._select_rows(self._t().reshape(n, math.prod(rest)), None, 0)
             return rows.reshape(rows.shape[0], *rest)
         return self._index(self._normalize_indices(indices))
 
@@ -114,9 +118,9 @@ class IndexingMixin(GatherMixin):
             self._setitem_disk(indices, v)
             return
         value = self._setitem_value(v)
-        if (view := self._symbolic_index(indices)) is not None:  # cache[:, start_pos : start_pos + 1] = x
+        if (view := self._t()._symbolic_index(indices)) is not None:  # cache[:, start_pos : start_pos + 1] = x
             self._writable_buffer()
-            view = self._symbolic_index(indices)  # again: _writable_buffer may have moved self onto a new buffer
+            view = self._t()._symbolic_index(indices)  # again: _writable_buffer may have moved self onto a new buffer
             assert view is not None
             self._write(view, _fit_value(value, view.shape))
             return
@@ -257,7 +261,7 @@ class IndexingMixin(GatherMixin):
                 adv.append((len(out_shape), it))
                 out_shape.append(n)
             dim += 1
-        x = self.flip(flips) if flips else self._t()
+        x = self._t().flip(flips) if flips else self._t()
         x = x.shrink(shrinks)
         for d, step, count in strides:
             x = x._every(d, step, count)
@@ -277,7 +281,7 @@ class IndexingMixin(GatherMixin):
                 raise IndexingError(f"index tensors of shapes {shapes} cannot be broadcast together") from None
         nb = len(batch)
         rest = [i for i in range(self.ndim) if i not in axes]
-        y = self.permute(axes + rest)
+        y = self._t().permute(axes + rest)
         y = y.reshape((1,) * nb + y.shape)
         for a, t in adv:
             n = self.shape[a]
@@ -304,7 +308,7 @@ class IndexingMixin(GatherMixin):
                 raise XgradError(f"setitem value is on {v.device}, the tensor on {self.device}; move it with .to()")
             return v
         if isinstance(v, (bool, int, float)):
-            return self._scalar(v)
+            return self._t()._scalar(v)
         if isinstance(v, (list, tuple, np.ndarray)):
             return tensor_cls(np.asarray(v), device=self.device, dtype=self.dtype)
         raise DTypeError(f"cannot assign {type(v).__name__} into a tensor; use a number, list or Tensor")
@@ -316,7 +320,7 @@ class IndexingMixin(GatherMixin):
             self._t().realize()
         if _is_writable_view(self.uop):
             return
-        fresh = self.empty(self.shape, dtype=self.dtype, device=self.device)
+        fresh = self._tensor_cls().empty(self.shape, dtype=self.dtype, device=self.device)
         fresh.assign(self._t()).realize()
         self._t().uop = fresh.uop
 
@@ -331,17 +335,17 @@ class IndexingMixin(GatherMixin):
         """self with the advanced-indexed places replaced by `value` (the last write wins for repeated places); None
         when no place is indexed."""
         n = self.numel()
-        place = self.arange(1, n + 1, device=self.device, dtype=dtypes.int32)
+        place = self._tensor_cls().arange(1, n + 1, device=self.device, dtype=dtypes.int32)
         chosen = place.reshape(self.shape)._index(items)  # 1 + flat position of each indexed place; 0: out of range
         vals = _fit_value(value, chosen.shape)
         m = chosen.numel()
         if m == 0 or n == 0:
             return None
         match = chosen.reshape(1, m) == place.reshape(n, 1)
-        order = self.arange(m, device=self.device, dtype=dtypes.int32)
+        order = self._tensor_cls().arange(m, device=self.device, dtype=dtypes.int32)
         last = match.where(order, -1).max(1, keepdim=True)
         new = vals.reshape(1, m)._pick(match & (order == last), 1)
-        return (last >= 0).reshape(n).where(new, self.flatten()).reshape(self.shape)
+        return (last >= 0).reshape(n).where(new, self._t().flatten()).reshape(self.shape)
 
 
 def _dims_consumed(it: Any, tensor_cls: type[Tensor]) -> int:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from xgrad.dtype import DType, least_upper_dtype, to_dtype
 from xgrad.errors import ArgumentError, ShapeError
-from xgrad.mixin.indexing import IndexingMixin
+from xgrad.mixin.base import TensorBase
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 ELLIPSIS = "..."
 
 
-class LinalgMixin(IndexingMixin):
+class LinalgMixin(TensorBase):
     __slots__ = ()
 
     # ---- products ----
@@ -34,7 +34,7 @@ class LinalgMixin(IndexingMixin):
         [3.0, 7.0]
         """
         dt = least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype)
-        x, y = (self._t(), w) if dtype is None else (self.cast(dt), w.cast(dt))
+        x, y = (self._t(), w) if dtype is None else (self._t().cast(dt), w.cast(dt))
         # ReduceMixin's plain sum of products (ints accumulate in at least int32), cast back to the result dtype
         return x._sum_of_products(y).cast(dt)
 
@@ -61,7 +61,7 @@ class LinalgMixin(IndexingMixin):
         >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
         [[3.5]]
         """
-        out = self.mul(weight) if weight.ndim == 1 else self.dot(weight, dtype)
+        out = self._t().mul(weight) if weight.ndim == 1 else self.dot(weight, dtype)
         return out if bias is None else out.add(bias)
 
     @classmethod
@@ -118,7 +118,7 @@ class LinalgMixin(IndexingMixin):
         >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
         [[1, 0], [3, 4]]
         """
-        return self._triangle_mask(diagonal, lower=True).where(self._t(), self.zeros_like())
+        return self._triangle_mask(diagonal, lower=True).where(self._t(), self._t().zeros_like())
 
     def triu(self, diagonal: int = 0) -> Tensor:
         """The upper triangle of the last two dimensions (entries with col - row >= diagonal); the rest is zero.
@@ -126,7 +126,7 @@ class LinalgMixin(IndexingMixin):
         >>> Tensor([[1, 2], [3, 4]]).triu().tolist()
         [[1, 2], [0, 4]]
         """
-        return self._triangle_mask(diagonal, lower=False).where(self._t(), self.zeros_like())
+        return self._triangle_mask(diagonal, lower=False).where(self._t(), self._t().zeros_like())
 
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         """Divide by the `p`-norm along `dim`, at least `eps` (torch.nn.functional.normalize).
@@ -134,7 +134,7 @@ class LinalgMixin(IndexingMixin):
         >>> Tensor([[0.0, -2.0], [4.0, 0.0]]).normalize().tolist()
         [[0.0, -1.0], [1.0, 0.0]]
         """
-        x = self._float()
+        x = self._t()._float()
         if p == 2.0:
             norm = x.square().sum(dim, keepdim=True).sqrt()
         elif p == 1.0:
@@ -159,7 +159,7 @@ class LinalgMixin(IndexingMixin):
             raise ShapeError(f"qr needs a matrix (at least 2 dimensions), got shape {self.shape}")
         m, n = self.shape[-2:]
         batch = self.shape[:-2]
-        x = self._float()
+        x = self._t()._float()
         # reflect [R | Q^T] from the left at once: Q = H_1 H_2 ... means Q^T = ... H_2 H_1, one kernel per step
         eye = _eye(self, m, x.dtype).reshape((1,) * len(batch) + (m, m)).expand(batch + (m, m))
         both = x.cat(eye, dim=-1).contiguous()
@@ -197,7 +197,7 @@ class LinalgMixin(IndexingMixin):
             raise ShapeError(f"svd needs a matrix (at least 2 dimensions), got shape {self.shape}")
         m, n = self.shape[-2:]
         if m < n:
-            u_t, s_t, v_t = self.transpose(-1, -2).svd(full_matrices)
+            u_t, s_t, v_t = self._t().transpose(-1, -2).svd(full_matrices)
             return v_t, s_t, u_t
         if n == 0:
             raise ShapeError(f"svd of a matrix with no columns, shape {self.shape}")
@@ -232,8 +232,8 @@ class LinalgMixin(IndexingMixin):
         if self.ndim < 2:
             raise ShapeError(f"newton_schulz needs a matrix (at least 2 dimensions), got shape {self.shape}")
         if self.shape[-2] > self.shape[-1]:
-            return self.transpose(-1, -2).newton_schulz(steps, params, eps).transpose(-1, -2)
-        x = self._float()
+            return self._t().transpose(-1, -2).newton_schulz(steps, params, eps).transpose(-1, -2)
+        x = self._t()._float()
         g = x / (x.square().sum((-2, -1), keepdim=True).sqrt() + eps)
         for _ in range(steps):
             gram = g.matmul(g.transpose(-1, -2))

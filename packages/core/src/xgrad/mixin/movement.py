@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, cast
 from xgrad.dtype import dtypes, least_upper_dtype
 from xgrad.errors import ArgumentError, DeviceMismatchError, ShapeError
 from xgrad.helpers import argfix, ceildiv, prod
+from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import Scalar
-from xgrad.mixin.symbolic_shapes import SymbolicShapeMixin, as_size, check_in_range, pairs_str, size_diff
+from xgrad.mixin.symbolic_shapes import as_size, check_in_range, pairs_str, size_diff
 from xgrad.uop.ops import UOp, sint
 from xgrad.uop.symshape import canonical_sum, is_symbolic, shape_str, sint_min
 
@@ -25,7 +26,7 @@ class PadModeError(ArgumentError, NotImplementedError):
     """`pad` got a mode it does not know: a `NotImplementedError` as tinygrad's (and an `ArgumentError`)."""
 
 
-class MovementMixin(SymbolicShapeMixin):
+class MovementMixin(TensorBase):
     __slots__ = ()
 
     # ---- the primitive movement ops ----
@@ -38,7 +39,7 @@ class MovementMixin(SymbolicShapeMixin):
         given = [s if isinstance(s, UOp) else int(s) for s in argfix(shape, *args)]
         old = self.shape
         if is_symbolic(given) or is_symbolic(old):
-            return self._reshape_symbolic(given)
+            return self._t()._reshape_symbolic(given)
         new = cast("list[int]", given)  # no symbolic size: all ints
         numel = prod(old)
         if -1 in new:
@@ -126,7 +127,7 @@ class MovementMixin(SymbolicShapeMixin):
             raise ArgumentError(f"pad value {value} is only used by mode 'constant', not {mode!r}; leave it out")
         given = self._pad_pairs(padding)
         if any(isinstance(x, UOp) for p in given for x in p) or is_symbolic(self.shape):
-            return self._pad_symbolic(given, mode, value)
+            return self._t()._pad_symbolic(given, mode, value)
         pairs = [(b, a) for b, a in given if isinstance(b, int) and isinstance(a, int)]
         for (b, a), s in zip(pairs, self.shape):
             if -b - a > s or -b > s or -a > s:

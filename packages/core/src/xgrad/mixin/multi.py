@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from xgrad.device import Device, multi_devices
 from xgrad.engine.multi import multi_axis
 from xgrad.errors import ShardingError
-from xgrad.mixin.nn import NNMixin
+from xgrad.mixin.base import TensorBase
 from xgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 DeviceLike = str | tuple[str, ...]
 
 
-class MultiMixin(NNMixin):
+class MultiMixin(TensorBase):
     __slots__ = ()
 
     @property

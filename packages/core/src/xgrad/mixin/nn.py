@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from xgrad.dtype import dtypes, least_upper_dtype, sum_acc_dtype
 from xgrad.errors import ArgumentError, DTypeError, ShapeError
-from xgrad.mixin.sort import SortMixin
+from xgrad.mixin.base import TensorBase
 from xgrad.mixin.unary import _softplus
 
 if TYPE_CHECKING:
@@ -41,12 +41,12 @@ def _check_reduction(reduction: str) -> None:
         raise ArgumentError(f"reduction={reduction!r}: use 'mean', 'sum' or 'none'")
 
 
-class NNMixin(SortMixin):
+class NNMixin(TensorBase):
     __slots__ = ()
 
     def _do_reduction(self, reduction: str = "mean") -> Tensor:
         _check_reduction(reduction)
-        return self.mean() if reduction == "mean" else self.sum() if reduction == "sum" else self._t()
+        return self._t().mean() if reduction == "mean" else self._t().sum() if reduction == "sum" else self._t()
 
     def sequential(self, ll: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
         """Apply each function (or layer) of `ll` in turn.
@@ -62,7 +62,7 @@ class NNMixin(SortMixin):
 
         >>> [round(v, 4) for v in Tensor([1.0, 3.0]).layernorm().tolist()]
         [-1.0, 1.0]"""
-        x = self._float()
+        x = self._t()._float()
         xa = x.cast(sum_acc_dtype(x.dtype))
         y = xa - xa.mean(axis, keepdim=True)
         return (y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()).cast(x.dtype)
@@ -87,7 +87,7 @@ class NNMixin(SortMixin):
                 raise ShapeError(f"batchnorm {what} of shape {p.shape} does not fit axis {axis} of {self.shape}")
             return p.reshape(shape)
 
-        x = self - laid(mean, "mean")
+        x = self._t() - laid(mean, "mean")
         if weight is not None:
             x = x * laid(weight, "weight")
         x = x * laid(invstd, "invstd")
@@ -140,7 +140,7 @@ class NNMixin(SortMixin):
         >>> round(Tensor([0.5]).binary_crossentropy(Tensor([1.0])).item(), 6)
         0.693147"""
         _check_reduction(reduction)
-        p = self._float()
+        p = self._t()._float()
         loss = -(Y * p.log().clamp(min_=-100) + (1 - Y) * (1 - p).log().clamp(min_=-100))
         return loss._do_reduction(reduction)
 
@@ -156,7 +156,7 @@ class NNMixin(SortMixin):
         >>> round(Tensor([100.0]).binary_crossentropy_logits(Tensor([0.0])).item(), 4)
         100.0"""
         _check_reduction(reduction)
-        x = self._float()
+        x = self._t()._float()
         log_weight = 1 if pos_weight is None else (pos_weight - 1) * Y + 1
         loss = (1 - Y) * x + log_weight * x._in_float32(lambda z: _softplus(-z))
         return loss._do_reduction(reduction)
@@ -176,7 +176,7 @@ class NNMixin(SortMixin):
         _check_reduction(reduction)
         if Y.shape != self.shape[:-1]:
             raise ShapeError(f"labels of shape {Y.shape} do not fit logits of shape {self.shape} (classes last)")
-        logp = self.log_softmax(-1)
+        logp = self._t().log_softmax(-1)
         nll = -_class_mask(Y, self.shape[-1], Y.ndim).where(logp, 0.0).sum(-1)
         loss = nll * (1 - label_smoothing) - logp.mean(-1) * label_smoothing
         counted = Y != ignore_index
@@ -208,7 +208,7 @@ class NNMixin(SortMixin):
                 raise ShapeError(f"class indices of shape {Y.shape} do not fit logits {self.shape}: expected {want}")
             target = _class_mask(Y, num_classes, class_axis).where(1.0, 0.0)
         target = target * (1 - label_smoothing) + label_smoothing / num_classes
-        loss = -(self.log_softmax(class_axis) * target).sum(class_axis)
+        loss = -(self._t().log_softmax(class_axis) * target).sum(class_axis)
         return loss._do_reduction(reduction)
 
     def nll_loss(
@@ -229,7 +229,7 @@ class NNMixin(SortMixin):
             raise ShapeError("nll_loss needs log-probabilities with a class axis, got a 0-d tensor")
         class_axis = 1 if self.ndim >= 2 else 0
         hit = _class_mask(Y, self.shape[class_axis], class_axis)
-        picked = hit.where(self._float(), 0.0).sum(class_axis)
+        picked = hit.where(self._t()._float(), 0.0).sum(class_axis)
         if weight is None:
             w = picked.ones_like()
         else:

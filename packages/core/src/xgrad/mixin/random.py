@@ -26,8 +26,9 @@ from xgrad.device import Device
 from xgrad.dtype import DType, dtypes, to_dtype
 from xgrad.errors import ArgumentError, DTypeError, ShapeError, XgradError
 from xgrad.helpers import TRAINING, argfix, ceildiv, prod
+from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import canonical_device, with_requires_grad
-from xgrad.mixin.creation import CreationMixin, _shape_arg, _size
+from xgrad.mixin.creation import _shape_arg, _size
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.pattern import substitute
 from xgrad.uop.symshape import sint_max
@@ -172,7 +173,7 @@ def _fan_in(shape: tuple[int, ...]) -> int:
     return max(1, int(prod(shape[1:])))
 
 
-class RandomMixin(CreationMixin):
+class RandomMixin(TensorBase):
     __slots__ = ()
 
     _seed: ClassVar[int] = int(time.time())
@@ -252,7 +253,7 @@ class RandomMixin(CreationMixin):
             key = seed if not isinstance(seed, int) else tc(seed & (2**64 - 1), device=self.device, dtype=dtypes.uint64)
             if key.dtype != dtypes.uint64:
                 raise DTypeError(f"threefry of uint64 blocks needs a uint64 seed, got {key.dtype.name}")
-            c0, c1 = (self & U32_MASK).cast(dtypes.uint32), (self >> 32).cast(dtypes.uint32)
+            c0, c1 = (self._t() & U32_MASK).cast(dtypes.uint32), (self._t() >> 32).cast(dtypes.uint32)
             k0, k1 = (key & U32_MASK).cast(dtypes.uint32), (key >> 32).cast(dtypes.uint32)
             x0, x1 = threefry2x32(c0, c1, k0, k1)
             return (x1.cast(dtypes.uint64) << 32) | x0.cast(dtypes.uint64)
@@ -555,7 +556,7 @@ class RandomMixin(CreationMixin):
                 f"cannot draw {num_samples} samples without replacement from {cats} categories; "
                 "pass replacement=True or draw fewer"
             )
-        w = (self.reshape(1, cats) if self.ndim == 1 else self._t()).cast(
+        w = (self._t().reshape(1, cats) if self.ndim == 1 else self._t()).cast(
             dtypes.float64 if self.dtype == dtypes.float64 else dtypes.float32
         )
         rows = w.shape[0]
@@ -597,6 +598,6 @@ class RandomMixin(CreationMixin):
         if not TRAINING or p == 0:
             return self._t()
         if p == 1:
-            return self.zeros_like()
+            return self._t().zeros_like()
         keep = self._tensor_cls().rand(*self.shape, device=self.device, contiguous=False) >= p
         return keep.where(self._t(), 0) * (1.0 / (1.0 - p))

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Literal
 from xgrad.dtype import DType, dtypes, sum_acc_dtype, to_dtype
 from xgrad.errors import ShapeError
 from xgrad.helpers import DISALLOW_BROADCAST, prod
+from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import broadcast_shape
-from xgrad.mixin.unary import UnaryMixin, _logaddexp
+from xgrad.mixin.unary import _logaddexp
 from xgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def _scan_last(x: Tensor, kind: ScanKind) -> Tensor:
     return out.shrink((*((0, s) for s in x.shape[:-1]), (0, n)))
 
 
-class ReduceMixin(UnaryMixin):
+class ReduceMixin(TensorBase):
     __slots__ = ()
 
     # ---- reductions ----
@@ -133,7 +134,7 @@ class ReduceMixin(UnaryMixin):
         >>> Tensor([[1, 2], [3, 4]]).sum(1).tolist()
         [3, 7]"""
         acc = to_dtype(dtype) if dtype is not None else _acc_dtype(self.dtype)
-        ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+        ret = self._t().cast(acc)._reduce(Ops.ADD, axis, keepdim)
         keep_low_float = dtype is None and dtypes.is_float(self.dtype)
         return ret.cast(self.dtype) if keep_low_float else ret
 
@@ -143,7 +144,7 @@ class ReduceMixin(UnaryMixin):
         >>> Tensor([[1, 2], [3, 4]]).prod(1).tolist()
         [2, 12]"""
         acc = to_dtype(dtype) if dtype is not None else _acc_dtype(self.dtype)
-        x = self.cast(acc)
+        x = self._t().cast(acc)
         ret = x._reduce(Ops.MUL, axis, keepdim)
         return ret.cast(self.dtype) if dtype is None and dtypes.is_float(self.dtype) else ret
 
@@ -176,8 +177,8 @@ class ReduceMixin(UnaryMixin):
     def _nonzero(self) -> Tensor:
         """self != 0 as bool; nan counts as nonzero (tested on its bits: not every backend compares nan by IEEE)."""
         if dtypes.is_float(self.dtype):
-            return (self != 0) | self.isnan()
-        return self.cast(dtypes.bool)
+            return (self._t() != 0) | self._t().isnan()
+        return self._t().cast(dtypes.bool)
 
     def all(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """Whether every element is nonzero (True over an empty axis).
@@ -192,7 +193,7 @@ class ReduceMixin(UnaryMixin):
 
         >>> Tensor([[1, 2], [3, 5]]).mean(1).tolist()
         [1.5, 4.0]"""
-        x = self._float()
+        x = self._t()._float()
         out = x.sum(axis, keepdim, dtype=_acc_dtype(x.dtype))
         n = prod(self.shape) // max(1, prod(out.shape)) if out.numel() else 0
         return (out / n if n else out * math.nan).cast(x.dtype)
@@ -200,7 +201,7 @@ class ReduceMixin(UnaryMixin):
     def _var_acc(self, axis: Axis, keepdim: bool, correction: int | float) -> Tensor:
         """The variance in the accumulation dtype (float32 for 16-bit floats): the deviations, their squares and sum
         stay there, so small 16-bit data neither underflows nor loses its digits."""
-        x = self._float()
+        x = self._t()._float()
         x = x.cast(_acc_dtype(x.dtype))
         ss = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
         n = prod(self.shape) // max(1, prod(ss.shape)) if ss.numel() else 0
@@ -214,14 +215,14 @@ class ReduceMixin(UnaryMixin):
 
         >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
         1.6666666269302368"""
-        return self._var_acc(axis, keepdim, correction).cast(self._float().dtype)
+        return self._var_acc(axis, keepdim, correction).cast(self._t()._float().dtype)
 
     def std(self, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
         """The square root of `var` (computed like it).
 
         >>> Tensor([1.0, 3.0]).std().item()
         1.4142135381698608"""
-        return self._var_acc(axis, keepdim, correction).sqrt().cast(self._float().dtype)
+        return self._var_acc(axis, keepdim, correction).sqrt().cast(self._t()._float().dtype)
 
     def var_mean(self, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Tensor, Tensor]:
         """(var, mean).
@@ -247,7 +248,7 @@ class ReduceMixin(UnaryMixin):
 
         >>> round(Tensor([1000.0, 1000.0]).logsumexp().item(), 3)
         1000.693"""
-        x = self._float()
+        x = self._t()._float()
         axes = self._reduce_axes(axis)
         if any(self.shape[a] == 0 for a in axes):
             shape = self._reduced_shape(axes, keepdim)
@@ -265,7 +266,7 @@ class ReduceMixin(UnaryMixin):
         >>> Tensor([[1, 3, 3], [4, 0, 4]]).argmax(1).tolist(), Tensor([[1, 3], [4, 0]]).argmax().item()
         ([1, 0], 2)"""
         if axis is None:
-            flat = self.flatten().argmax(0)
+            flat = self._t().flatten().argmax(0)
             return flat.reshape((1,) * self.ndim) if keepdim else flat
         ax = self._axis(axis)
         if self.ndim == 0:
@@ -280,9 +281,9 @@ class ReduceMixin(UnaryMixin):
             )
         count_down = self._tensor_cls().arange(n, 0, -1, device=self.device, dtype=dtypes.int32)
         count_down = count_down.reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
-        hit = self == self.max(ax, keepdim=True)
+        hit = self._t() == self.max(ax, keepdim=True)
         if dtypes.is_float(self.dtype):
-            hit = hit | self.isnan()  # the max is NaN then, equal to nothing
+            hit = hit | self._t().isnan()  # the max is NaN then, equal to nothing
         return n - hit.where(count_down, 0).max(ax, keepdim)
 
     def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
@@ -295,8 +296,8 @@ class ReduceMixin(UnaryMixin):
     def _order_reversed(self) -> Tensor:
         """A tensor whose order is the reverse of self's (bitwise not for ints: no overflow at the minimum)."""
         if self.dtype == dtypes.bool:
-            return self.logical_not()
-        return -self if dtypes.is_float(self.dtype) else self.bitwise_not()
+            return self._t().logical_not()
+        return -self._t() if dtypes.is_float(self.dtype) else self._t().bitwise_not()
 
     # ---- softmax family ----
     def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
@@ -305,7 +306,7 @@ class ReduceMixin(UnaryMixin):
 
         >>> Tensor([0.0, 0.0]).softmax().tolist()
         [0.5, 0.5]"""
-        x = self.cast(dtype) if dtype is not None else self._float()
+        x = self._t().cast(dtype) if dtype is not None else self._t()._float()
         xa = x.cast(_acc_dtype(x.dtype))
         e = (xa - xa._safe_max(axis)).exp()
         return (e / e.sum(axis, keepdim=True)).cast(x.dtype)
@@ -315,7 +316,7 @@ class ReduceMixin(UnaryMixin):
 
         >>> [round(v, 6) for v in Tensor([1000.0, 1000.0]).log_softmax().tolist()]
         [-0.693147, -0.693147]"""
-        x = self.cast(dtype) if dtype is not None else self._float()
+        x = self._t().cast(dtype) if dtype is not None else self._t()._float()
         xa = x.cast(_acc_dtype(x.dtype))
         shifted = xa - xa._safe_max(axis)
         return (shifted - shifted.exp().sum(axis, keepdim=True).log()).cast(x.dtype)
@@ -325,17 +326,17 @@ class ReduceMixin(UnaryMixin):
 
         >>> Tensor([0.0, 0.0]).softmin().tolist()
         [0.5, 0.5]"""
-        x = self.cast(dtype) if dtype is not None else self._float()
+        x = self._t().cast(dtype) if dtype is not None else self._t()._float()
         return (-x).softmax(axis)
 
     # ---- scans ----
     def _scan(self, kind: ScanKind, axis: int) -> Tensor:
         if self.ndim == 0:
-            return _scan_last(self.reshape(1), kind).reshape(())
+            return _scan_last(self._t().reshape(1), kind).reshape(())
         ax = self._axis(axis)
         if self.shape[ax] == 0:
             return self._t()
-        return _scan_last(self.transpose(ax, -1), kind).transpose(ax, -1)
+        return _scan_last(self._t().transpose(ax, -1), kind).transpose(ax, -1)
 
     def cumsum(self, axis: int = 0) -> Tensor:
         """Running sums along `axis`, with the dtype of `sum`.
@@ -343,7 +344,7 @@ class ReduceMixin(UnaryMixin):
         >>> Tensor([1, 2, 3]).cumsum().tolist()
         [1, 3, 6]"""
         acc = _acc_dtype(self.dtype)
-        out = self.cast(acc)._scan("sum", axis)
+        out = self._t().cast(acc)._scan("sum", axis)
         return out.cast(self.dtype) if dtypes.is_float(self.dtype) else out
 
     def cumprod(self, axis: int = 0) -> Tensor:
@@ -352,7 +353,7 @@ class ReduceMixin(UnaryMixin):
         >>> Tensor([1, 2, 3]).cumprod().tolist()
         [1, 2, 6]"""
         acc = _acc_dtype(self.dtype)
-        out = self.cast(acc)._scan("prod", axis)
+        out = self._t().cast(acc)._scan("prod", axis)
         return out.cast(self.dtype) if dtypes.is_float(self.dtype) else out
 
     def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
@@ -362,10 +363,10 @@ class ReduceMixin(UnaryMixin):
         >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax()]
         [[1, 3, 3, 3], [0, 1, 1, 3]]"""
         if self.ndim == 0:
-            values, indices = self.reshape(1).cummax(0)
+            values, indices = self._t().reshape(1).cummax(0)
             return values.reshape(()), indices.reshape(())
         ax = self._axis(axis)
-        x = self.transpose(ax, -1)
+        x = self._t().transpose(ax, -1)
         n = x.shape[-1]
         if n == 0:
             return self._t(), self._t().cast(dtypes.int32)
@@ -392,7 +393,7 @@ class ReduceMixin(UnaryMixin):
 
         >>> [round(v, 4) for v in Tensor([0.0, 0.0, 1000.0]).logcumsumexp().tolist()]
         [0.0, 0.6931, 1000.0]"""
-        return self._float()._scan("logsumexp", axis)
+        return self._t()._float()._scan("logsumexp", axis)
 
     # ---- matmul ----
     def _sum_of_products(self, w: Tensor) -> Tensor:
@@ -409,4 +410,4 @@ class ReduceMixin(UnaryMixin):
         dt, static = self.dtype, all(type(s) is int and s > 0 for s in xs + ws)
         if static and dt is w.dtype and _acc_dtype(dt) is dt and self.device == w.device and not DISALLOW_BROADCAST:
             return self._new(_matmul_uop(self.uop, w.uop, x_shape, w_shape, k))
-        return (self.reshape(x_shape) * w.reshape(w_shape).transpose(-1, k)).sum(-1)
+        return (self._t().reshape(x_shape) * w.reshape(w_shape).transpose(-1, k)).sum(-1)

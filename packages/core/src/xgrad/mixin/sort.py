@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import IndexingError
-from xgrad.mixin.conv import ConvMixin
+from xgrad.mixin.base import TensorBase
 
 
 class TopkRangeError(IndexingError, ValueError):
@@ -37,7 +37,7 @@ def _precedes(a: Tensor, ai: Tensor, b: Tensor, bi: Tensor, descending: bool) ->
     return first | (same & (ai < bi))
 
 
-class SortMixin(ConvMixin):
+class SortMixin(TensorBase):
     __slots__ = ()
 
     def sort(self, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
@@ -52,7 +52,7 @@ class SortMixin(ConvMixin):
         if self.ndim == 0:
             return self._t(), self._tensor_cls().zeros((), device=self.device, dtype=index_dtype)
         axis = self._axis(dim)
-        x = self.transpose(axis, -1) if axis != self.ndim - 1 else self._t()
+        x = self._t().transpose(axis, -1) if axis != self.ndim - 1 else self._t()
         n = x.shape[-1]
         arange = self._tensor_cls().arange
         if n <= 1 or x.numel() == 0:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from xgrad.dtype import dtypes
 from xgrad.errors import ArgumentError
-from xgrad.mixin.bitwise import BitwiseMixin
+from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import Scalar
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def _erf(x: Tensor) -> Tensor:
     return small.where(series, neg.where(-big, big))
 
 
-class UnaryMixin(BitwiseMixin):
+class UnaryMixin(TensorBase):
     __slots__ = ()
 
     # ---- inverse trig and hyperbolic ----
@@ -162,70 +162,70 @@ class UnaryMixin(BitwiseMixin):
 
         >>> [round(v, 6) for v in Tensor([0.0, 1.0]).atan().tolist()]
         [0.0, 0.785398]"""
-        return self._in_float32(_atan)
+        return self._t()._in_float32(_atan)
 
     def asin(self) -> Tensor:
         """asin(x) = 2*atan(x / (1 + sqrt(1 - x*x))); nan outside [-1, 1].
 
         >>> round(Tensor([1.0]).asin().item(), 6)
         1.570796"""
-        return self._in_float32(lambda x: 2.0 * _atan(x / (((1.0 - x) * (1.0 + x)).sqrt() + 1.0)))
+        return self._t()._in_float32(lambda x: 2.0 * _atan(x / (((1.0 - x) * (1.0 + x)).sqrt() + 1.0)))
 
     def acos(self) -> Tensor:
         """acos(x) = 2*atan(sqrt((1 - x) / (1 + x))); nan outside [-1, 1].
 
         >>> round(Tensor([-1.0]).acos().item(), 6)
         3.141593"""
-        return self._in_float32(lambda x: 2.0 * _atan(((1.0 - x) / (1.0 + x)).sqrt()))
+        return self._t()._in_float32(lambda x: 2.0 * _atan(((1.0 - x) / (1.0 + x)).sqrt()))
 
     def tanh(self) -> Tensor:
         """The hyperbolic tangent.
 
         >>> round(Tensor([0.5]).tanh().item(), 6)
         0.462117"""
-        return self._in_float32(_tanh)
+        return self._t()._in_float32(_tanh)
 
     def sinh(self) -> Tensor:
         """The hyperbolic sine.
 
         >>> round(Tensor([1.0]).sinh().item(), 6)
         1.175201"""
-        return self._in_float32(_sinh)
+        return self._t()._in_float32(_sinh)
 
     def cosh(self) -> Tensor:
         """The hyperbolic cosine.
 
         >>> round(Tensor([1.0]).cosh().item(), 6)
         1.543081"""
-        return self._in_float32(lambda x: (x.exp() + (-x).exp()) * 0.5)
+        return self._t()._in_float32(lambda x: (x.exp() + (-x).exp()) * 0.5)
 
     def asinh(self) -> Tensor:
         """The inverse hyperbolic sine.
 
         >>> round(Tensor([1.0]).asinh().item(), 6)
         0.881374"""
-        return self._in_float32(_asinh)
+        return self._t()._in_float32(_asinh)
 
     def acosh(self) -> Tensor:
         """nan below 1.
 
         >>> round(Tensor([2.0]).acosh().item(), 6)
         1.316958"""
-        return self._in_float32(_acosh)
+        return self._t()._in_float32(_acosh)
 
     def atanh(self) -> Tensor:
         """atanh(x) = (log1p(x) - log1p(-x)) / 2; +-inf at +-1, nan outside [-1, 1].
 
         >>> round(Tensor([0.5]).atanh().item(), 6)
         0.549306"""
-        return self._in_float32(lambda x: (_log1p(x) - _log1p(-x)) * 0.5)
+        return self._t()._in_float32(lambda x: (_log1p(x) - _log1p(-x)) * 0.5)
 
     def erf(self) -> Tensor:
         """The error function.
 
         >>> round(Tensor([1.0]).erf().item(), 6)
         0.842701"""
-        return self._in_float32(_erf)
+        return self._t()._in_float32(_erf)
 
     # ---- activations ----
     def sigmoid(self) -> Tensor:
@@ -233,28 +233,29 @@ class UnaryMixin(BitwiseMixin):
 
         >>> Tensor([0.0, -200.0]).sigmoid().tolist()
         [0.5, 0.0]"""
-        return self._in_float32(_sigmoid)
+        return self._t()._in_float32(_sigmoid)
 
     def logsigmoid(self) -> Tensor:
         """log(sigmoid(x)) = -softplus(-x), without overflow.
 
         >>> round(Tensor([-200.0, 0.0]).logsigmoid().tolist()[0], 1)
         -200.0"""
-        return self._in_float32(lambda x: -_softplus(-x))
+        return self._t()._in_float32(lambda x: -_softplus(-x))
 
     def softplus(self, beta: float = 1.0) -> Tensor:
         """log(1 + exp(beta * x)) / beta, without overflow (torch switches to x above beta*x = 20; this is exact).
 
         >>> Tensor([100.0]).softplus().tolist()
         [100.0]"""
-        return self._in_float32(lambda x: _softplus(x * beta) * (1 / beta))
+        return self._t()._in_float32(lambda x: _softplus(x * beta) * (1 / beta))
 
     def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor:
         """x clipped to [min_val, max_val]; as in torch, the gradient is 0 at the two ends.
 
         >>> Tensor([-2.0, 0.5, 2.0]).hardtanh().tolist()
         [-1.0, 0.5, 1.0]"""
-        return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self._t()))
+        x = self._t()
+        return (x <= min_val).where(min_val, (x >= max_val).where(max_val, x))
 
     def relu6(self) -> Tensor:
         """min(max(x, 0), 6).
@@ -268,14 +269,14 @@ class UnaryMixin(BitwiseMixin):
 
         >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
         [0.0, 0.5, 1.0]"""
-        return (self._float() * alpha + beta).hardtanh(0, 1)
+        return (self._t()._float() * alpha + beta).hardtanh(0, 1)
 
     def hardswish(self) -> Tensor:
         """x * relu6(x + 3) / 6 (gradient as torch's at -3 and 3).
 
         >>> Tensor([-4.0, 1.0, 4.0]).hardswish().tolist()
         [0.0, 0.6666666865348816, 4.0]"""
-        x = self._float()
+        x = self._t()._float()
         xs = ((x <= -3) | (x >= 3)).where(0.0, x)
         return (x <= -3).where(0.0, (x >= 3).where(x, xs * (xs + 3) * (1 / 6)))
 
@@ -284,14 +285,14 @@ class UnaryMixin(BitwiseMixin):
 
         >>> round(Tensor([-1.0, 2.0]).elu().tolist()[0], 6)
         -0.632121"""
-        return self._in_float32(lambda x: (x > 0).where(x, alpha * _expm1((x > 0).where(0.0, x))))
+        return self._t()._in_float32(lambda x: (x > 0).where(x, alpha * _expm1((x > 0).where(0.0, x))))
 
     def celu(self, alpha: float = 1.0) -> Tensor:
         """x for x > 0, alpha * (exp(x / alpha) - 1) otherwise.
 
         >>> round(Tensor([-1.0]).celu(2.0).item(), 6)
         -0.786939"""
-        return self._in_float32(lambda x: (x > 0).where(x, alpha * _expm1((x > 0).where(0.0, x) * (1 / alpha))))
+        return self._t()._in_float32(lambda x: (x > 0).where(x, alpha * _expm1((x > 0).where(0.0, x) * (1 / alpha))))
 
     def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
         """gamma * elu(x, alpha), with tinygrad's rounded defaults (torch: 1.6732632, 1.0507010).
@@ -305,7 +306,7 @@ class UnaryMixin(BitwiseMixin):
 
         >>> round(Tensor([1.0]).silu().item(), 6)
         0.731059"""
-        return self._in_float32(lambda x: x * _sigmoid(x))
+        return self._t()._in_float32(lambda x: x * _sigmoid(x))
 
     def swish(self) -> Tensor:
         """The same as silu.
@@ -319,7 +320,7 @@ class UnaryMixin(BitwiseMixin):
 
         >>> round(Tensor([1.0]).quick_gelu().item(), 6)
         0.845796"""
-        return self._in_float32(lambda x: x * _sigmoid(x * 1.702))
+        return self._t()._in_float32(lambda x: x * _sigmoid(x * 1.702))
 
     def gelu(self, approximate: str = "tanh") -> Tensor:
         """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))); `approximate='none'` uses erf instead.
@@ -327,11 +328,11 @@ class UnaryMixin(BitwiseMixin):
         >>> round(Tensor([1.0]).gelu().item(), 6), round(Tensor([1.0]).gelu("none").item(), 6)
         (0.841192, 0.841345)"""
         if approximate == "tanh":
-            return self._in_float32(
+            return self._t()._in_float32(
                 lambda x: 0.5 * x * (1.0 + _tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
             )
         if approximate == "none":
-            return self._in_float32(lambda x: 0.5 * x * (1.0 + _erf(x * (1 / math.sqrt(2)))))
+            return self._t()._in_float32(lambda x: 0.5 * x * (1.0 + _erf(x * (1 / math.sqrt(2)))))
         raise ArgumentError(f"gelu approximate={approximate!r}: use 'tanh' or 'none'")
 
     def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
@@ -339,21 +340,22 @@ class UnaryMixin(BitwiseMixin):
 
         >>> Tensor([-2.0, 3.0]).leaky_relu(0.5).tolist()
         [-1.0, 3.0]"""
-        return (self > 0).where(self._t(), self * neg_slope)
+        x = self._t()
+        return (x > 0).where(x, x * neg_slope)
 
     def mish(self) -> Tensor:
         """x * tanh(softplus(x)).
 
         >>> round(Tensor([1.0]).mish().item(), 6)
         0.865098"""
-        return self._in_float32(lambda x: x * _tanh(_softplus(x)))
+        return self._t()._in_float32(lambda x: x * _tanh(_softplus(x)))
 
     def softsign(self) -> Tensor:
         """x / (1 + |x|).
 
         >>> Tensor([-3.0, 1.0]).softsign().tolist()
         [-0.75, 0.5]"""
-        x = self._float()
+        x = self._t()._float()
         return x / (x.abs() + 1.0)
 
     # ---- binary ----
@@ -362,5 +364,5 @@ class UnaryMixin(BitwiseMixin):
 
         >>> round(Tensor([1000.0]).logaddexp(1000.0).item(), 3)
         1000.693"""
-        a, b = self._broadcasted(x)
+        a, b = self._t()._broadcasted(x)
         return a._float()._in_float32(lambda af: _logaddexp(af, b.cast(af.dtype)))
