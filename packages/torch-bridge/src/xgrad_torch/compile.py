@@ -24,6 +24,7 @@ point, so an installed xgrad_torch needs no import beyond `import xgrad_torch`).
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -154,45 +155,44 @@ class CompiledGraph:
         self.assigned_early.add(i)
         return dst
 
-    def _input(self, k: int, a: Any) -> tuple[Tensor, tuple[list[int], list[int], int] | None]:
-        """Input `k` as an xgrad Tensor, and the view of it the graph takes (None: all of it). A view of a storage
-        (a transposed weight saved for backward) goes in as the storage's whole buffer and is taken inside the
-        capture, where it folds into the kernels and leaves TinyJit a plain buffer to swap. A small CPU tensor (an
-        optimizer's step count) is copied into a buffer kept for the next call, which passes that buffer again,
-        with no copy, while the tensor still holds the values the buffer holds (the ones the last call wrote
-        back)."""
+    def _input(self, k: int, a: Any) -> tuple[Tensor, tuple[list[int], list[int], int] | None, bool]:
+        """Input `k` as an xgrad Tensor, the view of it the graph takes (None: all of it), and whether the input is
+        the whole of a buffer of its own (an in-place write to it can be an assign into that buffer).
+
+        A view of a storage (a transposed weight saved for backward) goes in as the storage's whole buffer and is
+        taken inside the capture, where it folds into the kernels and leaves TinyJit a plain buffer to swap. A small
+        CPU tensor (an optimizer's step count) is copied into a buffer kept for the next call, which passes that
+        buffer again, with no copy, while the tensor still holds the values the buffer holds (the ones the last
+        call wrote back); only this graph writes that buffer."""
         if not isinstance(a, torch.Tensor) or a.device.type not in ("xgrad", "cpu"):
             raise BridgeError(f"the xgrad backend got an input on {getattr(a, 'device', type(a).__name__)}; "
                               "move the model and its inputs to 'xgrad' before calling it")  # fmt: skip
-        if a.device.type == "xgrad":
+        if not a.is_cpu:
             h = storage.holder_of(a)
-            whole = a.is_contiguous() and a.storage_offset() == 0 and a.numel() == h.numel
-            if whole or a.dtype != to_torch_dtype(h.whole.dtype):
-                return read(a), None
-            return h.whole, (list(a.shape), list(a.stride()), int(a.storage_offset()))
+            whole, shape = h.whole, tuple(a.shape)
+            if a.storage_offset() == 0 and a.is_contiguous():
+                if whole.shape == shape:
+                    return whole, None, True
+                if a.numel() == h.numel:
+                    return whole.reshape(shape), None, False
+            if a.dtype != to_torch_dtype(whole.dtype):
+                return read(a), None, False
+            return whole, (list(shape), list(a.stride()), int(a.storage_offset())), False
         if a.numel() > KEEP_CPU_INPUT or a.dtype == torch.bfloat16:
-            return storage.from_cpu(a).realize(), None
+            return storage.from_cpu(a).realize(), None, False
         kept = self.cpu_inputs.get(k)
         values = a.detach().numpy()
         if kept is not None and kept[0]() is a and np.array_equal(values, kept[1]):
-            return kept[2], None
+            return kept[2], None, True
         x = storage.from_cpu(a).realize()
         self.cpu_inputs[k] = (weakref.ref(a), values.copy(), x)
-        return x, None
-
-    def _owns_buffer(self, a: torch.Tensor, x: Tensor) -> bool:
-        """Whether input `a` (read as `x`) is the whole of a storage of its own: an in-place write to it can be an
-        assign into `x`'s buffer. (A CPU input reads as the kept buffer, which only this graph writes.)"""
-        if a.device.type == "cpu":
-            return a.numel() <= KEEP_CPU_INPUT and a.dtype != torch.bfloat16
-        h = storage.holder_of(a)
-        return x is h.whole and a.is_contiguous() and a.storage_offset() == 0 and a.numel() == h.numel
+        return x, None, True
 
     def __call__(self, *args: Any) -> list[Any]:
         self.input_dtypes = [a.dtype if isinstance(a, torch.Tensor) else None for a in args]
         read_in = [self._input(k, a) for k, a in enumerate(args)]
-        xs = [x for x, _ in read_in]
-        views = [view for _, view in read_in]
+        xs = [x for x, _, _ in read_in]
+        views = [view for _, view, _ in read_in]
         storage.flush()  # pending writes to inputs (an optimizer's step) first: the replay reads their buffers
         # one xgrad Tensor per graph node: a tensor passed twice, two sharing a storage, or two storages holding the
         # same lazy value (optimizer states made by zeros_like, which realize to one buffer) go in once, and none
@@ -204,7 +204,8 @@ class CompiledGraph:
                 first[id(x.uop)] = len(unique)
                 unique.append(x)
         positions = [first[id(x.uop)] for x in xs]
-        assignable = [self._owns_buffer(a, x) and positions.count(p) == 1 for a, x, p in zip(args, xs, positions)]
+        uses = Counter(positions)
+        assignable = [owns and uses[p] == 1 for (_, _, owns), p in zip(read_in, positions)]
         if (positions, assignable, views) != (self.positions, self.assignable, self.input_views):
             self.jit.reset()  # a different aliasing or view of the inputs: capture again
         self.positions, self.assignable, self.input_views = positions, assignable, views
@@ -250,6 +251,9 @@ class CompiledGraph:
         """Input `a` takes the value `new` (what aot_autograd's copy_ back into a mutated input would do)."""
         if a.device.type == "xgrad":
             storage.write(a, new)
+            return
+        if a.dtype != torch.bfloat16 and a.is_contiguous():
+            a.detach().numpy()[...] = new.numpy().reshape(a.shape)  # (aot_autograd bumps the version counter)
             return
         with torch.no_grad():
             a.copy_(storage.to_cpu_tensor(wrap(new, a.dtype)))
