@@ -627,8 +627,8 @@ def _reuse_lanes(ast: UOp, upcast: set[int], most: int) -> tuple[UOp, int] | Non
     reads = [_axes_read(u) for u in ast.toposort if u.op is Ops.LOAD]
     cap = min(most, max(REUSE_LANES))
     for r in kernel_ranges(ast):
-        if r.arg[1] is not AxisType.LOOP or r.arg[0] in upcast or (size := range_size(r)) is None:
-            continue
+        if r.arg[1] is not AxisType.LOOP or r.arg[0] in upcast or not (size := range_size(r)):
+            continue  # unknown size, or an empty loop (nonzero(size=0)): no lanes to share a load
         amount = next((a for a in (size, *REUSE_LANES) if size % a == 0 and a <= cap), None)
         if amount is not None and any(r.arg[0] not in axes for axes in reads):
             return r, amount
