@@ -610,7 +610,12 @@ class Transformer:
         qg = self._f16(q).reshape(b, t, kv, group, cfg.head_dim).permute(0, 2, 3, 1, 4)  # (B, KV, G, T, hd)
         # products and sums over broadcast views rather than `@`: a matmul reshapes the symbolic cache length S into
         # its own layout, and the kernel then divides indices by start_pos + 1 for every element it loads
-        qk = (qg.unsqueeze(-2) * keys.unsqueeze(-3)).sum(-1)  # (B, KV, G, T, S)
+        if t == 1 and (lanes := dot_lanes_of(cfg.head_dim)) < cfg.head_dim:  # a decode step: 16 partial sums
+            split = (cfg.head_dim // lanes, lanes)  # the cache split before its shrink (see lane_dot)
+            keys16 = ck.reshape(*ck.shape[:3], *split).shrink((None, None, (0, end), None, None)).unsqueeze(2)
+            qk = lane_dot(qg.reshape(*qg.shape[:-1], 1, *split), keys16.unsqueeze(-4).cast(dtypes.float32))
+        else:
+            qk = (qg.unsqueeze(-2) * keys.unsqueeze(-3)).sum(-1)  # (B, KV, G, T, S)
         scores = softcap(qk * cfg.attn_scale, cfg.attn_softcap)
         window = cfg.sliding_window if sliding else 0
         if t > 1 or window:
@@ -620,7 +625,10 @@ class Transformer:
             if window:
                 keep = keep & (cols > rows - window)
             scores = keep.where(scores, -math.inf)
-        out = (self._f16(scores.softmax(-1)).unsqueeze(-1) * values.unsqueeze(-3)).sum(-2)  # (B, KV, G, T, vd)
+        probs = self._f16(scores.softmax(-1))
+        if t == 1:  # realized: else each output lane of the product below recomputes its row's exponentials
+            probs = probs.contiguous()
+        out = (probs.unsqueeze(-1) * values.unsqueeze(-3)).sum(-2)  # (B, KV, G, T, vd)
         out = out.permute(0, 3, 1, 2, 4).reshape(b, t, cfg.n_heads * vd)
         return self._project(w, "attn_output", out)
 
