@@ -164,11 +164,11 @@ class CompiledGraph:
         CPU tensor (an optimizer's step count) is copied into a buffer kept for the next call, which passes that
         buffer again, with no copy, while the tensor still holds the values the buffer holds (the ones the last
         call wrote back); only this graph writes that buffer."""
-        if not isinstance(a, torch.Tensor) or a.device.type not in ("xgrad", "cpu"):
+        h = getattr(a.untyped_storage(), "_xgrad", None) if isinstance(a, torch.Tensor) and not a.is_cpu else None
+        if not isinstance(h, storage.Holder) and not (isinstance(a, torch.Tensor) and a.is_cpu):
             raise BridgeError(f"the xgrad backend got an input on {getattr(a, 'device', type(a).__name__)}; "
                               "move the model and its inputs to 'xgrad' before calling it")  # fmt: skip
-        if not a.is_cpu:
-            h = storage.holder_of(a)
+        if h is not None:  # (tested through the storage's holder: a torch.device object per input costs more)
             whole, shape = h.whole, tuple(a.shape)
             if a.storage_offset() == 0 and a.is_contiguous():
                 if whole.shape == shape:
