@@ -136,3 +136,33 @@ def test_compiled_outputs_sharing_a_storage_are_realized_once() -> None:
     # the forward's capture: conv + relu, the matmul's product, the loss (and its reduction): no copy of relu made
     # for its flattened view (5 kernels when each output over the storage was realized on its own)
     assert kernels[1] == 4, kernels
+
+
+def test_compiled_batchnorm_training_and_sgd_momentum_match_cpu() -> None:
+    torch.manual_seed(0)
+
+    def net() -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.BatchNorm2d(3), torch.nn.ReLU(),
+                                   torch.nn.Flatten(), torch.nn.Linear(3 * 4 * 4, 2))  # fmt: skip
+
+    ref, model = net(), net()
+    model.load_state_dict(ref.state_dict())
+    model = model.to("xgrad")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    loss_of = torch.compile(lambda x: model(x).square().mean(), backend="xgrad", dynamic=False)
+    update = torch.compile(opt.step, backend="xgrad", dynamic=False)  # momentum buffers written in place
+    g = torch.Generator().manual_seed(1)
+    for step in range(5):
+        x = torch.randn(4, 2, 6, 6, generator=g)
+        opt.zero_grad()
+        loss = loss_of(x.to("xgrad"))  # the forward writes the running statistics in place
+        loss.backward()
+        update()
+        ref_opt.zero_grad()
+        ref_loss = ref(x).square().mean()
+        ref_loss.backward()
+        ref_opt.step()
+        assert abs(loss.item() - ref_loss.item()) < 1e-5, f"step {step}"
+    for (name, v), w in zip(model.state_dict().items(), ref.state_dict().values()):
+        np.testing.assert_allclose(v.cpu().numpy(), w.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)

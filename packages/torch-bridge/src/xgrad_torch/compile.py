@@ -283,8 +283,8 @@ def _assign_early(gm: torch.fx.GraphModule) -> None:
         dst, src = node.args[0], node.args[1]
         if len(node.args) != 2 or node.kwargs or not isinstance(dst, torch.fx.Node) or dst.op != "placeholder":
             continue
-        if not isinstance(src, torch.fx.Node) or src.op == "placeholder":
-            continue
+        if not isinstance(src, torch.fx.Node) or src.op == "placeholder" or not _same_layout(src, dst):
+            continue  # (ops reading the input instead of the value must see the same dtype, shape and strides)
         order = {n: k for k, n in enumerate(graph.nodes)}
         last = max([order[src], *(order[u] for u in dst.users if u is not node)])
         after = next(n for n, k in order.items() if k == last)
@@ -298,6 +298,14 @@ def _assign_early(gm: torch.fx.GraphModule) -> None:
     if changed:
         graph.lint()
         gm.recompile()
+
+
+def _same_layout(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+    """Whether two graph values have the same dtype, shape and strides (from the fake tensors aot_autograd traced)."""
+    x, y = a.meta.get("val"), b.meta.get("val")
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        return False
+    return x.dtype == y.dtype and x.shape == y.shape and x.stride() == y.stride()
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
