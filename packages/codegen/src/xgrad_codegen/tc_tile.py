@@ -7,10 +7,13 @@ IR in: a kernel AST as `optimize` takes it, a matmul as `tc.match_matmul` finds 
   threads (warp w = thread // threads computes the tile's (w // warps_n, w % warps_n) warp tile);
 - k becomes one REDUCE range over k-slices of BK = frags_k x the instruction's k; in each slice every thread copies
   its share of the A slice (BM x BK) and the B slice (BK x BN) from global memory (consecutive threads read
-  consecutive elements along the operand's contiguous axis: coalesced) into two DEFINE_LOCAL arrays (A rows and B
-  rows padded by SMEM_PAD elements so that a warp's fragment reads fall into different banks), between two
-  BARRIERs: one after the slice's global loads (every thread is done reading the previous slice's shared tiles) and
-  one after its shared stores (the slice is complete before anyone reads it);
+  consecutive chunks along the operand's contiguous axis: coalesced; a chunk is one aligned vector of up to the
+  renderer's `aligned_vector_bytes` where `_chunk` proves the alignment) into two DEFINE_LOCAL arrays (A rows and B
+  rows padded by SMEM_PAD elements so that a warp's fragment reads fall into different banks). With one buffer
+  (stages 1) between two BARRIERs: one after the slice's global loads (every thread is done reading the previous
+  slice's shared tiles) and one after its shared stores (the slice is complete before anyone reads it). Double-
+  buffered (stages 2), slice 0 is copied before the loop and iteration ko has one BARRIER, reads buffer ko % 2 and
+  copies slice ko+1 into the other buffer, so those global loads are in flight while the WMMAs run;
 - each warp then reads its frags_m A fragments and frags_n B fragments per k-fragment from shared memory, in the
   instruction's register layout (`TensorCore.place`), and keeps frags_m x frags_n accumulators: REDUCE(ADD, a chain
   of WMMA(A, B, 0) over the slice's k-fragments, the k-slices) each, which the linearizer turns into WMMAs that
@@ -23,7 +26,8 @@ Each element of A and B is read from global memory once per block (instead of on
 frags_m x frags_n x warps / (frags_m + frags_n) (see the backend-nv README for the SASS counts).
 
 A TileShape is written as one number in Opt("TC", tc_index, code): the decimal digits warps_m warps_n frags_m
-frags_n frags_k (24442: 2 x 4 warps, 4 x 4 fragments each, 2 k-fragments per slice); code 0 is the untiled `tc.py`.
+frags_n frags_k and, double-buffered, a sixth digit 2 (244422: 2 x 4 warps, 4 x 4 fragments each, 2 k-fragments per
+slice, two buffers); code 0 is the untiled `tc.py`.
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ MIN_BLOCKS = 64  # ... and prefers the largest tile that still gives this many b
 
 @dataclass(frozen=True)
 class TileShape:
-    """A block's warps (warps_m x warps_n), each warp's accumulator fragments (frags_m x frags_n) and the k-fragments
-    per shared k-slice (frags_k). Written as the digits of `code` (each 1..9)."""
+    """A block's warps (warps_m x warps_n), each warp's accumulator fragments (frags_m x frags_n), the k-fragments
+    per shared k-slice (frags_k) and the slices' buffers (stages). Written as the digits of `code` (each 1..9)."""
 
     warps_m: int
     warps_n: int
