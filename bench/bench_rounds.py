@@ -1,7 +1,7 @@
 """A batched decode round of k streams against one stream's decode step, in one process: is batching worth it?
 
 Run: .venv/bin/python bench/bench_rounds.py [--model PATH] [--rows 2,4] [--slots 4] [--pos 100] [--reps 20]
-     [--threads N] [--cpu-time] [--kernels]
+     [--threads N] [--cpu-time] [--kernels] [--engine TOKENS]
 `xgrad-llm serve --parallel 1` decodes a stream with the model's own step (`Runner`); with more slots, k busy
 streams decode in one round of `server/batch.BatchDecoder`. A k-row round that costs r one-stream steps gives k / r
 times the single-stream throughput (the server's own work per token aside: `bench_serve.py` measures it whole).
@@ -9,7 +9,9 @@ The step and the rounds are timed in turn (best of --reps each), all rows at pos
 process CPU time instead of wall time (with --threads 1 this is steadier on a loaded machine: other processes'
 time is not counted); `--kernels` also times each kernel of the step and of the last round by itself, in the order
 they run, and prints the sums by kind (the output head, the FFN and the other projections, attention, the rest).
-Asserts nothing; compare the ratios of one run, not numbers across runs.
+`--engine N` also runs the server's engine without HTTP (`server/engine.Engine`, greedy chat requests of N tokens,
+distinct prompts, prefill included): one request on one slot against --slots requests on --slots slots, best of 3
+(tok/s of wall time and of process CPU time). Asserts nothing; compare the ratios of one run, not across runs.
 """
 
 from __future__ import annotations
@@ -48,10 +50,44 @@ def kernel_times(jit: Any, clock: Callable[[], float], reps: int) -> list[tuple[
 
 
 def by_kind(times: list[tuple[str, float]]) -> dict[str, float]:
-    sums: dict[str, float] = collections.Counter()
+    sums: dict[str, float] = collections.defaultdict(float)
     for name, t in times:
         sums[next((k for k, pats in KINDS.items() if any(p in name for p in pats)), "rest")] += t
     return sums
+
+
+PROMPTS = (
+    "Tell me a long story about a dragon.",
+    "Explain how a CPU cache works in detail.",
+    "Write a poem about the sea and the wind.",
+    "List many facts about the moon, one per line.",
+)
+
+
+def engine_run(llm: Any, engine: Any, n: int, tokens: int) -> tuple[int, float, float]:
+    """n greedy chat requests of `tokens` tokens at once: (tokens generated, wall seconds, CPU seconds)."""
+    import threading
+
+    from xgrad_llm.generate import SamplingParams
+    from xgrad_llm.server.engine import Event, Job
+
+    done, lock = threading.Event(), threading.Lock()
+    state = {"tokens": 0, "left": n}
+
+    def emit(ev: Event) -> None:
+        if ev.finish is not None:
+            with lock:
+                state["tokens"] += ev.completion_tokens
+                state["left"] -= 1
+                if state["left"] == 0:
+                    done.set()
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    for i in range(n):  # a fresh prompt each time: no cached prefix
+        text = f"{PROMPTS[i % len(PROMPTS)]} ({i}, {time.perf_counter()})"
+        engine.submit(Job(llm.chat_ids([{"role": "user", "content": text}]), SamplingParams(max_tokens=tokens), emit))
+    done.wait()
+    return state["tokens"], time.perf_counter() - wall, time.process_time() - cpu
 
 
 def main() -> None:
@@ -64,6 +100,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="NUM_CPU_THREADS (default: every core)")
     p.add_argument("--cpu-time", action="store_true", help="time process CPU time, not wall time")
     p.add_argument("--kernels", action="store_true", help="also time each kernel alone, summed by kind")
+    p.add_argument("--engine", type=int, default=0, metavar="TOKENS", help="also time the engine (see above)")
     args = p.parse_args()
     if args.threads:
         os.environ["NUM_CPU_THREADS"] = str(args.threads)
@@ -108,6 +145,28 @@ def main() -> None:
             kinds = by_kind(kt)
             parts = " ".join(f"{kind} {kinds[kind] * 1e3:.2f}" for kind in (*KINDS, "rest"))
             print(f"  {name:8s} {len(kt):4d} kernels, {sum(t for _, t in kt) * 1e3:6.2f} ms: {parts}")
+    if args.engine:
+        from xgrad_llm.server.engine import Engine
+
+        engines = {1: Engine(llm, parallel=1), args.slots: Engine(llm, parallel=args.slots)}
+        for engine in engines.values():
+            engine.start()
+        for k in range(1, args.slots + 1):  # capture every round size (and the lone decode) first
+            engine_run(llm, engines[args.slots], k, 4)
+        engine_run(llm, engines[1], 1, 4)
+        rates: dict[int, list[tuple[float, float]]] = {n: [] for n in engines}
+        for _ in range(3):
+            for n, engine in engines.items():
+                got, wall, cpu = engine_run(llm, engine, n, args.engine)
+                rates[n].append((got / wall, got / cpu))
+        for engine in engines.values():
+            engine.stop()
+        one_wall, one_cpu = (max(r[i] for r in rates[1]) for i in (0, 1))
+        for n in engines:
+            w, c = (max(r[i] for r in rates[n]) for i in (0, 1))
+            print(
+                f"engine, {n} streams: {w:.1f} tok/s wall ({w / one_wall:.2f}x), {c:.1f} tok/CPU-s ({c / one_cpu:.2f}x)"
+            )
 
 
 if __name__ == "__main__":
