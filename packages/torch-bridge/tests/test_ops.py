@@ -205,6 +205,14 @@ def test_conv_backward_gives_only_the_gradients_asked_for(needs: tuple[bool, boo
             np.testing.assert_allclose(x.grad.cpu().numpy(), c.grad.numpy(), atol=1e-4, rtol=1e-4)
 
 
+def test_view_scatters_match_cpu() -> None:
+    # torch's own kernels size their copy from the storage's bytes, which the bridge's storages do not report
+    check(lambda a, s: torch.slice_scatter(a, s, 1, 1, 4), [(4, 5), (4, 3)])
+    check(lambda a, s: torch.slice_scatter(a.t(), s, 0, 0, 4, 2), [(4, 5), (2, 4)])
+    check(lambda a, r: torch.select_scatter(a, r, 0, 2), [(4, 5), (5,)])
+    check(lambda a, d: torch.diagonal_scatter(a, d, 1), [(4, 5), (4,)])
+
+
 def test_cross_entropy_and_nll_match_cpu() -> None:
     target = torch.tensor([1, 0, 4, 2, -100, 3])
     check(lambda x: (F.cross_entropy(x, target.to(x.device)), F.nll_loss(F.log_softmax(x, 1), target.to(x.device),

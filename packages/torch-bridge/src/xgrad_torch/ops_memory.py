@@ -91,6 +91,23 @@ def resize_(self: torch.Tensor, size: Any, memory_format: Any = None) -> torch.T
     return self
 
 
+# ---- scatters into a view of a copy (torch's own kernels size the copy from the storage's bytes, which a shell lacks)
+def _view_scatter(view: Any) -> Callable[..., torch.Tensor]:
+    """`<view>_scatter(self, src, *view_args)`: a copy of `self` with `src` written into `view(copy, *view_args)`."""
+
+    def scatter(self: torch.Tensor, src: torch.Tensor, *args: Any) -> torch.Tensor:
+        out = wrap(read(self), self.dtype)  # a storage of its own holding self's values (lazy)
+        write(view(out, *args), x_of(src, self.dtype))
+        return out
+
+    return scatter
+
+
+kernel("slice_scatter", kind="index")(_view_scatter(aten.slice.Tensor))
+kernel("select_scatter", kind="index")(_view_scatter(aten.select.int))
+kernel("diagonal_scatter", kind="index")(_view_scatter(aten.diagonal.default))
+
+
 # ---- copies between devices, item ----
 def _copy(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     if dst.device.type == "xgrad":
