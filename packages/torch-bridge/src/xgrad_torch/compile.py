@@ -12,10 +12,13 @@ valid until the same graph runs again (a training step reads its loss and uses t
 the next step's forward). Clone an output to keep it longer. Shapes are static: a new input shape is a new graph
 (dynamo recompiles), so the backend asks for `dynamic=False` graphs and refuses symbolic sizes with a BridgeError.
 
-In-place writes to inputs (an optimizer's step) stay in the graph (aot_autograd's keep_inference_input_mutations):
-an input that is a whole buffer of its own is assigned inside the capture, so a replay updates parameters and
-states where they lie, with no copy back; a small CPU input (Adam's step count) keeps an xgrad buffer between calls
-and only its new value is copied back to the host.
+In-place writes to inputs (an optimizer's step, BatchNorm's running statistics) stay in the graph (aot_autograd's
+keep_inference_input_mutations), each moved to just after its value is computed (`_assign_early`): an input that
+is a whole buffer of its own is assigned there, inside the capture, and later ops read it, so a replay updates
+parameters and states where they lie with no copy back and each new value is computed once; a small CPU input
+(Adam's step count) keeps an xgrad buffer between calls and only its new value is copied back to the host. Every
+TinyJit input is a whole buffer: a view input (a transposed weight saved for backward) goes in as its storage and
+the view is taken inside the capture; outputs over one storage are realized once and handed back as views of it.
 
 Importing this module registers the backend name (the package also declares it as a `torch_dynamo_backends` entry
 point, so an installed xgrad_torch needs no import beyond `import xgrad_torch`).
