@@ -16,8 +16,8 @@ In-place writes to inputs (an optimizer's step, BatchNorm's running statistics) 
 keep_inference_input_mutations), each moved to just after its value is computed (`_assign_early`): an input that
 is a whole buffer of its own is assigned there, inside the capture, and later ops read it, so a replay updates
 parameters and states where they lie with no copy back and each new value is computed once; a small CPU input
-(Adam's step count) keeps an xgrad buffer between calls and only its new value is copied back to the host. Every
-TinyJit input is a whole buffer: a view input (a transposed weight saved for backward) goes in as its storage and
+(Adam's step count) keeps an xgrad buffer between calls and only its new value is copied back to the host. TinyJit
+gets whole buffers where it can: a view input (a transposed weight saved for backward) goes in as its storage and
 the view is taken inside the capture; outputs over one storage are realized once and handed back as views of it.
 
 Importing this module registers the backend name (the package also declares it as a `torch_dynamo_backends` entry
