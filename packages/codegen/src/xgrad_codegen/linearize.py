@@ -312,7 +312,9 @@ def linearize(sink: UOp) -> list[UOp]:
                 continue
         opens = [u for u in ready.ranges if rs[u] - {u} <= open_set and need[u] > 0]
         if opens:
-            rng = min(opens, key=lambda r: (r not in fills, _KIND_ORDER[r.arg[1]], r.arg[0]))
+            # ranges can share an id (a hoisted gate shortens one reduction's loop, not its twin's): graph order
+            # breaks the tie, or the set's order would make the program differ between processes
+            rng = min(opens, key=lambda r: (r not in fills, _KIND_ORDER[r.arg[1]], r.arg[0], position[r]))
             stack.append(rng)
             ready.take(rng)
             emit(rng)
