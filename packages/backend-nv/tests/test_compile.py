@@ -8,9 +8,6 @@ xgrad_nv.ptx exists).
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +18,7 @@ from xgrad.device import Device
 from xgrad.dtype import dtypes
 from xgrad.plugin import module_exists
 from xgrad.tensor import Tensor
-from xgrad_nv.compiler import CUDACompiler, PTXCompiler, find_tool, ptxas_resources
+from xgrad_nv.compiler import CUDACompiler, PTXCompiler, disassemble, find_tool, ptxas_resources
 
 ARCHS = ["sm_80", "sm_90", "sm_120"]
 RENDERERS = ["CUDA", *(["PTX"] if module_exists("xgrad_nv.ptx") else [])]
@@ -77,13 +74,9 @@ def test_op_kernels_compile_to_cubin(op: Any, renderer: str, arch: str) -> None:
 
 
 def sass(cubin: bytes) -> str:
-    nvdisasm = find_tool("nvdisasm")
-    if nvdisasm is None:
+    if find_tool("nvdisasm") is None:
         pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm)")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.cubin"
-        path.write_bytes(cubin)
-        return subprocess.run([str(nvdisasm), str(path)], capture_output=True, text=True, check=True).stdout
+    return disassemble(cubin)
 
 
 def half_matmul(dtype: Any) -> Any:

@@ -4,10 +4,7 @@ tf32 (nvdisasm) and equals numpy's product of the tf32-truncated operands on the
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,7 +12,7 @@ import pytest
 
 from xgrad import Tensor
 from xgrad.device import Device
-from xgrad_nv.compiler import CUDACompiler, find_tool, load_nvrtc
+from xgrad_nv.compiler import CUDACompiler, disassemble, find_tool, load_nvrtc
 from xgrad_nv.renderer import NV_ARCHS, CUDARenderer
 
 
@@ -62,15 +59,11 @@ def f32_matmul_ast() -> Any:
 
 
 def test_tf32_matmul_sass_has_hmma_1688() -> None:
-    nvdisasm = find_tool("nvdisasm")
-    if nvdisasm is None:
+    if find_tool("nvdisasm") is None:
         pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm)")
     src = CUDARenderer("sm_90", tf32=True).compile_only(f32_matmul_ast())
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in src
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.cubin"
-        path.write_bytes(CUDACompiler("sm_90").compile(src))
-        sass = subprocess.run([str(nvdisasm), str(path)], capture_output=True, text=True, check=True).stdout
+    sass = disassemble(CUDACompiler("sm_90").compile(src))
     assert "HMMA.1688.F32.TF32" in sass
     assert "mma" not in CUDARenderer("sm_90").compile_only(f32_matmul_ast())  # off by default
 

@@ -5,9 +5,6 @@ has HMMA, shared loads and stores, no spills, and far fewer global loads per HMM
 from __future__ import annotations
 
 import re
-import subprocess
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +16,7 @@ from xgrad.uop.ops import UOp
 from xgrad_codegen import tc_tile
 from xgrad_codegen.opt import Opt
 from xgrad_codegen.pipeline import full_rewrite
-from xgrad_nv.compiler import CUDACompiler, PTXCompiler, find_tool, ptxas_resources
+from xgrad_nv.compiler import CUDACompiler, PTXCompiler, disassemble, find_tool, ptxas_resources
 
 DEVICES = ["NV:CUDA", *(["NV:PTX"] if module_exists("xgrad_nv.ptx") else [])]
 RENDERERS = [d.split(":")[1] for d in DEVICES]
@@ -58,15 +55,9 @@ def ast_opts(ast: UOp, device: str) -> tuple[Opt, ...]:
 def loop_counts(cubin: bytes) -> dict[str, int]:
     """How many of each SASS opcode (without its modifiers) the loop of `cubin` that holds the HMMAs has: the lines
     from a label to the branch back to it."""
-    nvdisasm = find_tool("nvdisasm")
-    if nvdisasm is None:
+    if find_tool("nvdisasm") is None:
         pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm)")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.cubin"
-        path.write_bytes(cubin)
-        lines = subprocess.run([str(nvdisasm), str(path)], capture_output=True, text=True, check=True).stdout.split(
-            "\n"
-        )
+    lines = disassemble(cubin).split("\n")
     labels = {line.strip()[:-1]: i for i, line in enumerate(lines) if re.fullmatch(r"\s*\.L_x_\d+:", line)}
     for i, line in enumerate(lines):
         target = re.search(r"BRA `\((\.L_x_\d+)\)", line)

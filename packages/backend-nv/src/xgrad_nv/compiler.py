@@ -115,6 +115,18 @@ def find_tool(name: str) -> pathlib.Path | None:
     return next((d / name for d in dirs if (d / name).is_file()), None)
 
 
+def disassemble(cubin: bytes) -> str:
+    """The SASS of a cubin as `nvdisasm` prints it (to check a kernel's instructions: HMMA, shared-memory traffic);
+    CUDAToolkitError when nvdisasm is not installed (`pip install nvidia-cuda-nvdisasm`)."""
+    nvdisasm = find_tool("nvdisasm")
+    if nvdisasm is None:
+        raise CUDAToolkitError("nvdisasm is not installed: pip install nvidia-cuda-nvdisasm")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "k.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([str(nvdisasm), str(path)], capture_output=True, text=True, check=True).stdout
+
+
 # ---- NVRTC ----
 class NVRTC:
     """The few NVRTC functions the backend calls, bound through ctypes."""
