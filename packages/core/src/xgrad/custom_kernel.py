@@ -23,6 +23,7 @@ from xgrad.engine.realize import run_schedule
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.errors import DeviceMismatchError, IndexingError, ShapeError, XgradError
 from xgrad.helpers import prod
+from xgrad.mixin.base import TensorBase
 from xgrad.uop.ops import GroupOp, KernelInfo, Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
@@ -133,8 +134,6 @@ def custom_kernel(
     srcs: tuple[Tensor, ...], fxn: Callable[..., Any], grad_fxn: Callable[..., Any] | None
 ) -> list[Tensor]:
     """Run the kernel `fxn` builds on the buffers of `srcs`; the tensors after it (see the module docstring)."""
-    from xgrad.tensor import Tensor
-
     device = srcs[0].device
     if isinstance(device, tuple) or any(s.device != device for s in srcs):
         raise DeviceMismatchError(
@@ -146,7 +145,7 @@ def custom_kernel(
     if ast.src:
         run_schedule([ScheduleItem(ast, tuple(buffer_of(o.uop).ensure_allocated() for o in owned), device)])
     call = UOp(Ops.CUSTOM_KERNEL, dtypes.void, (ast, *(s.uop for s in srcs)), grad_fxn)
-    return [Tensor(UOp(Ops.DETACH, o.dtype, (o.uop,), (call, i))) for i, o in enumerate(owned)]
+    return [TensorBase._tensor_cls()(UOp(Ops.DETACH, o.dtype, (o.uop,), (call, i))) for i, o in enumerate(owned)]
 
 
 __all__ = ["CustomKernelError", "KernelArg", "custom_kernel", "pm_finish_custom_kernel"]

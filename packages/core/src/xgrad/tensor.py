@@ -12,13 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from xgrad.device import multi_devices
 from xgrad.dtype import (
     DType,
     bf16_bits_to_float,
     dtypes,
-    float_to_bf16_bits,
-    float_to_fp8_bits,
     fp8_bits_to_float,
     from_np_dtype,
     to_dtype,
@@ -43,6 +40,7 @@ from xgrad.errors import (
     ShapeError,
 )
 from xgrad.helpers import TRAINING
+from xgrad.hostdata import list_to_np, np_to_uop
 from xgrad.mixin.autograd import AutogradMixin
 from xgrad.mixin.bitwise import BitwiseMixin
 from xgrad.mixin.common import Scalar, canonical_device, scalar_dtype
@@ -63,47 +61,6 @@ from xgrad.mixin.unary import UnaryMixin
 from xgrad.uop.ops import Ops, UOp
 
 _set = object.__setattr__  # Tensor.__setattr__ less its bookkeeping, where the caller does that itself
-
-
-def _list_to_np(data: list[Any] | tuple[Any, ...], dtype: DType | None) -> tuple[np.ndarray, DType]:
-    """Nested Python lists as a numpy array and the dtype it stands for (`dtype`, default: what the values need); a
-    ragged nesting is a ShapeError, an int too big for the dtype a DTypeError."""
-    inferred = dtype or dtypes.from_py(data)
-    try:
-        return np.array(data, dtype=_np_for_py(inferred)), inferred
-    except OverflowError:
-        raise DTypeError(
-            f"a Python int in the data does not fit {inferred.name}; give dtype=dtypes.int64 (or float64) or "
-            "smaller values"
-        ) from None
-    except ValueError as e:
-        if "inhomogeneous" not in str(e):
-            raise
-        raise ShapeError(
-            "the nested lists are ragged (rows of one depth have different lengths); pad them to one length"
-        ) from None
-
-
-def _np_to_uop(arr: np.ndarray, device: str, dtype: DType | None) -> UOp:
-    if (devices := multi_devices(device)) is not None:  # several devices: build on the first, replicate from there
-        first = _np_to_uop(arr, devices[0], dtype)
-        return UOp(Ops.COPY, first.dtype, (first, UOp(Ops.DEVICE, arg=device)))
-    src_dtype = from_np_dtype(arr.dtype)
-    target = dtype or src_dtype
-    raw: np.ndarray
-    if target == dtypes.bfloat16:
-        raw = float_to_bf16_bits(arr.astype(np.float32))
-    elif dtypes.is_fp8(target):
-        raw = float_to_fp8_bits(arr.astype(np.float32), target)
-    else:
-        np_dt = to_np_dtype(target)
-        assert np_dt is not None
-        raw = arr.astype(np_dt)
-    raw = np.ascontiguousarray(raw)
-    buf = new_buffer_uop(device, int(raw.size), target)
-    if raw.size:
-        buffer_of(buf).copyin(memoryview(raw.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
-    return buf.reshape(tuple(int(s) for s in arr.shape))
 
 
 class _TensorType(type):
@@ -136,6 +93,7 @@ class Tensor(
     MovementMixin,
     SymbolicShapeMixin,
     metaclass=_TensorType,
+    concrete=True,
 ):
     """A lazy tensor.
 
@@ -188,17 +146,17 @@ class Tensor(
                     )
                 # bfloat16 and fp8 have no numpy dtype: read as the unsigned int of their size, then reinterpreted
                 raw = want if to_np_dtype(want) is not None else _UINT_OF_SIZE[want.itemsize]
-                self.uop = _np_to_uop(np.frombuffer(data, dtype=to_np_dtype(raw)), dev, raw)
+                self.uop = np_to_uop(np.frombuffer(data, dtype=to_np_dtype(raw)), dev, raw)
                 if raw != want:
                     self.uop = self.uop.bitcast(want)
             elif isinstance(data, (list, tuple)):
-                arr, inferred = _list_to_np(data, dt)
-                self.uop = _np_to_uop(arr, dev, inferred)
+                arr, inferred = list_to_np(data, dt)
+                self.uop = np_to_uop(arr, dev, inferred)
             elif isinstance(data, np.ndarray):
                 if not data.dtype.isnative:  # big-endian data: the same values in this machine's byte order
                     data = data.astype(data.dtype.newbyteorder("="))
                 self.uop = (
-                    _np_to_uop(data, dev, dt)
+                    np_to_uop(data, dev, dt)
                     if data.shape != ()
                     else UOp.const(dt or from_np_dtype(data.dtype), data.item(), dev, ())
                 )
@@ -570,8 +528,3 @@ def _is_plain_buffer(u: UOp) -> bool:
     while x.op is Ops.RESHAPE:
         x = x.src[0]
     return x.op is Ops.BUFFER
-
-
-def _np_for_py(d: DType) -> Any:
-    np_dt = to_np_dtype(d)
-    return np_dt if np_dt is not None else np.float32

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from xgrad.custom_kernel import custom_kernel
 from xgrad.dtype import dtypes
 from xgrad.engine.realize import all_tensors
 from xgrad.errors import (
@@ -23,7 +24,9 @@ from xgrad.errors import (
     GradientShapeError,
     ShapeError,
 )
+from xgrad.gradient import compute_gradient, nodes_with_gradient_path
 from xgrad.helpers import Context
+from xgrad.hostdata import np_for_py, np_to_uop
 from xgrad.mixin.base import TensorBase
 from xgrad.uop.ops import Ops, UOp
 
@@ -42,9 +45,7 @@ class AutogradMixin(TensorBase):
         gradient with respect to one would be the gradient with respect to all of them."""
         device = self.uop.device
         assert device is not None
-        from xgrad.tensor import _np_for_py, _np_to_uop
-
-        self._t().uop = _np_to_uop(np.full((), self.uop.arg, dtype=_np_for_py(self.dtype)), device, self.dtype)
+        self._t().uop = np_to_uop(np.full((), self.uop.arg, dtype=np_for_py(self.dtype)), device, self.dtype)
 
     def custom_kernel(
         self, *lst: Tensor, fxn: Callable[..., Any], grad_fxn: Callable[..., Any] | None = None
@@ -62,8 +63,6 @@ class AutogradMixin(TensorBase):
         >>> out.tolist()
         [11.0, 22.0, 33.0]
         """
-        from xgrad.custom_kernel import custom_kernel
-
         return custom_kernel((self._t(), *lst), fxn, grad_fxn)
 
     # ---- autograd ----
@@ -161,8 +160,6 @@ class AutogradMixin(TensorBase):
         >>> dx.tolist(), dw.tolist()
         ([4.0, 5.0, 6.0], [1.0, 2.0, 3.0])
         """
-        from xgrad.gradient import compute_gradient
-
         for t, what in [(self, "the differentiated tensor"), *((t, "a gradient target") for t in targets)]:
             if not dtypes.is_float(t.dtype) or t.dtype in dtypes.weaks:
                 raise GradientDTypeError(f"{what} has dtype {t.dtype.name}; only floating-point tensors have gradients")
@@ -206,8 +203,6 @@ class AutogradMixin(TensorBase):
         >>> w.grad.tolist()
         [2.0, 4.0, 6.0]
         """
-        from xgrad.gradient import nodes_with_gradient_path
-
         in_graph = nodes_with_gradient_path(self.uop)
         targets = [
             t

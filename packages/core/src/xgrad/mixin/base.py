@@ -4,7 +4,7 @@ the Tensor it is), so each type-checks on its own."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from xgrad.dtype import DType, dtypes
 from xgrad.errors import IndexingError, ShapeError, TensorUsageError
@@ -16,23 +16,22 @@ if TYPE_CHECKING:
     from xgrad.tensor import Tensor
 
 
-_TENSOR: list[type[Tensor]] = []  # the Tensor class, once imported (the mixins are defined before it)
-
-
-def _load_tensor_cls() -> type[Tensor]:
-    from xgrad.tensor import Tensor
-
-    _TENSOR.append(Tensor)
-    return Tensor
-
-
 class TensorBase:
     __slots__ = ()
     uop: UOp
+    _concrete: ClassVar[type[Tensor] | None] = None  # the Tensor class: it registers itself (`concrete=True`)
+
+    def __init_subclass__(cls, concrete: bool = False, **kwargs: Any) -> None:
+        """`class Tensor(...mixins..., concrete=True)` records the class the mixins build their results as, so no
+        mixin imports tensor.py (which imports them all). A subclass of Tensor is not registered."""
+        super().__init_subclass__(**kwargs)
+        if concrete:
+            TensorBase._concrete = cast("type[Tensor]", cls)
 
     @staticmethod
     def _tensor_cls() -> type[Tensor]:
-        return _TENSOR[0] if _TENSOR else _load_tensor_cls()
+        assert TensorBase._concrete is not None, "xgrad.tensor defines Tensor before any tensor exists"
+        return TensorBase._concrete
 
     def _new(self, uop: UOp) -> Tensor:
         """A Tensor for a new graph node."""
