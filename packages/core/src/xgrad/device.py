@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from xgrad.contract import runtime_device_problems
 from xgrad.errors import DeviceError, PluginError
 from xgrad.helpers import DEV
 
@@ -161,8 +162,6 @@ class _Device:
                 raise DeviceError(
                     f"opening device {canonical} (plugin {record.name}) failed: {type(e).__name__}: {e}"
                 ) from e
-            from xgrad.buffer import runtime_device_problems
-
             if problems := runtime_device_problems(device, spec.runs_kernels):
                 kind = "a device that runs kernels (xgrad.buffer.RuntimeDevice)" if spec.runs_kernels else "a device"
                 raise PluginError(
