@@ -55,8 +55,15 @@ ENGINE_ABOVE_TENSOR = frozenset({"xgrad.engine.jit", "xgrad.engine.function"})
 # (module, what it imports inside a function) -> why it is not at the top
 FUNCTION_LEVEL: dict[tuple[str, str], str] = {
     ("xgrad.device", "xgrad.plugin"): "`import xgrad` stays fast: the registry (and pluggy) load on first device use",
-    ("xgrad.uop.ops", "xgrad.uop.symbolic"): "cycle: the simplifier is a rewrite table over UOp",
-    ("xgrad.uop.ops", "xgrad.engine.multi"): "UOp.axis/bounds (tinygrad API on UOp) ask the multi-device lowering",
+    ("xgrad.uop.ops", "xgrad.uop.symbolic"): (
+        "cycle: a symbolic size is simplified (ssimplify) by rewrite tables that symbolic.py builds at import from "
+        "xgrad.uop.pattern, which imports ops; even imported last in ops.py, `import xgrad.uop.pattern` first would "
+        "meet a partially initialised pattern"
+    ),
+    ("xgrad.uop.ops", "xgrad.engine.multi"): (
+        "UOp.axis/bounds (tinygrad's API on UOp) run the multi-device lowering, a layer above the IR (in KNOWN): "
+        "imported only when asked"
+    ),
     ("xgrad.mixin.movement", "xgrad.mixin.rearrange"): "einops-style rearrange: parsed only when used",
     ("xgrad.testing", "xgrad.device"): "a pytest plugin (loaded by every pytest run): light until a test asks",
     ("xgrad.testing", "xgrad.plugin"): "a pytest plugin (see above)",
