@@ -68,9 +68,6 @@ FUNCTION_LEVEL: dict[tuple[str, str], str] = {
     ("xgrad.testing", "xgrad.plugin"): "a pytest plugin (loaded by every pytest run): pluggy's registry on first use",
     ("xgrad.testing", "xgrad.tensor"): "a pytest plugin: Tensor (and the engine) only when a dtype test asks",
     # no load time saved: the package root imports xgrad.device and testing.py imports xgrad.errors at the top
-    ("xgrad.testing", "xgrad.device"): "a pytest plugin: kept beside the registry import it pairs with",
-    ("xgrad.testing", "xgrad.errors"): "a pytest plugin: kept beside the Tensor import it pairs with",
-    ("xgrad.testing", "os"): "a pytest plugin: the fuzz settings read XGRAD_FUZZ_EXAMPLES where they use it",
     ("xgrad.testing", "hypothesis"): "an optional dependency (the fuzz tests' settings)",
     ("xgrad.nn.unpickler", "pickletools"): "a debugging aid: the disassembly of a refused pickle",
     ("xgrad.distributed.comm", "mpi4py"): "an optional dependency, and importing it starts MPI: on first collective",

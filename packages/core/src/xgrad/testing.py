@@ -13,11 +13,13 @@ This module is imported by pytest only; `import xgrad` does not import it.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
-from xgrad.errors import DeviceError
+from xgrad.device import Device, no_default_reason
+from xgrad.errors import DeviceError, DTypeError
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -30,7 +32,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def device_params(selected: str = "") -> list[Any]:
     """The parameters of `xgrad_device`: one per device, or one skipped parameter saying why there is none."""
-    from xgrad.device import Device, no_default_reason
     from xgrad.plugin import get_registry
 
     if selected:
@@ -43,7 +44,6 @@ def device_params(selected: str = "") -> list[Any]:
 
 
 def _param_for(name: str) -> Any:
-    from xgrad.device import Device
     from xgrad.plugin import get_registry
 
     available, reason = get_registry().device_available(Device.parse(name).type)
@@ -73,7 +73,6 @@ _dtype_support: dict[tuple[str, str], str | None] = {}
 def unsupported_reason(device: str, dtype: Any) -> str | None:
     """Why `device` cannot hold or compute `dtype` (the device's own DTypeError message), or None if it can.
     Found by running one tiny kernel, once per (device, dtype)."""
-    from xgrad.errors import DTypeError
     from xgrad.tensor import Tensor
 
     key = (device, dtype.name)
@@ -96,7 +95,6 @@ def skip_unsupported(device: str, *dtypes: Any) -> None:
 # ---- fuzzing: one setting for every package's hypothesis fuzzers ----
 def fuzz_long_run() -> bool:
     """Whether XGRAD_FUZZ_EXAMPLES asks for a long, random fuzzing run (the documented command) instead of CI's."""
-    import os
 
     return "XGRAD_FUZZ_EXAMPLES" in os.environ
 
@@ -105,7 +103,6 @@ def fuzz_settings(ci_examples: int) -> Any:
     """hypothesis settings for a fuzz test: `ci_examples` derandomized examples (CI, reproducible), or with
     XGRAD_FUZZ_EXAMPLES=N set, N random ones. No deadline, no example database, no health checks: a fuzz example
     may be slow, and a failure is reported with its minimal example, not replayed from a database."""
-    import os
 
     import hypothesis
 
