@@ -376,6 +376,26 @@ def test_wmma_layout_rows_and_columns_per_lane() -> None:
         np.testing.assert_allclose(lanes_f32(w, 24 + i), want[2 * i + lane // 16, lane % 16], rtol=1e-5, atol=1e-6)
 
 
+def test_wmma_under_a_partial_exec_raises_and_under_none_writes_nothing() -> None:
+    """A WMMA is a whole-wave operation: every lane holds part of A, B and C (LLVM's WMMA intrinsics are convergent),
+    so one that runs with some lanes off (code a compiler sank under a lane condition: clang-19 did, with the conv of
+    test_mockgpu) is refused loudly rather than computed from lanes that never built their operands; with EXEC zero
+    it writes nothing, as any vector instruction."""
+    text = "v_wmma_f32_16x16x16_f16 v[24:31], v[0:7], v[8:15], v[16:23]"
+    for exec_mask, on in ((0x00FF00FF, 16), (0xFFFFFFFE, 31), (0x80000000, 1)):
+        w = wave(vgprs=32)
+        w.s[EXEC] = exec_mask
+        with pytest.raises(EmulatorError, match=f"v_wmma_f32_16x16x16_f16 at 0x0 runs with {on} of 32 lanes in EXEC"):
+            run(w, text)
+    w = wave(vgprs=32)
+    w.v[0:8] = 0x3C003C00  # A, B = ones: D would be 16 in every lane
+    w.v[8:16] = 0x3C003C00
+    w.v[24:32] = 7
+    w.s[EXEC] = 0
+    run(w, text)
+    np.testing.assert_array_equal(w.v[24:32], 7)
+
+
 def test_unimplemented_instruction_raises_naming_it() -> None:
     with pytest.raises(EmulatorError, match="v_trig_preop_f64"):
         run(wave(), "v_trig_preop_f64 v[0:1], v[2:3], v4")

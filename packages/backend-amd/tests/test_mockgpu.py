@@ -68,6 +68,22 @@ def test_softmax_uses_lds_and_barriers(amd: str) -> None:
     assert any("__builtin_amdgcn_s_barrier" in p.info.src for p in Device[amd]._programs.values())
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+def test_half_conv_padded_in_k_and_n_keeps_every_row(amd: str, batch: int) -> None:
+    """A half conv whose WMMA tile pads both k (cin*3*3 = 36 of 48) and n (cout 8 of 16): its stores are gated on the
+    lane, and clang-19 sank the WMMAs (and the packing of their A rows) under that gate, so rows 8-15 of every 16-row
+    block came out wrong (and the emulator now refuses a WMMA under a partial EXEC). Checked against numpy."""
+    rng = np.random.default_rng(7)
+    x, wt = rng.standard_normal((batch, 4, 6, 6)), rng.standard_normal((8, 4, 3, 3))
+    tx, tw = Tensor(x, dtype=dtypes.float16, device=amd), Tensor(wt, dtype=dtypes.float16, device=amd)
+    got = tx.conv2d(tw).numpy().astype(np.float64)
+    xs, ws = tx.cast(dtypes.float32).numpy().astype(np.float64), tw.cast(dtypes.float32).numpy().astype(np.float64)
+    windows = np.lib.stride_tricks.sliding_window_view(xs, (3, 3), axis=(2, 3))  # [b, cin, 4, 4, 3, 3]
+    want = np.einsum("bchwij,ocij->bohw", windows, ws)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-2)  # half output
+    assert any("__builtin_amdgcn_wmma" in p.info.src for p in Device[amd]._programs.values())
+
+
 @pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
 def test_half_matmul_runs_on_wmma(amd: str, dtype: DType) -> None:
     rng = np.random.default_rng(1)

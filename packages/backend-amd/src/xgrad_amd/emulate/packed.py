@@ -3,7 +3,9 @@
 In: a decoded VOP3P `Inst`. Out: its executor. op_sel picks the half each source's low lane-half reads, op_sel_hi the
 half its high lane-half reads; neg/neg_hi negate those halves (for v_fma_mix*, neg_hi is abs). WMMA (wave32,
 v_wmma_f32_16x16x16_f16/bf16, v_wmma_f16_16x16x16_f16): lane l holds row l % 16 of A (16 k values in 8 VGPRs) and
-column l % 16 of B; D/C's VGPR i of lane l is row 2i + l // 16 (f16 D: the low halves), column l % 16.
+column l % 16 of B; D/C's VGPR i of lane l is row 2i + l // 16 (f16 D: the low halves), column l % 16. A WMMA is a
+whole-wave operation (every lane holds part of A, B and C; LLVM's WMMA intrinsics are `convergent`): one under a
+partial EXEC is code a compiler moved under a lane condition, so it raises EmulatorError instead of computing.
 """
 
 from __future__ import annotations
@@ -186,6 +188,14 @@ def _build_wmma(inst: Inst) -> Exec:
     cols = np.broadcast_to(lane % 16, (8, LANES))
 
     def wmma(w: Waves) -> None:
+        on = w.mask().reshape(w.k, LANES).sum(axis=1)
+        if ((on > 0) & (on < LANES)).any():  # all lanes off: nothing runs, as for any VALU instruction
+            lanes = int(on[(on > 0) & (on < LANES)][0])
+            raise EmulatorError(
+                f"{name} at {inst.addr:#x} runs with {lanes} of {LANES} lanes in EXEC: a WMMA is a whole-wave "
+                "operation (every lane holds part of A, B and C; the off lanes' operands were never computed), so "
+                "the compiler must not move it under a lane condition; keep its result live outside the gated code."
+            )
         a = _matrix_ab(w, f["src0"], kind).astype(np.float64)  # [waves, m, k]
         b = _matrix_ab(w, f["src1"], kind).astype(np.float64)  # [waves, n, k]
         raw = w.v[f["src2"] - 256 : f["src2"] - 256 + 8][:, w.lx].reshape(8, w.k, LANES)  # [i, waves, lane]
