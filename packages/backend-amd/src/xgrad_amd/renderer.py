@@ -209,9 +209,10 @@ def rule_hip_wmma(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
     name = f"xg_{tc.name}"
     # clang-19's machine sinking moves a WMMA whose result only gated stores use under their lane condition (LLVM 19
     # does not mark the V_WMMA machine instructions convergent; fixed upstream in llvm-project PRs 165602 and 178314),
-    # along with the packing of its operands, so the off lanes' A rows are never built. An empty volatile asm that
-    # reads and writes the result pins it before any branch on the lanes.
-    pin = ' __asm__ volatile("" : "+v"(d));' if tc.name.startswith("wmma") else ""
+    # along with the packing of its operands, so the off lanes' A rows are never built. An empty asm that reads and
+    # writes the result pins it before any branch on the lanes: HIP marks inline asm convergent, which machine sinking
+    # honours; not volatile, so loads stay free to move across it (a volatile one ordered every load after it).
+    pin = ' __asm__("" : "+v"(d));' if tc.name.startswith("wmma") else ""
     body = f"{td} d = {call.builtin}({a}, {b}, c{call.extra_args});{pin} return d;"
     ctx.helpers.setdefault(name, f"{DEVICE_FN} {td} {name}({ta} a, {tb} b, {tcc} c) {{ {body} }}")
     return f"{name}({', '.join(ctx.exprs[s] for s in u.src)})"
