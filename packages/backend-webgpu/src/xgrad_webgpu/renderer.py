@@ -79,6 +79,7 @@ def wrap_narrow(expr: str, dtype: DType) -> str:
 # WGSL lets shader compilers assume that floats are never NaN (lavapipe folds `x != x` to false), so wherever a NaN
 # changes a result, it is detected on the bits: exponent all ones and a nonzero mantissa.
 FINITE_LITERAL = re.compile(r"^\(?-?[0-9][0-9.e+-]*[fh]\)?$")
+NEGATIVE_LITERAL = re.compile(r"\(?-[0-9]+i\)?")  # an index that folded to a negative integer constant
 _INF_BITS = ("bitcast<f32>(0x7f800000u)", "bitcast<f32>(0xff800000u)")  # +inf, -inf as `render_float` prints them
 INF_LITERALS = frozenset([*_INF_BITS, *(f"f16({b})" for b in _INF_BITS)])
 
@@ -362,6 +363,10 @@ class WGSLRenderer(CStyleRenderer):
 
     # ---- memory ----
     def render_load(self, ctx: RenderState, dtype: DType, buf: str, idx: str, gate: str | None) -> str:
+        if gate is not None and NEGATIVE_LITERAL.fullmatch(idx):
+            # a lane whose index folded to a negative constant is one the gate turns off (select still evaluates the
+            # load): WGSL rejects the shader for a constant negative index, so that lane reads element 0 instead
+            idx = "0i"
         storage = buffer_of(ctx, buf)
         if storage is not None and storage[0] in PACKED_BITS:
             value = self._packed_load(storage[0], buf, idx, storage[1])
