@@ -64,7 +64,9 @@ def worker_allreduce(sizes_mb: list[float], repeats: int) -> None:
         for _ in range(3):  # run, capture, replay
             jitted(x)
         best_x = best_j = best_m = float("inf")
-        for _ in range(repeats):  # each timed call after the same blocking MPI barrier
+        # each timed call after the same blocking MPI barrier; small sizes get more calls (best of 5 calls of 0.2 ms
+        # is one scheduler tick from another answer): at least 64 MB moved per column
+        for _ in range(max(repeats, int(64 // mb))):
             comm.Barrier()
             t = time.perf_counter()
             y = all_reduce(x).realize()
@@ -189,7 +191,7 @@ def main() -> None:
             worker_step(args.steps, args.batch)
         return
     sizes = [str(s) for s in args.sizes_mb]
-    print("all_reduce, 2 ranks, float32 on CPU (algorithm bandwidth = bytes / time, best of --repeats)")
+    print("all_reduce, 2 ranks, float32 on CPU (bandwidth = bytes / time, best of --repeats or 64 MB / size calls)")
     print("xgrad: all_reduce(x).realize() (scheduled each call); jit: the same replayed by TinyJit")
     print(f"{'MB':>8} {'xgrad GB/s':>11} {'jit GB/s':>9} {'mpi4py GB/s':>12} {'xgrad/mpi4py':>13} {'jit/mpi4py':>11}")
     for row in launch(2, "allreduce", "--sizes-mb", *sizes, "--repeats", str(args.repeats)):
