@@ -223,6 +223,25 @@ def test_verify_accepts_a_legal_choice_and_rejects_a_different_kernel(beam_env: 
     assert search._close(np.array([1.0, np.nan]), np.array([1.0 + 1e-6, np.nan]), Tensor([1.0]).dtype)
 
 
+def test_outputs_are_compared_on_ties_too(beam_env: pathlib.Path) -> None:
+    # two kernels that differ only where two inputs are equal: (a == b) and (a != a), which is all zeros; random floats
+    # never tie, so only the second contents (floats from a few values) tell them apart
+    a, b = Tensor(data(64)).realize(), Tensor(data(64, seed=1)).realize()
+    (eq,) = kernel_asts(lambda: (a == b).cast(a.dtype))
+    (never,) = kernel_asts(lambda: (a != a).cast(a.dtype) * b)
+    dev = Device["CPU"]
+    scratch = search.make_scratch(search.before_optimize(eq), dev)
+    assert scratch is not None
+    try:
+        prg_eq, prg_never = dev.compile(eq), dev.compile(never)
+        assert search.same_outputs(prg_eq, prg_eq, scratch)
+        assert not search.same_outputs(prg_eq, prg_never, scratch)
+        scratch.ties = scratch.initial  # without the ties the check cannot see the difference
+        assert search.same_outputs(prg_eq, prg_never, scratch)
+    finally:
+        search.free_scratch(scratch)
+
+
 def test_gather_kernels_are_not_searched(beam_env: pathlib.Path) -> None:
     idx = Tensor(np.array([2, 0, 1], np.int32))
     table = Tensor(data(4, 3))

@@ -67,8 +67,9 @@ if TYPE_CHECKING:
     from xgrad_codegen.device import CompiledDevice, CompiledProgram
     from xgrad_codegen.renderer import Renderer
 
-# bump when the search or the cache format changes meaning (3: an Opt's axis is a range id, no longer a position)
-SEARCH_VERSION = 3
+# bump when the search or the cache format changes meaning (3: an Opt's axis is a range id, no longer a position;
+# 4: picks are verified on ties too, so a cached pick checked on random floats alone is searched again)
+SEARCH_VERSION = 4
 SPLIT_AMOUNTS = (2, 3, 4, 8, 16)
 PAD_MULTIPLES = (4, 6, 8)
 # the finalists (the final beam and the heuristic's program) are timed again in turn, best of this many launches
@@ -293,16 +294,19 @@ def _write_cache(key: str, opts: list[Opt], record: dict[str, Any]) -> None:
 # ---- scratch buffers of the kernel's sizes ----
 @dataclass
 class Scratch:
-    """Buffers for timing: `handles[i]` stands for PARAM i, `initial[i]` is its starting content."""
+    """Buffers for timing: `handles[i]` stands for PARAM i, `initial[i]` is its starting content; `ties[i]` is a
+    second content for checking outputs, whose floats take a few values only, so that comparisons meet equal values
+    (random floats never tie: a kernel that mishandles `x == max(x)` for two equal maxima agrees on them)."""
 
     device: CompiledDevice
     dtypes: list[DType]
     handles: list[Any]
     initial: list[bytes]
     vals: dict[str, int]
+    ties: list[bytes]
 
-    def reset(self) -> None:
-        for h, data in zip(self.handles, self.initial):
+    def reset(self, contents: list[bytes] | None = None) -> None:
+        for h, data in zip(self.handles, self.initial if contents is None else contents):
             self.device.allocator.copyin(h, memoryview(data))
 
     def read(self, i: int) -> np.ndarray[Any, Any]:
@@ -312,12 +316,15 @@ class Scratch:
         return np.frombuffer(bytes(out), dtype=npdt if npdt is not None else np.uint8)
 
 
-def _random_bytes(dt: DType, n: int, rng: np.random.Generator) -> bytes:
+TIE_VALUES = (-2.0, -1.0, -0.5, 0.5, 1.0, 2.0)  # the floats of `Scratch.ties`: never zero (kernels may divide by it)
+
+
+def _random_bytes(dt: DType, n: int, rng: np.random.Generator, ties: bool = False) -> bytes:
     npdt = to_np_dtype(dt)
     if npdt is None:
         return bytes(n * dt.itemsize)  # no numpy type (bfloat16, fp8): zeros
     if dtypes.is_float(dt):
-        return rng.uniform(-1.0, 1.0, n).astype(npdt).tobytes()
+        return (rng.choice(TIE_VALUES, n) if ties else rng.uniform(-1.0, 1.0, n)).astype(npdt).tobytes()
     if dt == dtypes.bool:
         return rng.integers(0, 2, n).astype(npdt).tobytes()
     return rng.integers(1, 5, n).astype(npdt).tobytes()  # never zero: kernels may divide by it
@@ -342,8 +349,9 @@ def make_scratch(ast: UOp, device: CompiledDevice, seed: int = 0) -> Scratch | N
     rng = np.random.default_rng(seed)
     dts = [params.get(i, dtypes.uint8) for i in range(max(params) + 1)]
     initial = [_random_bytes(dt, sizes.get(i, 1), rng) for i, dt in enumerate(dts)]
+    ties = [_random_bytes(dt, sizes.get(i, 1), rng, ties=True) for i, dt in enumerate(dts)]
     handles = [device.allocator.alloc(len(data)) for data in initial]
-    scratch = Scratch(device, dts, handles, initial, vals)
+    scratch = Scratch(device, dts, handles, initial, vals, ties)
     scratch.reset()
     return scratch
 
@@ -562,8 +570,9 @@ def _opts_text(opts: list[Opt]) -> str:
 
 # ---- verification ----
 def verify(base: UOp, device: CompiledDevice, opts: list[Opt], reference: list[Opt], scratch: Scratch) -> bool:
-    """Run the program for `opts` and the one for `reference` from the same random buffer contents; every buffer
-    either writes must come out the same (floats within a tolerance that allows reordered sums)."""
+    """Run the program for `opts` and the one for `reference` from the same random buffer contents, then from the
+    same contents with ties (see `Scratch`); every buffer either writes must come out the same (floats within a
+    tolerance that allows reordered sums)."""
     a, b = (_build(base, device, o) for o in (opts, reference))
     return same_outputs(a, b, scratch)
 
@@ -574,15 +583,20 @@ def _build(base: UOp, device: CompiledDevice, opts: list[Opt]) -> CompiledProgra
 
 
 def same_outputs(prg: CompiledProgram, reference: CompiledProgram, scratch: Scratch) -> bool:
-    results = []
-    for p in (prg, reference):
-        scratch.reset()
-        p(scratch.handles, scratch.vals, wait=True)
-        p.device.synchronize()
-        results.append({i: scratch.read(i) for i in p.info.outs})
+    """Whether both programs write the same outputs from the scratch's random contents and from its ties."""
+    for contents in (scratch.initial, scratch.ties):
+        results = []
+        for p in (prg, reference):
+            scratch.reset(contents)
+            p(scratch.handles, scratch.vals, wait=True)
+            p.device.synchronize()
+            results.append({i: scratch.read(i) for i in p.info.outs})
+        got, want = results
+        if got.keys() != want.keys() or not all(_close(got[i], want[i], scratch.dtypes[i]) for i in want):
+            scratch.reset()
+            return False
     scratch.reset()
-    got, want = results
-    return got.keys() == want.keys() and all(_close(got[i], want[i], scratch.dtypes[i]) for i in want)
+    return True
 
 
 def final_pick(base: UOp, beam: list[Candidate], heur: Candidate, scratch: Scratch, knobs: SearchKnobs) -> Candidate:
