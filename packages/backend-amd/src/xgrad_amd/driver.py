@@ -43,6 +43,20 @@ class HIPUnavailableError(DeviceError):
 Kernarg = ctypes.Array[ctypes.c_char]  # a kernarg buffer packed once and patched in place (`HIP.prepare`)
 
 
+def _kernarg_extra(buf: Kernarg, nbytes: int) -> tuple[ctypes.Array[ctypes.c_void_p], ctypes.c_size_t]:
+    """hipModuleLaunchKernel's `extra` array passing the kernarg buffer `buf` of `nbytes` whole, and the size it
+    points to (the caller keeps both alive until the launch)."""
+    size = ctypes.c_size_t(nbytes)
+    extra = (ctypes.c_void_p * 5)(
+        HIP_LAUNCH_PARAM_BUFFER_POINTER,
+        ctypes.addressof(buf),
+        HIP_LAUNCH_PARAM_BUFFER_SIZE,
+        ctypes.addressof(size),
+        HIP_LAUNCH_PARAM_END,
+    )
+    return extra, size
+
+
 class HIP(Protocol):
     """What `xgrad_amd.device` needs of the HIP runtime (the real library or the mock). Pointers are ints."""
 
@@ -196,14 +210,7 @@ class HIPLibrary:
         self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int, kernarg: bytes
     ) -> None:
         buf = ctypes.create_string_buffer(kernarg, max(len(kernarg), 1))
-        size = _size(len(kernarg))
-        extra = (_vp * 5)(
-            HIP_LAUNCH_PARAM_BUFFER_POINTER,
-            ctypes.addressof(buf),
-            HIP_LAUNCH_PARAM_BUFFER_SIZE,
-            ctypes.addressof(size),
-            HIP_LAUNCH_PARAM_END,
-        )
+        extra, _size_kept = _kernarg_extra(buf, len(kernarg))
         self._call("hipModuleLaunchKernel", function, *grid, *block, shared, None, None, extra)
 
     def prepare(
@@ -211,14 +218,7 @@ class HIPLibrary:
     ) -> tuple[tuple[Any, ...], Any]:
         """A launch of `function` whose C arguments are converted once, for `launch_prepared`; it reads `kernarg`
         when launched, so the buffer may be patched in place between launches (a TinyJit replay's new inputs)."""
-        size = _size(len(kernarg))
-        extra = (_vp * 5)(
-            HIP_LAUNCH_PARAM_BUFFER_POINTER,
-            ctypes.addressof(kernarg),
-            HIP_LAUNCH_PARAM_BUFFER_SIZE,
-            ctypes.addressof(size),
-            HIP_LAUNCH_PARAM_END,
-        )
+        extra, size = _kernarg_extra(kernarg, len(kernarg))
         dims = [_uint(int(x)) for x in (*grid, *block, shared)]
         return (function, *dims, None, None, extra), (size, kernarg)  # the second part is kept alive
 
