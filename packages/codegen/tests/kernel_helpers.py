@@ -25,13 +25,15 @@ def data(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
 
 
-def kernel_asts(fn: Callable[[], Tensor]) -> list[UOp]:
-    """The kernel ASTs that realizing `fn()` runs, caught on their way to the device."""
-    seen: list[UOp] = []
+def kernel_items(fn: Callable[[], Tensor], inputs: bool = False) -> list[tuple[UOp, list[np.ndarray]]]:
+    """The kernels that realizing `fn()` runs, caught on their way to the device: each one's AST and (`inputs`) the
+    float32 contents of its input buffers in PARAM order, read before it runs."""
+    seen: list[tuple[UOp, list[np.ndarray]]] = []
     orig = realize.run_kernel
 
     def spy(item: Any, vals: dict[str, int]) -> Any:
-        seen.append(item.ast)
+        bufs = [np.frombuffer(bytes(b.as_bytes()), np.float32) for b in item.bufs[1:]] if inputs else []
+        seen.append((item.ast, bufs))
         return orig(item, vals)
 
     realize.run_kernel = spy  # type: ignore[assignment]
@@ -40,6 +42,11 @@ def kernel_asts(fn: Callable[[], Tensor]) -> list[UOp]:
     finally:
         realize.run_kernel = orig
     return seen
+
+
+def kernel_asts(fn: Callable[[], Tensor]) -> list[UOp]:
+    """The kernel ASTs that realizing `fn()` runs, caught on their way to the device."""
+    return [ast for ast, _ in kernel_items(fn)]
 
 
 def matmul_ast(m: int, k: int, n: int) -> UOp:

@@ -6,13 +6,11 @@ semantics on the PYTHON executor (xgrad_codegen.pygpu); results against numpy.""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
-from kernel_helpers import data
+from kernel_helpers import data, kernel_items
 
 from xgrad import Tensor
-from xgrad.engine import realize
 from xgrad.uop.ops import AxisType, UOp
 from xgrad_codegen.gpu_opt import gpu_candidates, gpu_heuristic_opts, threads_of
 from xgrad_codegen.opt import Opt, apply_opt, kernel_ranges
@@ -31,19 +29,7 @@ class LavapipeLike(PythonRenderer):
 
 def kernel_with_inputs(fn: Callable[[], Tensor]) -> tuple[UOp, list[np.ndarray]]:
     """The one kernel that realizing `fn()` runs, with the contents of its input buffers in PARAM order."""
-    seen: list[tuple[UOp, list[np.ndarray]]] = []
-    orig = realize.run_kernel
-
-    def spy(item: Any, vals: dict[str, int]) -> Any:
-        seen.append((item.ast, [np.frombuffer(bytes(b.as_bytes()), np.float32) for b in item.bufs[1:]]))
-        return orig(item, vals)
-
-    realize.run_kernel = spy  # type: ignore[assignment]
-    try:
-        fn().realize()
-    finally:
-        realize.run_kernel = orig
-    (found,) = seen
+    (found,) = kernel_items(fn, inputs=True)
     return found
 
 
