@@ -9,7 +9,7 @@ import torch.nn.functional as F  # noqa: N812 (torch's own spelling)
 from digits import DigitsNet
 
 import xgrad_torch.compile
-from xgrad import GlobalCounters
+from xgrad import GlobalCounters, Tensor
 from xgrad_torch.registration import BridgeError
 
 
@@ -90,7 +90,7 @@ def test_compiled_in_place_writes_match_cpu_with_shared_lazy_inputs_and_host_wri
         assert n.item() == ref_n.item(), f"call {i}"
 
 
-def test_compiled_adam_step_writes_each_state_once() -> None:
+def test_compiled_adam_step_writes_each_state_once(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
     ref = torch.nn.Linear(3, 2)
@@ -98,20 +98,35 @@ def test_compiled_adam_step_writes_each_state_once() -> None:
     model = model.to("xgrad")
     opt, ref_opt = torch.optim.Adam(model.parameters(), lr=0.1), torch.optim.Adam(ref.parameters(), lr=0.1)
     update = torch.compile(opt.step, backend="xgrad", dynamic=False)
-    kernels = []
-    for i in range(3):
+    kernels, host_reads = [], []
+    reads = 0
+    numpy = Tensor.numpy
+
+    def counted(self: Tensor) -> np.ndarray:
+        nonlocal reads
+        reads += 1
+        return numpy(self)
+
+    monkeypatch.setattr(Tensor, "numpy", counted)
+    for i in range(4):
         for p, q in zip(model.parameters(), ref.parameters()):
             q.grad = torch.full(q.shape, float(i + 1))
             p.grad = q.grad.to("xgrad")
         GlobalCounters.reset()
+        reads = 0
         update()
         kernels.append(GlobalCounters.kernel_count)
+        host_reads.append(reads)
         ref_opt.step()
+        for state, ref_state in zip(opt.state.values(), ref_opt.state.values()):
+            assert state["step"].device.type == "cpu" and state["step"].item() == ref_state["step"].item() == i + 1
     for p, q in zip(model.parameters(), ref.parameters()):
         np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().numpy(), rtol=1e-4, atol=1e-5)
     # the capture (second call) runs, per parameter, one kernel each for the step count, the two moments and the
-    # parameter: the new moments are computed into their own buffers and read from there, never copied into them
-    assert kernels[1] == 4 * 2, kernels
+    # parameter: the new moments are computed into their own buffers and read from there, never copied into them;
+    # one more gathers the new step counts, which a replay brings to the host with one read (not one per count)
+    assert kernels[1] == 4 * 2 + 1, kernels
+    assert host_reads[2:] == [1, 1], host_reads
 
 
 def test_compiled_outputs_sharing_a_storage_are_realized_once() -> None:
@@ -168,3 +183,45 @@ def test_compiled_batchnorm_training_and_sgd_momentum_match_cpu() -> None:
         assert abs(loss.item() - ref_loss.item()) < 1e-5, f"step {step}"
     for (name, v), w in zip(model.state_dict().items(), ref.state_dict().values()):
         np.testing.assert_allclose(v.cpu().numpy(), w.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_compiled_replays_run_no_kernel_outside_their_captures(monkeypatch: pytest.MonkeyPatch) -> None:
+    graphs: list[xgrad_torch.compile.CompiledGraph] = []
+    init = xgrad_torch.compile.CompiledGraph.__init__
+
+    def spy(self: xgrad_torch.compile.CompiledGraph, *args: object) -> None:
+        init(self, *args)  # type: ignore[arg-type]
+        graphs.append(self)
+
+    monkeypatch.setattr(xgrad_torch.compile.CompiledGraph, "__init__", spy)
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8, 3))
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8, 3))
+    model.load_state_dict(ref.state_dict())
+    model = model.to("xgrad")
+    loss_of = torch.compile(lambda x, y: F.cross_entropy(model(x), y), backend="xgrad", dynamic=False)
+    g = torch.Generator().manual_seed(3)
+    kernels = []
+    for step in range(5):
+        x, y = torch.randn(4, 1, 4, 4, generator=g), torch.randint(0, 3, (4,), generator=g)
+        dev_x, dev_y = x.to("xgrad"), y.to("xgrad")
+        torch.xgrad.synchronize()  # type: ignore[attr-defined]
+        model.zero_grad()
+        ref.zero_grad()
+        GlobalCounters.reset()
+        loss = loss_of(dev_x, dev_y)
+        loss.backward()  # its incoming gradient, ones_like(loss), is a lazy constant on xgrad
+        kernels.append(GlobalCounters.kernel_count)
+        ref_loss = F.cross_entropy(ref(x), y)
+        ref_loss.backward()
+        assert abs(loss.item() - ref_loss.item()) < 1e-5, f"step {step}"
+        for p, q in zip(model.parameters(), ref.parameters()):
+            np.testing.assert_allclose(p.grad.cpu().numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-6)
+    # replays launch the captured kernels only (TinyJit counts none): the backward's ones_like gradient is realized
+    # once, not every step, and every captured input is a whole buffer, so TinyJit takes its fast replay path (the
+    # flattened activation the backward reads goes in as its buffer and is reshaped inside the capture)
+    assert kernels[3:] == [0, 0], kernels
+    assert len(graphs) == 2
+    for graph in graphs:
+        assert graph.jit.captured is not None
+        assert all(spec.plain for spec in graph.jit.captured.expected_input_info)

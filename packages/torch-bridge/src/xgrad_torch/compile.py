@@ -31,18 +31,18 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torch._dynamo import register_backend
 from torch._dynamo.backends.common import aot_autograd
 
-from xgrad import Tensor, TinyJit
+from xgrad import Tensor, TinyJit, UOp
 
 from . import storage
 from .registration import BridgeError
 from .storage import read, to_torch_dtype, wrap
 
 KEEP_CPU_INPUT = 16  # a CPU input of up to this many elements keeps its buffer between calls
+_CONSTANT_OPS = {"CONST", "DEVICE", "RESHAPE", "EXPAND", "CAST"}  # the nodes of a lazy constant (ones_like, zeros)
 
 
 class CompiledGraph:
@@ -57,9 +57,13 @@ class CompiledGraph:
         self.dtypes: list[torch.dtype] = []
         self.views: list[tuple[int, list[int], list[int], int]] = []  # (captured tensor, size, stride, offset)
         self.slots: list[int] = []  # per "tensor" output: its position among the captured tensors
-        self.mutated: list[int] = []  # inputs written in place whose new values come back as extra outputs
+        self.mutated: list[tuple[int, int]] = []  # (input, captured tensor): inputs written in place whose new values
+        # come back as extra outputs
         self.assigned: list[int] = []  # inputs written in place by an assign inside the capture
-        self.cpu_inputs: dict[int, tuple[weakref.ref[torch.Tensor], np.ndarray, Tensor]] = {}  # k -> its buffer
+        self.cpu_inputs: dict[int, tuple[weakref.ref[torch.Tensor], bytes, Tensor]] = {}  # k -> its values, buffer
+        self.host_inputs: set[int] = set()  # the inputs that are CPU tensors
+        self.host_reads: list[tuple[int, list[int]]] = []  # (captured tensor, the CPU inputs whose new values it holds)
+        self.constants: dict[int, tuple[UOp, Tensor]] = {}  # k -> a lazy constant input's node and its buffer
         for x in example_inputs:
             if isinstance(x, torch.SymInt) or (
                 isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape)
@@ -74,11 +78,12 @@ class CompiledGraph:
         self.assigned_early: set[int] = set()
         self.running: tuple[list[torch.Tensor], list[Tensor], dict[int, int]] = ([], [], {})
         _assign_early(gm)
+        self.written = _written_inputs(gm)
 
     def _run(self, *unique: Tensor) -> list[Tensor]:
         xs = [unique[i] for i in self.positions]
         args = [
-            wrap(x, dtype) if view is None else torch.ops.aten.as_strided.default(wrap(x), *view)
+            wrap(x, dtype) if view is None else torch.ops.aten.as_strided.default(wrap(x, dtype), *view)
             for x, dtype, view in zip(xs, self.input_dtypes, self.input_views)
         ]
         holders = {id(storage.holder_of(a)): i for i, a in enumerate(args)}
@@ -139,8 +144,18 @@ class CompiledGraph:
                 self.assigned.append(i)
                 assigns.append(x.assign(new if new.dtype == x.dtype else new.cast(x.dtype)))
             else:
-                self.mutated.append(i)
+                self.mutated.append((i, len(tensors)))
                 tensors.append(new)
+        # CPU inputs assigned in the capture (Adam's step counts) go back to the host after each call: their new
+        # values are gathered into one tensor per dtype, read with one copy to the host instead of one per input
+        groups: dict[Any, list[int]] = {}
+        for i in self.assigned:
+            if i in self.host_inputs:
+                groups.setdefault(xs[i].dtype, []).append(i)
+        self.host_reads = []
+        for idx in groups.values():
+            self.host_reads.append((len(tensors), idx))
+            tensors.append(Tensor.cat(*(xs[i].reshape(-1) for i in idx)) if len(idx) > 1 else xs[idx[0]].reshape(-1))
         if assigns:
             Tensor.realize(*tensors, *assigns)
         return tensors
@@ -173,27 +188,52 @@ class CompiledGraph:
                               "move the model and its inputs to 'xgrad' before calling it")  # fmt: skip
         if h is not None:  # (tested through the storage's holder: a torch.device object per input costs more)
             whole, shape = h.whole, tuple(a.shape)
-            if a.storage_offset() == 0 and a.is_contiguous():
-                if whole.shape == shape:
-                    return whole, None, True
-                if a.numel() == h.numel:
-                    return whole.reshape(shape), None, False
+            constant = self._constant(k, h)
+            if constant is not None:
+                whole = constant
             if a.dtype != to_torch_dtype(whole.dtype):
                 return read(a), None, False
+            if a.storage_offset() == 0 and a.is_contiguous():
+                if whole.shape == shape:
+                    return whole, None, constant is None
+                if a.numel() == h.numel:  # (reshaped inside the capture: TinyJit's replay takes the buffer as it is)
+                    return whole, (list(shape), list(a.stride()), 0), False
             return whole, (list(shape), list(a.stride()), int(a.storage_offset())), False
         if a.numel() > KEEP_CPU_INPUT or a.dtype == torch.bfloat16:
             return storage.from_cpu(a).realize(), None, False
         kept = self.cpu_inputs.get(k)
-        values = a.detach().numpy()
-        if kept is not None and kept[0]() is a and np.array_equal(values, kept[1]):
+        values = a.detach().numpy().tobytes()
+        if kept is not None and kept[0]() is a and values == kept[1]:
             return kept[2], None, True
         x = storage.from_cpu(a).realize()
-        self.cpu_inputs[k] = (weakref.ref(a), values.copy(), x)
+        self.cpu_inputs[k] = (weakref.ref(a), values, x)
         return x, None, True
+
+    def _constant(self, k: int, h: storage.Holder) -> Tensor | None:
+        """The realized buffer standing for input `k` when the input is a lazy constant (the backward's incoming
+        gradient, `ones_like(loss)`, every step), else None. UOps are hash-consed, so the same constant is the same
+        node each call: its buffer is made once and reused, where realizing it each call cost a schedule and a
+        kernel and sent TinyJit down its slow path. The buffer is only read (an input written in place is never
+        given one)."""
+        if k in self.written:
+            return None
+        kept = self.constants.get(k)
+        uop = h.whole.uop
+        if kept is not None and kept[0] is uop:
+            x = kept[1]
+        elif uop.plain_buffer or not all(u.op.name in _CONSTANT_OPS for u in uop.walk()):
+            return None
+        else:
+            x = h.whole.contiguous().realize()
+            self.constants[k] = (uop, x)
+        h.set(x)  # the torch tensor reads the buffer too: nothing left to realize for it
+        storage.discard_pending(h)
+        return x
 
     def __call__(self, *args: Any) -> list[Any]:
         self.input_dtypes = [a.dtype if isinstance(a, torch.Tensor) else None for a in args]
         read_in = [self._input(k, a) for k, a in enumerate(args)]
+        self.host_inputs = {k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_cpu}
         xs = [x for x, _, _ in read_in]
         views = [view for _, view, _ in read_in]
         storage.flush()  # pending writes to inputs (an optimizer's step) first: the replay reads their buffers
@@ -238,15 +278,15 @@ class CompiledGraph:
                     out.append(torch.ops.aten.as_strided.default(a, size, stride, offset))
             else:
                 out.append(next(values))
-        for i, new in zip(self.mutated, results[len(results) - len(self.mutated) :]):
-            self._write_back(args[i], new)
-        for k in self.assigned:  # CPU inputs assigned in the capture: their new values go back to the host
-            if args[k].device.type == "cpu":
-                kept = self.cpu_inputs.get(k)
-                x = kept[2] if kept is not None else xs[k]
-                self._write_back(args[k], x)
-                if kept is not None:
-                    self.cpu_inputs[k] = (kept[0], args[k].detach().numpy().copy(), x)
+        for i, slot in self.mutated:
+            self._write_back(args[i], results[slot])
+        for slot, idx in self.host_reads:  # CPU inputs assigned in the capture: their new values go to the host
+            new, start = results[slot].numpy(), 0
+            for k in idx:
+                host = args[k].detach().numpy()  # (aot_autograd's copy_ would bump the version counter; a step
+                host[...] = new[start : start + host.size].reshape(host.shape)  # count's readers never look)
+                start += host.size
+                self.cpu_inputs[k] = (self.cpu_inputs[k][0], host.tobytes(), self.cpu_inputs[k][2])
         return out
 
     @staticmethod
@@ -301,6 +341,20 @@ def _assign_early(gm: torch.fx.GraphModule) -> None:
     if changed:
         graph.lint()
         gm.recompile()
+
+
+def _written_inputs(gm: torch.fx.GraphModule) -> set[int]:
+    """The positions of the graph's inputs that it writes in place (a functionalized graph writes an input only
+    through a `copy_` into it, or the `assign_input` that `_assign_early` made of one)."""
+    placeholders = {n: k for k, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    return {
+        placeholders[n.args[0]]
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and n.target in (torch.ops.aten.copy_.default, assign_input)
+        and n.args
+        and n.args[0] in placeholders
+    }
 
 
 def _same_layout(a: torch.fx.Node, b: torch.fx.Node) -> bool:

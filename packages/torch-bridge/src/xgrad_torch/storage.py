@@ -250,6 +250,11 @@ def flush(*also: Tensor) -> None:
         h.set(h.whole)  # a flat view taken before the realize would keep the graph alive
 
 
+def discard_pending(h: Holder) -> None:
+    """Forget a pending write to `h` (its holder now holds a realized buffer)."""
+    _pending.discard(h)
+
+
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     """The values of `t` (on `xgrad`) on the host, realizing what they need and every pending write."""
     x = read(t)
