@@ -101,7 +101,7 @@ def run_streams(url: str, n: int, tokens: int) -> dict[str, float]:
 
 
 def start_xgrad(model: str, port: int, parallel: int, threads: int, ctx: int, batch: bool) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    env = {**os.environ, "NUM_CPU_THREADS": str(threads)}  # the CPU backend's worker threads
     cmd = [
         sys.executable,
         "-m",

@@ -471,3 +471,122 @@ def test_a_round_is_batched_whenever_two_or_more_slots_decode() -> None:
     assert [batches(k, 4) for k in range(5)] == [False, False, True, True, True]
     assert [batches(k, 2) for k in range(3)] == [False, False, True]
     assert not batches(1, 1)
+
+
+def test_slots_share_one_prefill_and_one_decode_program(tmp_path: pathlib.Path) -> None:
+    """Every slot's Runner replays the same captured prefill and decode programs (the cache row is a bound Variable):
+    once slot 0 captured them, the first prompt and the first lone decode of slots 1 and 2 run no unjitted trace
+    (a fresh slot used to trace and capture its own, stalling every stream for about a second on Gemma 3 270M), and
+    each slot's logits equal decoding it alone."""
+    from xgrad_llm.server.batch import BatchDecoder
+
+    ref, path = sh.write_model(tmp_path)
+    batch = BatchDecoder(LLM.load(path, max_context=64, chunk=4), 3)
+    runners = [batch.runner(b) for b in range(3)]
+    for ids in ([2, 30, 31, 32, 33, 34], [2, 40, 41, 42, 43, 44, 45], [2, 50], [2, 50, 51], [2, 50, 51, 52]):
+        runners[0].feed(ids)  # prefills and lone decodes: unjitted, captured, replayed
+    shared = batch._row_runner
+    traces: list[str] = []
+    for jit in (shared._prefill, shared._decode, shared._write_row):
+        assert jit.captured is not None
+        jit.fxn = lambda *a, fxn=jit.fxn, **k: (traces.append("trace"), fxn(*a, **k))[1]
+    for b, ids in ((1, [2, 60, 61, 62, 63, 64]), (2, [2, 70, 71, 72, 73, 74, 75, 76, 77])):
+        np.testing.assert_allclose(runners[b].feed(ids), ref.logits(ids), atol=1e-3)
+        np.testing.assert_allclose(runners[b].feed(ids + [9]), ref.logits(ids + [9]), atol=1e-3)
+    np.testing.assert_allclose(runners[0].feed([2, 50, 51, 52, 53]), ref.logits([2, 50, 51, 52, 53]), atol=1e-3)
+    assert traces == []
+
+
+def test_warm_engine_captures_every_program_before_the_first_request(tmp_path: pathlib.Path) -> None:
+    """`ServerConfig(warm=True)`: the prefill, the lone decode and a batched round of every size are captured before
+    the server answers, so concurrent requests only replay programs (no unjitted trace, which would stall every
+    stream), and the filler tokens the warm-up wrote into the caches never reach a reply: each equals the numpy
+    oracle's greedy continuation and none reuses a cached prefix."""
+    ref, path = sh.write_model(tmp_path)
+    llm = LLM.load(path, max_context=128, chunk=16)
+    # loaded (and warmed) in the background, as `xgrad-llm serve` does: /health answers 503 until the engine is ready
+    app = create_app(ServerConfig(model_name="tiny", parallel=3, batch=True, warm=True), loader=lambda: llm)
+    prompts = ["the capital of France is", "hello world!", "a city"]
+    out: dict[int, Any] = {}
+    traces: list[str] = []
+    with sh.running(app) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+        http = client._client
+        deadline = time.monotonic() + 600
+        while (status := http.get(url + "/health").status_code) != 200 and time.monotonic() < deadline:
+            assert status == 503
+            time.sleep(0.1)
+        engine = app.state.xgrad.engine
+        shared = engine.batch._row_runner
+        jits = [shared._prefill, shared._decode, shared._write_row, *engine.batch._rounds[1:]]
+        for jit in jits:
+            assert jit.captured is not None
+            jit.fxn = lambda *a, fxn=jit.fxn, **k: (traces.append("trace"), fxn(*a, **k))[1]
+        assert all(s.runner.cached == [] for s in engine.slots)
+
+        def run(i: int) -> None:
+            out[i] = client.completions.create(model="tiny", prompt=prompts[i], max_tokens=12, temperature=0)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert traces == []
+    for i, prompt in enumerate(prompts):
+        assert out[i].choices[0].text == llm.decode(ref.greedy(llm.encode(prompt), 12)), i
+        assert out[i].usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_greedy_sampling_takes_the_argmax_without_copying_the_logits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A greedy request without penalties picks the argmax of the logits as they are: `penalize` (a float64 copy of
+    the whole vocabulary, 10x the argmax's time for Gemma's 262k tokens, per token of every stream) is skipped; with
+    a penalty it still applies."""
+    from xgrad_llm.generate import Sampler, SamplingParams
+
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal(5000).astype(np.float32)
+    logits[[17, 4000]] = logits.max() + 1  # a tie: the first wins, as numpy's argmax of the float64 logits
+    history = [17, 17, 5]
+    penalized = Sampler(SamplingParams(presence_penalty=2.0)).penalize(logits, history, history)
+    assert penalized[17] == np.float64(logits[17]) - 2.0
+    calls: list[int] = []
+    real = Sampler.penalize
+    monkeypatch.setattr(Sampler, "penalize", lambda self, *a: (calls.append(1), real(self, *a))[1])
+    assert Sampler(SamplingParams())(logits, history, history) == int(np.argmax(logits.astype(np.float64))) == 17
+    assert calls == []
+    assert Sampler(SamplingParams(presence_penalty=2.0))(logits, history, history) == int(np.argmax(penalized))
+    assert Sampler(SamplingParams(repetition_penalty=1.5))(logits, history, history) == 4000
+    assert len(calls) == 2
+
+
+def test_events_of_one_round_reach_the_event_loop_with_one_wakeup() -> None:
+    """The worker's events for several streams, posted while the event loop is busy, are delivered by one wake-up of
+    the loop (one `call_soon_threadsafe`, not one per stream), each to its own stream's queue, in order."""
+    import asyncio
+
+    from xgrad_llm.server.app import _Mailbox
+    from xgrad_llm.server.engine import Event
+
+    async def main() -> tuple[list[list[str]], list[int]]:
+        mailbox = _Mailbox(asyncio.get_running_loop())
+        queues: list[asyncio.Queue[Event | None]] = [asyncio.Queue() for _ in range(4)]
+        got: list[list[str]] = [[] for _ in queues]
+        wakeups = []
+        for r in range(3):  # three rounds
+            texts = [f"{r}{i}" for i in range(len(queues))]
+            poster = threading.Thread(
+                target=lambda t=texts: [mailbox.post(q, Event(text=x)) for q, x in zip(queues, t)]
+            )
+            poster.start()
+            poster.join()  # the loop is blocked here: nothing is delivered before the round is whole
+            for i, q in enumerate(queues):
+                ev = await q.get()
+                assert ev is not None
+                got[i].append(ev.text)
+            wakeups.append(mailbox.wakeups)
+        return got, wakeups
+
+    got, wakeups = asyncio.run(main())
+    assert got == [[f"{r}{i}" for r in range(3)] for i in range(4)]
+    assert wakeups == [1, 2, 3]

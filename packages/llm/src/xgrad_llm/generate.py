@@ -88,6 +88,12 @@ class Sampler:
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
         self.rng = np.random.default_rng(params.seed)
+        # whether `penalize` changes any logit (else it is a copy)
+        self.penalizes = bool(
+            (params.repetition_penalty != 1.0 and params.penalty_last_n)
+            or params.presence_penalty
+            or params.frequency_penalty
+        )
 
     def penalize(
         self, logits: np.ndarray, history: Sequence[int] = (), generated: Sequence[int] | None = None
@@ -112,6 +118,8 @@ class Sampler:
         """The next token id: `history` is every id so far (prompt included), `generated` the ids of this reply
         (the window of the presence/frequency penalties; None: all of `history`)."""
         p = self.params
+        if p.temperature == 0 and not self.penalizes:  # greedy: the logits as they are (a float64 copy of a 262k
+            return int(np.argmax(logits))  # vocabulary costs 10x the argmax, per token of every stream)
         x = self.penalize(logits, history, generated)
         if p.temperature == 0:
             return int(np.argmax(x))

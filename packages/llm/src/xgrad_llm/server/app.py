@@ -13,6 +13,7 @@ long generation runs.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import json
@@ -58,6 +59,7 @@ class ServerConfig:
     batch: bool = True  # run concurrent decodes of most slots as one batched forward (README: when it pays)
     presence_penalty: float = 0.0  # for requests that do not set it (--presence-penalty)
     frequency_penalty: float = 0.0  # for requests that do not set it (--frequency-penalty)
+    warm: bool = False  # capture the engine's programs before /health says ready (`Engine.warm`; --warm)
 
 
 class _State:
@@ -69,10 +71,20 @@ class _State:
         self.engine: Engine | None = None
         self.embedder: Embedder | None = None
         self.load_error: str | None = None
+        self.mailbox: _Mailbox | None = None
+
+    def mail(self) -> _Mailbox:
+        """The event loop's mailbox (made on first use, in the loop that serves)."""
+        loop = asyncio.get_running_loop()
+        if self.mailbox is None or self.mailbox.loop is not loop:
+            self.mailbox = _Mailbox(loop)
+        return self.mailbox
 
     def ready(self, llm: LLM) -> None:
         c = self.config
         engine = Engine(llm, c.parallel, c.max_queue, c.timeout, batch=c.batch)
+        if c.warm:
+            engine.warm()
         engine.start()
         self.llm, self.engine = llm, engine
         self.embedder = Embedder(llm, engine.model_lock)
@@ -136,16 +148,45 @@ def _api(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request
 
 
 # ---- generation ----
+class _Mailbox:
+    """Events from the worker thread to the event loop, with one wake-up for all that arrive before the loop takes
+    them: a batched round emits an event per stream, and each `call_soon_threadsafe` writes to the loop's wake-up
+    socket and queues a callback of its own."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.items: collections.deque[tuple[asyncio.Queue[Event | None], Event]] = collections.deque()
+        self.lock = threading.Lock()
+        self.scheduled = False
+        self.wakeups = 0  # call_soon_threadsafe calls so far
+
+    def post(self, queue: asyncio.Queue[Event | None], ev: Event) -> None:
+        with self.lock:
+            self.items.append((queue, ev))
+            if self.scheduled:
+                return
+            self.scheduled = True
+            self.wakeups += 1
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+            self.loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self.lock:
+            items, self.items = self.items, collections.deque()
+            self.scheduled = False
+        for queue, ev in items:
+            queue.put_nowait(ev)
+
+
 class _Relay:
     """A job's events, handed from the worker thread to this request's event loop."""
 
-    def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()
+    def __init__(self, mailbox: _Mailbox) -> None:
+        self.mailbox = mailbox
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue()
 
     def emit(self, ev: Event) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, ev)
+        self.mailbox.post(self.queue, ev)
 
     async def events(self, request: Request | None, job: Job, engine: Engine) -> AsyncIterator[Event]:
         """The events until the finish. With `request`, a client that disconnects ends them (a streamed response
@@ -247,7 +288,7 @@ async def chat_completions(request: Request) -> Response:
         raise
     except Exception as e:  # the template refused the conversation
         raise APIError(f"the chat template could not render these messages: {e}", param="messages") from e
-    relay = _Relay()
+    relay = _Relay(state.mail())
     job = _job(relay, prompt, req.sampling, max_context, state.config)
     job.constraint = await anyio.to_thread.run_sync(chat_constraint, llm, req)  # the first builds a token table
     parser = ChatStream(tools=bool(req.tools) and req.tool_choice != "none", thinking=thinking)
@@ -355,7 +396,7 @@ async def completions(request: Request) -> Response:
     req = wire.parse_completion(data, max_context, llm.model.cfg.vocab_size)
     prompt = req.prompt if isinstance(req.prompt, list) else await anyio.to_thread.run_sync(llm.encode, req.prompt)
     prompt_text = req.prompt if isinstance(req.prompt, str) else llm.decode(req.prompt)
-    relay = _Relay()
+    relay = _Relay(state.mail())
     job = _job(relay, prompt, req.sampling, max_context, state.config)
     s = req.sampling
     rid, created, model = wire.new_id("cmpl"), wire.now(), state.config.model_name

@@ -55,13 +55,12 @@ class BatchDecoder:
         self._span: Any = self.cache_len  # the bound `end` while a round is traced
         self._rows: tuple[Any, ...] = tuple(range(n))  # the cache rows while a round is traced
         self._rounds = [TinyJit(self._round_impl) for _ in range(n)]  # _rounds[k - 1]: a round of k busy slots
+        self._row_runner = _RowRunner(self)
 
     def runner(self, b: int) -> Runner:
-        """Slot b's Runner: its prefill and lone decodes write row b of the batched caches."""
-        m = copy.copy(self.llm.model)
-        m.cache_k = [c.shrink(((b, b + 1), None, None, None)) for c in self.model.cache_k]
-        m.cache_v = [c.shrink(((b, b + 1), None, None, None)) for c in self.model.cache_v]
-        return Runner(m, self.max_context, self.chunk)
+        """Slot b's Runner: its prefill and lone decodes write row b of the batched caches, with the programs that
+        every slot shares (`_RowRunner`)."""
+        return SlotRunner(self._row_runner, b)
 
     def _round_impl(self, *bound: Any) -> Tensor:
         k = len(bound) // 3
@@ -144,3 +143,51 @@ class BatchDecoder:
         out = (probs.transpose(-1, -2) * values).sum(-2).unsqueeze(3)  # (N, KV, G, 1, vd)
         out = out.permute(0, 3, 1, 2, 4).reshape(n, 1, cfg.n_heads * vd)
         return m._project(w, "attn_output", out)
+
+
+class _RowRunner(Runner):
+    """The prefill and decode programs of all slots' Runners: the cache row they use is a bound Variable (`slot`), so
+    one captured program serves every slot. With a program per slot, each slot's first prompt and first lone decode
+    ran unjitted (scheduling and lowering every kernel: ~1 s for Gemma 3 270M) and its second was captured, so a
+    request that landed on a fresh slot stalled every other stream for that long; N slots also kept N copies of the
+    programs' intermediate buffers."""
+
+    def __init__(self, decoder: BatchDecoder) -> None:
+        super().__init__(copy.copy(decoder.llm.model), decoder.max_context, decoder.chunk)
+        self.decoder = decoder
+        self.slot = Variable("slot", 0, decoder.n - 1)
+
+    def _use_row(self, slot: Any) -> None:
+        """Point the model's caches at cache row `slot` (a bound Variable) of the decoder's batched caches."""
+        batched = self.decoder.model
+        self.model.cache_k = [c.shrink(((slot, slot + 1), None, None, None)) for c in batched.cache_k]
+        self.model.cache_v = [c.shrink(((slot, slot + 1), None, None, None)) for c in batched.cache_v]
+
+    def _prefill_impl(self, pos: Any, last: Any, slot: Any = None) -> Tensor:
+        self._use_row(slot)
+        return super()._prefill_impl(pos, last)
+
+    def _decode_impl(self, tok: Any, pos: Any, slot: Any = None) -> Tensor:
+        self._use_row(slot)
+        return super()._decode_impl(tok, pos)
+
+
+class SlotRunner(Runner):
+    """Slot b's Runner: `feed` as `Runner`'s, its own `cached` ids, and the shared `_RowRunner`'s staging rows and
+    programs, called with the slot bound to b."""
+
+    def __init__(self, shared: _RowRunner, b: int) -> None:  # not Runner.__init__: nothing of its own to build
+        self.model, self.max_context, self.chunk = shared.model, shared.max_context, shared.chunk
+        self.pos, self.tok, self.row, self.last, self.rows = (
+            shared.pos,
+            shared.tok,
+            shared.row,
+            shared.last,
+            shared.rows,
+        )
+        self.index = b
+        self._write_row = shared._write_row
+        slot = shared.slot.bind(b)
+        self._prefill = lambda pos, last: shared._prefill(pos, last, slot)  # type: ignore[assignment]
+        self._decode = lambda tok, pos: shared._decode(tok, pos, slot)  # type: ignore[assignment]
+        self.cached: list[int] = []

@@ -282,6 +282,32 @@ class Engine:
         self._token_text: dict[int, tuple[str, list[int]]] = {}
         self.model_lock = threading.Lock()  # held while the worker runs the model; other model users take it too
 
+    def warm(self) -> None:
+        """Capture every program the worker replays before any request comes: each slot's prefill and lone decode
+        (one set for all slots with batching) and a batched round of every size. A TinyJit program runs unjitted on
+        its first call and is captured on its second, so without this the first requests (and the first round of
+        each new number of busy slots) stall every stream for about a second each (Gemma 3 270M). The caches are
+        written with filler tokens and then forgotten (every slot's `cached` is emptied)."""
+        with self.model_lock:
+            slots = self.slots[:1] if self.batch is not None else self.slots
+            for slot in slots:
+                runner = slot.runner
+                # a prefill of a whole chunk, then of 3 tokens (the capture), then lone decodes: unjitted, captured,
+                # replayed (as far as the context allows)
+                ids = [1] * max(1, min(runner.chunk + 3, runner.max_context - 3))
+                runner.cached = []
+                runner.feed(ids)
+                for _ in range(min(3, runner.max_context - len(ids))):
+                    ids.append(1)
+                    runner.feed(ids)
+                runner.cached = []
+            if self.batch is not None:
+                for k in range(2, len(self.slots) + 1):
+                    for _ in range(3):
+                        self.batch.decode([1] * k, list(range(k)), list(range(k)))
+                for slot in self.slots:
+                    slot.runner.cached = []
+
     # ---- the HTTP side ----
     def start(self) -> None:
         """Start the worker thread."""

@@ -39,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run concurrent decodes of the slots as one batched forward over the decoding slots (default; "
         "--no-batch: one forward per slot)",
     )
+    p.add_argument(
+        "--warm",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="capture every prefill, decode and batched-round program before /health says ready (default; "
+        "--no-warm: the first requests capture them, stalling the streams running then)",
+    )
     p.add_argument("--model-name", default=None, help="the model id in responses (default: the file's name)")
     return p
 
@@ -74,6 +81,7 @@ def main(argv: list[str]) -> int:
             cors=list(args.cors),
             max_body=args.max_body,
             batch=args.batch,
+            warm=args.warm,
             presence_penalty=model_args.presence_penalty,
             frequency_penalty=model_args.frequency_penalty,
         )
