@@ -6,7 +6,9 @@ Run: .venv/bin/python bench/bench_serve.py [--model PATH | --tiny] [--streams 1,
 Each server runs in its own process on a free loopback port. For each concurrency N, N clients stream a chat reply
 each (greedy, `max_tokens` = --tokens, distinct prompts) at the same time; the numbers are the generated tokens
 (from each stream's usage) over the wall time from the first request to the last [DONE], the same from each stream's
-first token on ("decode": prefill excluded), and the mean time to the first token. xgrad runs with --parallel N.
+first token on ("decode": prefill excluded), and the mean time to the first token; also the CPU seconds of the server
+process and of the clients (this process) during the run, and tokens per server CPU second (steadier than wall time on
+a loaded host). xgrad runs with --parallel N.
 `--tiny` serves a tiny random-weight llama written on the spot (a smoke run; its numbers mean little). Asserts
 nothing. Not run in CI: the peer needs a bench environment (see bench_llm.py; the server also needs
 `pip install 'llama-cpp-python[server]'` there), named by --peer-python. llama-server answers one request at a time
@@ -52,7 +54,19 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float, path: st
     raise RuntimeError(f"{url} was not ready after {timeout:.0f} s")
 
 
-def run_streams(url: str, n: int, tokens: int) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (Linux /proc; NaN elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_streams(url: str, n: int, tokens: int, pid: int | None = None) -> dict[str, float]:
+    """Stream n replies at once; with the server's `pid`, also the CPU seconds it and this process (the clients)
+    spent meanwhile."""
     import openai
 
     client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=3600)
@@ -84,10 +98,13 @@ def run_streams(url: str, n: int, tokens: int) -> dict[str, float]:
             results.append((start, first or end, end, used))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    server_cpu, client_cpu = cpu_seconds(pid) if pid else float("nan"), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    server_cpu = (cpu_seconds(pid) if pid else float("nan")) - server_cpu
+    client_cpu = time.process_time() - client_cpu
     t0 = min(r[0] for r in results)
     t_first = min(r[1] for r in results)
     t1 = max(r[2] for r in results)
@@ -97,6 +114,8 @@ def run_streams(url: str, n: int, tokens: int) -> dict[str, float]:
         "tok_s": total / (t1 - t0),
         "decode_tok_s": max(total - n, 0) / max(t1 - t_first, 1e-9),
         "ttft_s": sum(r[1] - r[0] for r in results) / n,
+        "server_cpu_s": server_cpu,
+        "client_cpu_s": client_cpu,
     }
 
 
@@ -220,11 +239,13 @@ def main() -> None:
                     if name == "xgrad":  # every round size's program (one per number of busy slots, made on first use)
                         for warm in range(1, m + 1):
                             run_streams(url, warm, 4)
-                    rows[name][m] = run_streams(url, m, args.tokens)
+                    rows[name][m] = run_streams(url, m, args.tokens, proc.pid)
                     r = rows[name][m]
                     print(
                         f"{name:12s} {m:2d} streams: {r['tok_s']:7.1f} tok/s, decode {r['decode_tok_s']:7.1f} tok/s, "
-                        f"first token {r['ttft_s']:.2f} s ({int(r['tokens'])} tokens)",
+                        f"first token {r['ttft_s']:.2f} s ({int(r['tokens'])} tokens); CPU: server "
+                        f"{r['server_cpu_s']:.2f} s ({r['tokens'] / r['server_cpu_s']:.1f} tok/CPU-s), clients "
+                        f"{r['client_cpu_s']:.2f} s, load average {os.getloadavg()[0]:.1f}",
                         flush=True,
                     )
             finally:
@@ -233,7 +254,11 @@ def main() -> None:
     base = rows["xgrad"].get(1)
     for n, r in rows["xgrad"].items():
         if base and n > 1 and base["decode_tok_s"] > 0:
-            print(f"xgrad {n} streams / 1 stream: {r['decode_tok_s'] / base['decode_tok_s']:.2f}x")
+            cpu = (r["tokens"] / r["server_cpu_s"]) / (base["tokens"] / base["server_cpu_s"])
+            print(
+                f"xgrad {n} streams / 1 stream: {r['decode_tok_s'] / base['decode_tok_s']:.2f}x "
+                f"(tokens per server CPU second: {cpu:.2f}x)"
+            )
         if peer and n in rows["llama-server"] and rows["llama-server"][n]["decode_tok_s"] > 0:
             ratio = r["decode_tok_s"] / rows["llama-server"][n]["decode_tok_s"]
             print(f"xgrad / llama-server at {n} streams: {ratio:.2f}x")

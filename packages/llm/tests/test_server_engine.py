@@ -45,11 +45,11 @@ class Env:
                 feed(ids),
             )[2]
         batch = self.engine.batch  # the batched decode rounds of several slots: slowed and logged too
-        decode = batch.decode
-        batch.decode = lambda toks, pos, slots=None: (
+        step = batch.step
+        batch.step = lambda toks, pos, slots=None: (
             self.calls.append((-1, len(toks))),
             time.sleep(self.delay),
-            decode(toks, pos, slots),
+            step(toks, pos, slots),
         )[2]
 
     def http(self) -> Any:
@@ -146,13 +146,13 @@ def test_three_requests_on_four_slots_decode_in_rounds_of_their_rows_only(tmp_pa
     out: dict[int, str] = {}
     with sh.running(app) as url:
         batch = app.state.xgrad.engine.batch
-        decode = batch.decode
+        step = batch.step
         for slot in app.state.xgrad.engine.slots:  # every step slowed a little, so that the three requests overlap
             slot.runner.feed = lambda ids, feed=slot.runner.feed: (time.sleep(0.02), feed(ids))[1]
-        batch.decode = lambda toks, pos, slots=None: (
+        batch.step = lambda toks, pos, slots=None: (
             rows.append(len(toks)),
             time.sleep(0.005),
-            decode(toks, pos, slots),
+            step(toks, pos, slots),
         )[2]
         client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
 
@@ -380,9 +380,13 @@ def test_round_of_three_busy_slots_out_of_four_computes_only_their_rows(tmp_path
     runners[2].cached = list(ids[2])
     ids[2].append(int(np.argmax(oracle(ids[2]))))
     for slots in ([2, 1], [0, 1, 2, 3], [3, 2, 1, 0]):
-        out = batch.decode([ids[b][-1] for b in slots], [len(ids[b]) - 1 for b in slots], slots)
+        r = batch.step([ids[b][-1] for b in slots], [len(ids[b]) - 1 for b in slots], slots)
+        best = [r.best(row) for row in range(len(slots))]  # each row's argmax, computed in the round
+        out = r.all_logits()
         for row, b in enumerate(slots):
             np.testing.assert_allclose(out[row], oracle(ids[b]), atol=1e-4)
+            np.testing.assert_array_equal(r.logits(row), out[row])
+            assert best[row] == int(np.argmax(out[row]))
         for b in slots:
             runners[b].cached = list(ids[b])
             ids[b].append(int(np.argmax(oracle(ids[b]))))
@@ -590,3 +594,46 @@ def test_events_of_one_round_reach_the_event_loop_with_one_wakeup() -> None:
     got, wakeups = asyncio.run(main())
     assert got == [[f"{r}{i}" for r in range(3)] for i in range(4)]
     assert wakeups == [1, 2, 3]
+
+
+def test_greedy_rows_of_a_round_take_its_argmax_and_leave_the_logits_on_the_device(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batched rounds of greedy requests read only each row's argmax (computed in the round), never the logits (1 MB a
+    row for Gemma's vocabulary): the replies equal the numpy oracle's greedy continuations. A request that samples
+    (temperature > 0) in the same rounds makes the round copy the logits out, for its row only."""
+    from xgrad_llm.server.batch import Round
+
+    calls: list[str] = []
+    real_logits, real_best = Round.logits, Round.best
+    monkeypatch.setattr(Round, "logits", lambda self, b: (calls.append("logits"), real_logits(self, b))[1])
+    monkeypatch.setattr(Round, "best", lambda self, b: (calls.append("best"), real_best(self, b))[1])
+    ref, path = sh.write_model(tmp_path)
+    llm = LLM.load(path, max_context=128, chunk=16)
+    app = create_app(ServerConfig(model_name="tiny", parallel=3, batch=True), llm=llm)
+    prompts = ["the capital of France is", "hello world!", "a city"]
+    with sh.running(app) as url:
+        for slot in app.state.xgrad.engine.slots:  # every step slowed a little, so that the requests overlap
+            slot.runner.feed = lambda ids, feed=slot.runner.feed: (time.sleep(0.02), feed(ids))[1]
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+        for temperatures in ((0, 0, 0), (0, 0, 1.0)):
+            calls.clear()
+            out: dict[int, str] = {}
+
+            def run(i: int, temperature: float, out: dict[int, str] = out) -> None:
+                r = client.completions.create(model="tiny", prompt=prompts[i], max_tokens=12, temperature=temperature)
+                out[i] = r.choices[0].text
+
+            threads = [threading.Thread(target=run, args=(i, t)) for i, t in enumerate(temperatures)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for i, t in enumerate(temperatures):
+                if t == 0:
+                    assert out[i] == llm.decode(ref.greedy(llm.encode(prompts[i]), 12)), i
+            assert "best" in calls
+            if temperatures == (0, 0, 0):
+                assert "logits" not in calls
+            else:  # the sampling row reads the logits, the greedy rows their argmax
+                assert "logits" in calls

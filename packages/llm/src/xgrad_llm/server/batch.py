@@ -13,7 +13,7 @@ gathered by slot index (bound Variables, so one program serves every choice of k
 power of two would instead compute up to twice the busy rows; a round of k rows costs about what the k-row matrix
 products cost, so a batched round of k >= 2 slots is never more work than their k lone decodes.
 
-In: token ids, positions and slot indices, one per busy slot. Out: logits (k, vocab).
+In: token ids, positions and slot indices, one per busy slot. Out: logits (k, vocab) and each row's argmax.
 """
 
 from __future__ import annotations
@@ -62,16 +62,17 @@ class BatchDecoder:
         every slot shares (`_RowRunner`)."""
         return SlotRunner(self._row_runner, b)
 
-    def _round_impl(self, *bound: Any) -> Tensor:
+    def _round_impl(self, *bound: Any) -> tuple[Tensor, Tensor]:
         k = len(bound) // 3
         toks, pos, self._span = bound[:k], bound[k : 2 * k], bound[3 * k]
         self._rows = tuple(range(self.n)) if k == self.n else bound[2 * k : 3 * k]
         x = Tensor.cat(*(self.model.embed_token(t) for t in toks)).reshape(k, 1, -1)
-        return self.model.forward(x, tuple(pos)).realize()
+        logits = self.model.forward(x, tuple(pos)).reshape(k, -1).realize()
+        return logits, logits.argmax(-1).realize()  # each row's greedy token, read without copying the logits out
 
-    def decode(self, toks: Sequence[int], positions: Sequence[int], slots: Sequence[int] | None = None) -> np.ndarray:
-        """Logits (k, vocab) after feeding token toks[b] at position positions[b] of cache row slots[b] (default:
-        every row in order), for k distinct slots."""
+    def step(self, toks: Sequence[int], positions: Sequence[int], slots: Sequence[int] | None = None) -> Round:
+        """Feed token toks[b] at position positions[b] of cache row slots[b] (default: every row in order), for k
+        distinct slots: the round's output (each row's logits and greedy token), valid until the next round."""
         rows = list(range(self.n)) if slots is None else [int(s) for s in slots]
         k = len(rows)
         if not 1 <= k <= self.n or len(set(rows)) != k or not all(0 <= s < self.n for s in rows):
@@ -80,6 +81,7 @@ class BatchDecoder:
             raise GenerationError(
                 f"a round of {k} slots needs {k} tokens and positions, got {len(toks)}, {len(positions)}"
             )
+        order = list(range(k))
         if k == self.n:
             order = sorted(range(k), key=lambda b: rows[b])  # all rows: the caches in their own order
             toks, positions, rows = [toks[b] for b in order], [positions[b] for b in order], sorted(rows)
@@ -87,10 +89,13 @@ class BatchDecoder:
         bound += [v.bind(int(p)) for v, p in zip(self.pos, positions)]
         bound += [v.bind(s) for v, s in zip(self.slots, rows)]
         bound.append(self.end.bind(max(int(p) for p in positions) + 1))
-        out: np.ndarray = self._rounds[k - 1](*bound).numpy().reshape(k, -1)  # the JIT reuses its buffer: copy out
-        if k == self.n:
-            out = out[np.argsort(order)]
-        return out
+        logits, best = self._rounds[k - 1](*bound)
+        return Round(logits, best, order)
+
+    def decode(self, toks: Sequence[int], positions: Sequence[int], slots: Sequence[int] | None = None) -> np.ndarray:
+        """Logits (k, vocab) after feeding token toks[b] at position positions[b] of cache row slots[b] (default:
+        every row in order), for k distinct slots."""
+        return self.step(toks, positions, slots).all_logits()
 
     def _attention(self, i: int, w: LayerWeights, x: Tensor, positions: tuple[Any, ...]) -> Tensor:
         """The model's attention for one new token per row, row b at position positions[b]."""
@@ -143,6 +148,41 @@ class BatchDecoder:
         out = (probs.transpose(-1, -2) * values).sum(-2).unsqueeze(3)  # (N, KV, G, 1, vd)
         out = out.permute(0, 3, 1, 2, 4).reshape(n, 1, cfg.n_heads * vd)
         return m._project(w, "attn_output", out)
+
+
+class Round:
+    """A round's output, read on demand (the round's program reuses its buffers: read before the next round). Rows
+    in the order the round was given its slots. A greedy request needs only its row's token (`best`); the logits
+    (1 MB a row for a 262k vocabulary) are copied out only when some row samples, penalises or reports logprobs."""
+
+    def __init__(self, logits: Tensor, best: Tensor, order: list[int]) -> None:
+        self._logits_t, self._best_t = logits, best
+        self._pos = [0] * len(order)  # given row b -> row of the program's output
+        for i, b in enumerate(order):
+            self._pos[b] = i
+        self._logits: np.ndarray | None = None
+        self._best: np.ndarray | None = None
+
+    def best(self, b: int) -> int:
+        """Row b's greedy token: its logits' first largest (numpy's argmax), computed in the round."""
+        if self._best is None:
+            self._best = self._best_t.numpy()
+        return int(self._best[self._pos[b]])
+
+    def logits(self, b: int) -> np.ndarray:
+        """Row b's logits (vocab,); the first call copies every row's out."""
+        if self._logits is None:
+            self._logits = self._logits_t.numpy()
+        row: np.ndarray = self._logits[self._pos[b]]
+        return row
+
+    def all_logits(self) -> np.ndarray:
+        """Every row's logits (k, vocab), in the order given."""
+        if self._logits is None:
+            self._logits = self._logits_t.numpy()
+        if self._pos == sorted(self._pos):
+            return self._logits
+        return self._logits[self._pos]
 
 
 class _RowRunner(Runner):

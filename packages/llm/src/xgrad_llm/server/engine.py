@@ -141,6 +141,10 @@ class _Generation:
         self.decoder = engine.llm.stream_decoder()
         self.pending = ""  # decoded text not sent yet (it may begin a stop string)
         self.pending_logprobs: list[dict[str, Any]] = []
+        # whether a step needs the logits (else the greedy token alone: a batched round computes it, see batch.Round)
+        self.needs_logits = bool(
+            job.constraint is not None or job.logprobs or job.params.temperature > 0 or self.sampler.penalizes
+        )
         self.cached = -1  # prompt tokens the slot's cache held (-1: not looked yet)
         self.fed = 0  # prompt tokens in the cache so far
         self.started = False
@@ -174,15 +178,20 @@ class _Generation:
             return self.ids[-1], len(self.ids) - 1
         return None
 
-    def take(self, logits: np.ndarray) -> Event | None:
-        """Sample the next token from `logits` (of the position after `ids`) and decide what to send."""
+    def take(self, logits: np.ndarray | None, best: int | None = None) -> Event | None:
+        """Sample the next token from `logits` (of the position after `ids`) and decide what to send. Without
+        `needs_logits`, `best` (the logits' argmax) may stand for them (logits None)."""
         job, llm, runner, stats = self.job, self.engine.llm, self.slot.runner, self.engine.stats
         budget = job.params.max_tokens - len(self.generated)
         if budget <= 0:
             return self._finish("length")
         if job.constraint is not None and job.constraint.complete:
             return self._finish("stop")
-        tok = self._sample(logits, budget)
+        if logits is None:
+            assert best is not None and not self.needs_logits
+            tok: int | None = best
+        else:
+            tok = self._sample(logits, budget)
         if tok is None or llm.is_eog(tok):
             return self._finish("stop")
         self.generated.append(tok)
@@ -191,6 +200,7 @@ class _Generation:
         if job.constraint is not None:
             job.constraint.advance(tok)
         if job.logprobs:
+            assert logits is not None
             self.pending_logprobs.append(self._logprob_entry(logits, tok))
         self.pending += self.decoder.push(tok)
         stops = job.params.stop
@@ -304,7 +314,7 @@ class Engine:
             if self.batch is not None:
                 for k in range(2, len(self.slots) + 1):
                     for _ in range(3):
-                        self.batch.decode([1] * k, list(range(k)), list(range(k)))
+                        self.batch.step([1] * k, list(range(k)), list(range(k))).best(0)
                 for slot in self.slots:
                     slot.runner.cached = []
 
@@ -447,7 +457,7 @@ class Engine:
         t0 = time.perf_counter()
         try:
             with self.model_lock:
-                logits = self.batch.decode([rows[i][0] for i in order], [rows[i][1] for i in order], order)
+                out = self.batch.step([rows[i][0] for i in order], [rows[i][1] for i in order], order)
         except Exception as e:
             for slot in self.slots:
                 if slot.index in rows:
@@ -460,7 +470,8 @@ class Engine:
             if slot.gen is not None:
                 slot.runner.cached = list(slot.gen.ids)
                 try:
-                    ev = slot.gen.take(logits[b])
+                    gen = slot.gen
+                    ev = gen.take(out.logits(b)) if gen.needs_logits else gen.take(None, out.best(b))
                 except Exception as e:
                     self._failed(slot, e)
                     continue
