@@ -14,7 +14,8 @@ BEAM's search (width --beam, at most --beam-steps actions) runs only while the t
    the opts each kernel used (TC i code: xgrad_codegen.tc_tile's tile shape, 0 = untiled);
 4. (--tiles, on by default) the bfloat16 matmul kernel with each tile shape of xgrad_codegen.tc_tile.TILE_SHAPES and
    with the untiled tensor cores (TC amount 0), each checked against the heuristic's output and timed: what BEAM
-   chooses among, one row per shape.
+   chooses among, one row per shape (2 to 4 stages of cp.async copies where they fit 48 KiB), and the heuristic's
+   shape once more with its slices copied through registers ("... registers": what cp.async gains).
 
 Prints a table and, with --json PATH, writes the results there. Exit status 1 when an op or a matmul is wrong.
 """
@@ -268,11 +269,15 @@ def tile_sweep(n: int, reps: int) -> bool:
     rows: dict[str, Any] = {}
     ok = True
     try:
-        reference = build(dev, base, search.heuristic(base, renderer))
-        for opts in [[Opt("TC", tc, 0)], *([Opt("TC", tc, s.code)] for s in TILE_SHAPES)]:
-            name = str(opts[0])
+        reference = build(dev, base, search.heuristic(base, renderer))  # the heuristic's shape, with cp.async
+        # every shape (3 and 4 stages: cp.async pipelines), untiled, and the heuristic's shape with its slices copied
+        # through registers instead of cp.async (async_copy_bytes 0), to measure what the asynchronous copies give
+        heuristic = search.heuristic(base, renderer)
+        shapes = [("", [Opt("TC", tc, 0)]), *(("", [Opt("TC", tc, s.code)]) for s in TILE_SHAPES)]
+        for variant, opts in [*shapes, (" registers", heuristic)]:
+            name = str(opts[0]) + variant
             try:
-                prg = build(dev, base, opts)
+                prg = build(dev, base, opts, async_copies=not variant)
             except OptError as e:
                 say(f"  {name:16s}: does not apply ({e})")
                 continue
@@ -292,10 +297,17 @@ def tile_sweep(n: int, reps: int) -> bool:
     return ok
 
 
-def build(dev: Any, base: UOp, opts: list[Opt]) -> CompiledProgram:
-    uops = full_rewrite(base, dev.renderer, opts)
+def build(dev: Any, base: UOp, opts: list[Opt], async_copies: bool = True) -> CompiledProgram:
+    """`base` with `opts` compiled for `dev`; `async_copies` False: as for a renderer without cp.async."""
+    renderer = dev.renderer
+    saved = renderer.async_copy_bytes
+    renderer.async_copy_bytes = saved if async_copies else 0
+    try:
+        uops = full_rewrite(base, renderer, opts)
+    finally:
+        renderer.async_copy_bytes = saved
     name = base.arg.name if isinstance(base.arg, KernelInfo) else "matmul"
-    src = dev.renderer.render(name, uops)
+    src = renderer.render(name, uops)
     return CompiledProgram(dev, dev.build(name, uops, src), program_info(name, uops, src))
 
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from xgrad import Device, Tensor, dtypes
+from xgrad.helpers import Context
 from xgrad.plugin import module_exists
 from xgrad.uop.ops import UOp
-from xgrad_codegen import tc_tile
-from xgrad_codegen.opt import Opt
+from xgrad_codegen import gpu_opt, tc_tile
+from xgrad_codegen.opt import Opt, OptError
 from xgrad_codegen.pipeline import full_rewrite
 from xgrad_nv.compiler import CUDACompiler, PTXCompiler, disassemble, find_tool, ptxas_resources
 
@@ -44,6 +45,47 @@ def test_tiled_matmul_runs_on_the_ptx_interpreter(mockgpu: None, monkeypatch: py
     if find_tool("ptxas") is not None:
         compiler = CUDACompiler("sm_90") if device == "NV:CUDA" else PTXCompiler("sm_90")
         assert compiler.compile(prog.info.src)[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [dtypes.bfloat16, dtypes.float16])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_pipelined_tiles_copy_asynchronously_on_the_interpreter(
+    mockgpu: None, monkeypatch: pytest.MonkeyPatch, device: str, dtype: Any, stages: int
+) -> None:
+    """Matmuls that are no multiple of the 64 x 32 x 32 tile of 4 warps (m, n and k padded) with 2, 3 and 4 stages of
+    cp.async copies: 72 x 120 x 40 (16-byte copies), 72 x 120 x 36 (B's rows of 36 elements: 8-byte copies), 72 x
+    118 x 40 (A's rows of 118: 4-byte copies). The kernel has cp.async, commit_group and wait_group (stages - 2),
+    and NVRTC's PTX (NV:CUDA) and the PTX renderer's (NV:PTX) equal numpy on the interpreter, which lands a copy only
+    when its group is waited for (0xFF bytes before)."""
+    shape = tc_tile.TileShape(2, 2, 2, 2, 2, stages)
+
+    def pick(ast: UOp, tc: Any, *limits: int) -> tc_tile.TileShape | None:
+        try:
+            tc_tile.match_matmul(ast, tc)
+        except OptError:
+            return None
+        return shape
+
+    monkeypatch.setattr(gpu_opt, "pick_tile", pick)
+    monkeypatch.setattr(Device[device], "_programs", {})
+    rng = np.random.default_rng(stages)
+    m, k, n = {2: (72, 120, 40), 3: (72, 120, 36), 4: (72, 118, 40)}[stages]
+    size = {2: 16, 3: 8, 4: 4}[stages]
+    with Context(CACHELEVEL=0):
+        a = Tensor(rng.standard_normal((m, k), dtype=np.float32), device=device).cast(dtype).realize()
+        b = Tensor(rng.standard_normal((k, n), dtype=np.float32), device=device).cast(dtype).realize()
+        want = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
+        got = a.matmul(b, dtype=dtypes.float32).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    (ast, prog) = next((key[0], p) for key, p in Device[device]._programs.items() if p.info.name.startswith("r_"))
+    assert ast_opts(ast, device)[0].amount == shape.code
+    src = prog.info.src
+    assert f"cp.async.{'cg' if size == 16 else 'ca'}.shared.global" in src and "cp.async.commit_group" in src
+    assert re.search(rf"cp\.async\.c[ag]\.shared\.global \[[^]]+\], \[[^]]+\], {size}", src)
+    assert f"cp.async.wait_group {stages - 2}" in src
+    # fragments by ldmatrix: A x4, B (stored k-major) x4 .trans per two fragments
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in src and "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in src
 
 
 def ast_opts(ast: UOp, device: str) -> tuple[Opt, ...]:
@@ -92,15 +134,16 @@ def matmul_ast(device: str, n: int) -> UOp:
     return seen[-1]
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("renderer", RENDERERS)
-def test_tiled_matmul_sass_reads_each_tile_once(renderer: str) -> None:
-    """bf16 4096^3 for sm_90: the heuristic's kernel (128 x 128 x 32 blocks of 8 warps, double-buffered) has in its
-    loop 32 HMMA per k-slice, shared stores and loads, one barrier, no spills (ptxas -v), and per HMMA 1/8 (CUDA:
-    16-byte loads) or 1 (PTX) global load instead of the untiled tensor core's 12 (tc.py: every warp reads its
-    fragments from global memory)."""
+def test_tiled_matmul_sass_reads_each_tile_once(renderer: str, arch: str) -> None:
+    """bf16 4096^3 for sm_80 and sm_90: the heuristic's kernel (128 x 128 x 32 blocks of 8 warps, two stages of
+    cp.async copies) has in its loop 32 HMMA per k-slice, 12 LDSM, one barrier, no spills (ptxas -v), and copies
+    its slices with 16-byte LDGSTS (global -> shared without registers: no LDG, no STS in the loop), 1 per 8 HMMA,
+    where the untiled tensor core (tc.py: every warp reads its fragments from global memory) has 12 LDG per HMMA."""
     if find_tool("ptxas") is None:
         pytest.skip("ptxas is not installed (CI has it from the CUDA 13 toolkit)")
-    device = f"NULL:{renderer}:sm_90"
+    device = f"NULL:{renderer}:{arch}"
     dev = Device[device]
     ast = matmul_ast(device, 4096)
     tc = next(i for i, t in enumerate(dev.renderer.tensor_cores) if t.dtype == dtypes.bfloat16)
@@ -108,17 +151,17 @@ def test_tiled_matmul_sass_reads_each_tile_once(renderer: str) -> None:
     for name, opts in (("untiled", [Opt("TC", tc, 0)]), ("tiled", None)):
         uops = full_rewrite(ast, dev.renderer, opts)
         src = dev.renderer.render("k", uops)
-        cubin = CUDACompiler("sm_90").compile(src) if renderer == "CUDA" else PTXCompiler("sm_90").compile(src)
+        cubin = CUDACompiler(arch).compile(src) if renderer == "CUDA" else PTXCompiler(arch).compile(src)
         counts[name] = loop_counts(cubin)
-        ptx = CUDACompiler("sm_90", ptx=True).compile(src).decode() if renderer == "CUDA" else src
-        res = ptxas_resources(ptx, "sm_90")["k"]
+        ptx = CUDACompiler(arch, ptx=True).compile(src).decode() if renderer == "CUDA" else src
+        res = ptxas_resources(ptx, arch)["k"]
         assert res.spill_stores == 0 and res.spill_loads == 0, f"{name}: {res}"
         if renderer == "CUDA" and name == "tiled":  # __launch_bounds__(256, 2): two blocks of 8 warps per SM
             assert res.registers <= 128, res
     tiled, untiled = counts["tiled"], counts["untiled"]
-    # one k-slice per iteration: 8 warps x (4 x 4 fragments x 2 k-steps); double-buffered, one barrier
-    assert tiled["HMMA"] == 32 and tiled["STS"] > 0 and tiled["LDS"] > 0 and tiled["BAR"] == 1
-    # CUDA: 16-byte LDG.128 copies (aligned_vector_bytes), one per 8 HMMA; PTX (scalar copies): one per HMMA
-    assert (
-        tiled["LDG"] / tiled["HMMA"] <= (1 / 8 if renderer == "CUDA" else 1) and untiled["LDG"] / untiled["HMMA"] >= 8
-    )
+    # one k-slice per iteration: 8 warps x (4 x 4 fragments x 2 k-steps); one barrier; fragments by ldmatrix: per
+    # k-step 4 A fragments (x4) and 2 pairs of B fragments (x4 .trans), no scalar shared loads and no PRMT to pack
+    assert tiled["HMMA"] == 32 and tiled["LDSM"] == 12 and tiled.get("PRMT", 0) == 0 and tiled["BAR"] == 1
+    assert tiled.get("LDS", 0) <= 3
+    assert tiled.get("LDG", 0) == 0 and tiled.get("STS", 0) == 0 and tiled["LDGSTS"] * 8 == tiled["HMMA"]
+    assert untiled["LDG"] / untiled["HMMA"] >= 8

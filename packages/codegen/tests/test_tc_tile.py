@@ -15,7 +15,9 @@ from xgrad_codegen.gpu_opt import apply_opts, gpu_candidates
 from xgrad_codegen.opt import Opt, OptError, apply_opt, kernel_ranges
 from xgrad_codegen.pipeline import before_optimize, full_rewrite
 from xgrad_codegen.pydevice import PythonRenderer
+from xgrad_codegen.pyexec import ProgramError
 from xgrad_codegen.pygpu import eval_launch, run_gpu_program
+from xgrad_codegen.renderer import AsyncWait, MatrixLoad
 from xgrad_codegen.tc import match_matmul
 from xgrad_codegen.tc_tile import TILE_SHAPES, TileShape
 
@@ -87,7 +89,11 @@ def test_heuristic_tiles_a_large_half_matmul(arch):
     bm, bn, bk = shape.block(tc)
     assert (bm, bn, bk) == (128, 128, 32) and shape.frags_m * shape.frags_n == 16
     wmmas = sum(u.op is Ops.WMMA for u in uops)
-    global_loads = [u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    # what each thread reads from global memory: loads, or (sm_90: cp.async) the sources of asynchronous copies
+    global_loads = [u.src[0] for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    copies = [u.src[1] for u in uops if u.op is Ops.STORE and u.src[1].op is Ops.INDEX]
+    assert not (copies and global_loads) and bool(copies) == bool(renderer.async_copy_bytes)
+    global_loads += copies
     assert wmmas == shape.frags_m * shape.frags_n * shape.frags_k
     # double-buffered: each thread copies its share of slice 0 before the loop and of the next slice in it
     assert shape.stages == 2
@@ -151,7 +157,7 @@ def test_tile_codes_round_trip_and_bad_ones_are_refused():
     for shape in TILE_SHAPES:
         assert TileShape.from_code(shape.code) == shape
     assert TileShape.from_code(244422).stages == 2 and TileShape.from_code(24442).stages == 1
-    for bad in (1234, 244423, 1234567, 20442, -1):
+    for bad in (1234, 244425, 1234567, 20442, -1):
         with pytest.raises(OptError, match="five digits"):
             TileShape.from_code(bad)
 
@@ -183,7 +189,8 @@ def test_limits_refuse_a_tile():
     renderer.shared_max = 4096
     with pytest.raises(OptError, match="shared memory"):
         apply_opts(base, [Opt("TC", 0, 22222)], renderer)
-    assert {o.amount for o in gpu_candidates(base, renderer) if o.op == "TC"} <= {22121, 11111, 111112}
+    # within 4 KB: the smallest tiles, one warp's also with 2 and 3 stages (3.75 KB), not 4 (5 KB)
+    assert {o.amount for o in gpu_candidates(base, renderer) if o.op == "TC"} <= {22121, 11111, 111112, 111113}
 
 
 def test_beam_candidates_offer_tile_shapes_for_half_matmuls_only():
@@ -191,7 +198,9 @@ def test_beam_candidates_offer_tile_shapes_for_half_matmuls_only():
     x, y = Tensor(data(128, 64)).half().realize(), Tensor(data(64, 128, seed=1)).half().realize()
     base = before_optimize(kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))[0])
     codes = {o.amount for o in gpu_candidates(base, renderer) if o.op == "TC"}
-    assert codes == {s.code for s in TILE_SHAPES}
+    tc, limits = renderer.tensor_cores[0], (renderer.max_threads, renderer.shared_max, renderer.async_copy_bytes)
+    assert codes == {s.code for s in TILE_SHAPES if s.fits(tc, *limits)} and {244422, 224423, 222224} <= codes
+    assert 244423 not in codes  # 3 stages of the 8-warp tile: 57 KB, more than 48
     f32 = before_optimize(kernel_asts(lambda: Tensor(data(128, 64)).realize() @ Tensor(data(64, 128)).realize())[0])
     assert not [o for o in gpu_candidates(f32, renderer) if o.op == "TC"]
 
@@ -204,3 +213,102 @@ def test_untiled_tensor_core_still_applies_with_amount_zero(monkeypatch):
     got, uops = run_matmul(renderer, a, b, [Opt("TC", 0)])
     np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
     assert not any(u.op is Ops.DEFINE_LOCAL for u in uops) and sum(u.op is Ops.WMMA for u in uops) == 1
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize(
+    "m,k,n",
+    [
+        (64, 64, 64),  # 2 slices of 32: fewer than 3 or 4 stages (the prologue's extra slices are empty)
+        (40, 56, 24),  # m, n and k padded: the copies past the end zero-fill (src-size 0)
+        (64, 160, 32),  # 5 slices: the copies of slices ko+1..ko+stages-1 in flight while slice ko's WMMAs run
+    ],
+)
+def test_pipelined_tiles_copy_asynchronously(m, k, n, stages):
+    """On a renderer with asynchronous copies (PYTHON::sm_90 as NVIDIA's cp.async) a 2..4-stage tile copies its
+    slices without registers: no global loads of A or B, one STORE of an INDEX per chunk; the prologue commits
+    slices 0..stages-3 with barriers that wait for nothing, and the loop's one barrier waits until at most stages-2
+    groups are in flight. The executor lands a copy only at its wait (NaN before), so the result proves the waits."""
+    renderer = PythonRenderer("sm_90")
+    a, b = operands(m, k, n)
+    code = 22222 * 10 + stages
+    got, uops = run_matmul(renderer, a, b, [Opt("TC", 0, code)])
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
+    assert not [u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    copies = [u for u in uops if u.op is Ops.STORE and u.src[1].op is Ops.INDEX]
+    assert copies and all(u.src[0].src[0].op is Ops.DEFINE_LOCAL and u.src[1].dtype.count == 8 for u in copies)
+    waits = [u.arg.pending for u in uops if u.op is Ops.BARRIER]
+    assert waits == [*range(1, stages - 1), stages - 2]
+    shared = sum(u.arg[1] * u.dtype.itemsize for u in uops if u.op is Ops.DEFINE_LOCAL)
+    assert shared == TileShape.from_code(code).shared_bytes(renderer.tensor_cores[0])
+
+
+def test_unaligned_operands_keep_register_copies_and_refuse_deep_pipelines():
+    """A's rows of 33 halves give no 4-byte chunk: double-buffered slices are copied through registers as before,
+    and 3 stages (which need asynchronous copies) raise OptError."""
+    renderer = PythonRenderer("sm_90")
+    a, b = operands(70, 33, 50)
+    got, uops = run_matmul(renderer, a, b, [Opt("TC", 0, 222222)])
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
+    assert not [u for u in uops if u.op is Ops.STORE and u.src[1].op is Ops.INDEX]
+    with pytest.raises(OptError, match="asynchronous copies"):
+        run_matmul(renderer, a, b, [Opt("TC", 0, 222223)])
+
+
+def test_waiting_for_one_group_too_few_is_caught(monkeypatch):
+    """The executor's model of cp.async is strict enough to catch a wrong pipeline: if every barrier waited for one
+    group fewer, the slice read would still be in flight (a race with the copying threads)."""
+    monkeypatch.setattr(tc_tile, "AsyncWait", lambda pending: AsyncWait(pending + 1))
+    a, b = operands(64, 160, 32)
+    with pytest.raises(ProgramError, match="race"):
+        run_matmul(PythonRenderer("sm_90"), a, b, [Opt("TC", 0, 222223)])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_deep_pipelines_only_where_copies_are_asynchronous(arch):
+    """BEAM is offered 3 and 4 stages only on a renderer with async_copy_bytes (PYTHON::sm_90, not RDNA3/CDNA3),
+    where they fit its shared memory; elsewhere asking for them raises OptError. The heuristic keeps 2 stages."""
+    renderer = PythonRenderer(arch)
+    x, y = Tensor(data(128, 64)).half().realize(), Tensor(data(64, 128, seed=1)).half().realize()
+    base = before_optimize(kernel_asts(lambda: x.matmul(y, dtype=dtypes.float32))[0])
+    stages = {TileShape.from_code(o.amount).stages for o in gpu_candidates(base, renderer) if o.op == "TC" and o.amount}
+    assert stages == ({1, 2, 3, 4} if renderer.async_copy_bytes else {1, 2})
+    if not renderer.async_copy_bytes:
+        with pytest.raises(OptError, match="stages"):
+            apply_opts(base, [Opt("TC", 0, 222223)], renderer)
+    assert TileShape.from_code(222224).stages == 4 and TileShape.from_code(222224).code == 222224
+    with pytest.raises(OptError, match="tile shape"):
+        TileShape.from_code(222225)
+
+
+@pytest.mark.parametrize(
+    "code,loads",
+    [
+        (
+            222222,
+            2 * 2 + 1 * 2,
+        ),  # 2 A fragments x 2 k-fragments (x4), one pair of B fragments x 2 k-fragments (x4 .trans)
+        (221322, 1 * 2 + 2 * 2),  # 3 B fragments: a pair (x4 .trans) and one alone (x2 .trans) per k-fragment
+    ],
+)
+def test_fragments_come_from_warp_wide_matrix_loads(code, loads):
+    """Where the renderer has matrix_loads (PYTHON::sm_90 as NVIDIA's ldmatrix) and the instruction's layout is
+    ldmatrix's, a warp reads each A fragment with one x4 matrix load and each two B fragments with one x4 .trans:
+    no scalar shared loads are left; the executor hands each lane the elements other lanes' rows hold."""
+    renderer = PythonRenderer("sm_90")
+    a, b = operands(64, 64, 96)
+    got, uops = run_matmul(renderer, a, b, [Opt("TC", 0, code)])
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
+    shared_loads = [u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_LOCAL]
+    assert all(isinstance(u.arg, MatrixLoad) for u in shared_loads) and len(shared_loads) == loads
+    assert {(u.arg.count, u.arg.trans) for u in shared_loads} >= {(4, False), (4, True)}
+
+
+def test_other_layouts_read_fragments_element_by_element():
+    """RDNA3's WMMA layout is not ldmatrix's: its fragments stay scalar shared loads even with matrix_loads."""
+    renderer = PythonRenderer("gfx1100")
+    renderer.matrix_loads = True
+    a, b = operands(64, 64, 64)
+    got, uops = run_matmul(renderer, a, b, [Opt("TC", 0, 11111)])
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
+    assert not [u for u in uops if u.op is Ops.LOAD and u.arg is not None]

@@ -11,7 +11,10 @@ no bf16 add). Float arithmetic carries `.rn`, so ptxas never contracts a multipl
 and SIN are not offered (codegen's polynomials are used: PTX's `ex2/lg2/sin.approx` are approximate). Integer
 division and remainder follow xgrad's total definition (x / 0 = 0, x % 0 = x, MIN / -1 = MIN) where the bounds say
 the divisor may be 0 or -1. RANGE is a counted loop (`bra` back), a gated LOAD a predicated `ld` after a `mov` of
-0, BARRIER `bar.sync 0`, DEFINE_LOCAL a `.shared` array, WMMA one `mma.sync.aligned.m16n8k16.row.col.f32`.
+0, BARRIER `bar.sync 0`, DEFINE_LOCAL a `.shared` array, WMMA one `mma.sync.aligned.m16n8k16.row.col.f32`. A STORE
+of an INDEX (tc_tile's staged slices, `async_copy_bytes`) is one `cp.async` of 4-16 bytes (src-size 0 where its gate
+is off), a BARRIER with an `AsyncWait` `cp.async.commit_group; cp.async.wait_group N;` before the `bar.sync`. A LOAD
+with a `MatrixLoad` arg is one `ldmatrix.sync.aligned.m8n8`, its 32-bit registers split into 16-bit elements.
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ from xgrad.errors import DTypeError
 from xgrad.uop.ops import GroupOp, Ops, UOp
 from xgrad.uop.pattern import PatternMatcher, UPat
 from xgrad_codegen.legalize import legalize_linear, split_vector_alu
-from xgrad_codegen.renderer import Renderer, TensorCore, divisor_may_be_zero, quotient_may_overflow
+from xgrad_codegen.renderer import (
+    AsyncWait,
+    MatrixLoad,
+    Renderer,
+    TensorCore,
+    divisor_may_be_zero,
+    quotient_may_overflow,
+)
 from xgrad_nv.renderer import nv_arch
 
 F16, BF16, F32, F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
@@ -156,6 +166,8 @@ class PTXRenderer(Renderer):
         self.global_max, self.local_max = spec.global_max, spec.local_max
         self.max_threads, self.shared_max = spec.max_threads, spec.shared_static
         self.tensor_cores = spec.tensor_cores + (spec.tf32_cores if tf32 else ())
+        self.async_copy_bytes = spec.async_copy_bytes  # cp.async: copies without registers, so 16 bytes (not vectors)
+        self.matrix_loads = spec.matrix_loads
 
     def render(self, name: str, uops: list[UOp]) -> str:
         uops = legalize_linear(uops, self.legalize)
@@ -254,6 +266,9 @@ class PTXRenderer(Renderer):
         ctx.regs[u] = ("shared", r)
 
     def _r_barrier(self, ctx: _Ctx, u: UOp) -> None:
+        if isinstance(u.arg, AsyncWait):  # this thread's copies since its last commit are a group; wait for older
+            ctx.emit("cp.async.commit_group;")
+            ctx.emit(f"cp.async.wait_group {int(u.arg.pending)};")
         ctx.emit("bar.sync 0;")
 
     def _r_range(self, ctx: _Ctx, u: UOp) -> None:
@@ -345,6 +360,8 @@ class PTXRenderer(Renderer):
 
     def _r_load(self, ctx: _Ctx, u: UOp) -> None:
         idx = u.src[0]
+        if isinstance(u.arg, MatrixLoad):
+            return self._ldmatrix(ctx, u, u.arg)
         if u.dtype.count > 1:
             raise NotImplementedError("the PTX renderer loads scalars only (max_vector_width is 1)")
         space, addr = self._address(ctx, idx)
@@ -368,6 +385,8 @@ class PTXRenderer(Renderer):
 
     def _r_store(self, ctx: _Ctx, u: UOp) -> None:
         idx, value = u.src[0], u.src[1]
+        if value.op is Ops.INDEX:
+            return self._copy_async(ctx, idx, value)
         if value.dtype.count > 1:
             raise NotImplementedError("the PTX renderer stores scalars only (max_vector_width is 1)")
         space, addr = self._address(ctx, idx)
@@ -379,6 +398,38 @@ class PTXRenderer(Renderer):
             ctx.emit(f"selp.u16 {b}, 1, 0, {v};")
             v = b
         ctx.emit(f"{f'@{gate} ' if gate else ''}st.{space}.{mem_type(dt)} [{addr}], {v};")
+
+    def _ldmatrix(self, ctx: _Ctx, u: UOp, ml: MatrixLoad) -> None:
+        """A LOAD with a MatrixLoad arg (`matrix_loads`): one ldmatrix into 32-bit registers, each split into its two
+        16-bit elements (low half first)."""
+        idx = u.src[0]
+        if len(idx.src) > 2 or idx.src[0].op is not Ops.DEFINE_LOCAL or u.dtype.scalar().itemsize != 2:
+            raise NotImplementedError(f"the PTX renderer's ldmatrix reads 16-bit elements of shared memory: {u}")
+        _, addr = self._address(ctx, idx)
+        words = [ctx.new(dtypes.uint32) for _ in range(ml.count)]
+        shape = f"m8n8.x{ml.count}{'.trans' if ml.trans else ''}"
+        ctx.emit(f"ldmatrix.sync.aligned.{shape}.shared.b16 {{{', '.join(words)}}}, [{addr}];")
+        halves = []
+        for w in words:
+            lo, hi = ctx.new(u.dtype.scalar()), ctx.new(u.dtype.scalar())
+            ctx.emit(f"mov.b32 {{{lo}, {hi}}}, {w};")
+            halves += [lo, hi]
+        ctx.regs[u] = tuple(halves)
+
+    def _copy_async(self, ctx: _Ctx, dst: UOp, src: UOp) -> None:
+        """STORE(shared INDEX, global INDEX): one cp.async of the INDEX's bytes (`async_copy_bytes`); a gate off
+        reads nothing (src-size 0) and zero-fills."""
+        size = src.dtype.scalar().itemsize * src.dtype.count
+        if len(dst.src) > 2 or dst.src[0].op is not Ops.DEFINE_LOCAL or size not in (4, 8, 16):
+            raise NotImplementedError(
+                f"the PTX renderer copies asynchronously 4, 8 or 16 bytes into shared memory: {dst}"
+            )
+        (_, to), (_, frm) = self._address(ctx, dst), self._address(ctx, src)
+        src_size = str(size)
+        if len(src.src) > 2:
+            src_size = ctx.new(dtypes.uint32)
+            ctx.emit(f"selp.u32 {src_size}, {size}, 0, {ctx.regs[src.src[2]]};")
+        ctx.emit(f"cp.async.{'cg' if size == 16 else 'ca'}.shared.global [{to}], [{frm}], {size}, {src_size};")
 
     # ---- conversions ----
     def _cvt_int(self, ctx: _Ctx, r: str, src: DType, dst: DType) -> str:

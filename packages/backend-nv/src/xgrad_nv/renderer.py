@@ -18,6 +18,11 @@ every vector ALU op is split into lanes (`max_vector_width` is 1: the vectorizer
 
 Tensor cores: a WMMA (src: the A, B and C fragments in `TensorCore`'s layout) is one `mma.sync.aligned.m16n8k16`
 through inline PTX, A as four and B as two 32-bit registers of packed halves in element order, C/D four floats.
+Asynchronous copies (sm_80+, `async_copy_bytes`): a STORE of an INDEX into shared memory is one inline-PTX `cp.async`
+(`.cg` for 16 bytes, `.ca` for 4 and 8; src-size 0 where the source's gate is off), a BARRIER with an `AsyncWait`
+commits the thread's copies and waits (`cp.async.commit_group; cp.async.wait_group N;`) before `__syncthreads()`.
+A LOAD with a `MatrixLoad` arg (`matrix_loads`, tc_tile's fragments) is one `ldmatrix.sync.aligned.m8n8` through an
+inline-PTX helper that returns the lane's vector.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from xgrad.uop.pattern import PatternMatcher, UPat
 from xgrad_codegen.legalize import split_vector_alu
 from xgrad_codegen.pydevice import TENSOR_CORES
 from xgrad_codegen.renderer import (
+    AsyncWait,
     CStyleRenderer,
+    MatrixLoad,
     RenderState,
     TensorCore,
     UopRule,
@@ -42,6 +49,9 @@ from xgrad_codegen.renderer import (
     divisor_may_be_zero,
     quotient_may_overflow,
     rule_alu,
+    rule_barrier,
+    rule_load,
+    rule_store,
 )
 
 F16, BF16, F32, F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
@@ -65,6 +75,8 @@ class NVArch:
     registers_per_thread: int
     tensor_cores: tuple[TensorCore, ...]
     tf32_cores: tuple[TensorCore, ...] = ()  # float32 matmuls at tf32 precision: only with CUDARenderer(tf32=True)
+    async_copy_bytes: int = 16  # cp.async (global -> shared, 4/8/16 bytes) exists from sm_80 on (PTX ISA 7.0)
+    matrix_loads: bool = True  # ldmatrix (m8n8 .b16 from shared memory) exists from sm_75 on (PTX ISA 6.5)
 
 
 _GRID = (2**31 - 1, 65535, 65535)
@@ -236,11 +248,76 @@ def rule_cuda_wmma(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
     return f"{name}({ctx.exprs[a]}, {ctx.exprs[b]}, {ctx.exprs[c]})"
 
 
+def cp_async(size: int, dst: str, src: str, src_size: str) -> str:
+    """The inline PTX of one asynchronous copy of `size` bytes from global `src` to shared `dst` (generic pointers),
+    reading `src_size` of them (the rest zeros): `.cg` (cached in L2 only) for 16 bytes, `.ca` for 4 and 8."""
+    cache = "cg" if size == 16 else "ca"
+    return (
+        f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {size}, %2;" :: '
+        f'"r"((unsigned int)__cvta_generic_to_shared({dst})), "l"({src}), "r"({src_size}) : "memory");'
+    )
+
+
+def rule_cuda_store(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    """A STORE whose value is an INDEX is an asynchronous copy into shared memory (`async_copy_bytes`)."""
+    dst, src = u.src
+    if src.op is not Ops.INDEX:
+        return rule_store(r, ctx, u)
+    size = src.dtype.scalar().itemsize * src.dtype.count
+    if len(dst.src) > 2 or dst.src[0].op is not Ops.DEFINE_LOCAL or size not in (4, 8, 16):
+        raise NotImplementedError(f"the CUDA renderer copies asynchronously 4, 8 or 16 bytes into shared memory: {u}")
+    src_size = f"({ctx.exprs[src.src[2]]}?{size}:0)" if len(src.src) > 2 else str(size)
+    at, gptr = (f"({ctx.exprs[x.src[0]]}+{ctx.exprs[x.src[1]]})" for x in (dst, src))
+    ctx.emit(cp_async(size, at, gptr, src_size))
+    return None
+
+
+def ldmatrix_helper(name: str, ml: MatrixLoad, t: str, vec: str) -> str:
+    """`name(p)`: this lane's part of `ml.count` 8 x 8 matrices by one ldmatrix, p its row (see MatrixLoad)."""
+    regs = ", ".join(f"%{i}" for i in range(ml.count))
+    asm = f"ldmatrix.sync.aligned.m8n8.x{ml.count}{'.trans' if ml.trans else ''}.shared.b16 {{{regs}}}, [%{ml.count}];"
+    outs = ", ".join(f'"=r"(R[{i}])' for i in range(ml.count))
+    return "\n".join(
+        [
+            f"__device__ __forceinline__ {vec} {name}(const {t}* p) {{",
+            f"  {vec} v;",
+            "  unsigned int* R = (unsigned int*)&v;",
+            f'  asm volatile("{asm}" : {outs} : "r"((unsigned int)__cvta_generic_to_shared(p)) : "memory");',
+            "  return v;",
+            "}",
+        ]
+    )
+
+
+def rule_cuda_load(r: CStyleRenderer, ctx: RenderState, u: UOp) -> str:
+    """A LOAD with a MatrixLoad arg is one warp-wide ldmatrix (`matrix_loads`)."""
+    if not isinstance(ml := u.arg, MatrixLoad):
+        return rule_load(r, ctx, u)
+    idx = u.src[0]
+    if len(idx.src) > 2 or idx.src[0].op is not Ops.DEFINE_LOCAL or u.dtype.scalar().itemsize != 2:
+        raise NotImplementedError(f"the CUDA renderer's ldmatrix reads 16-bit elements of shared memory: {u}")
+    name = f"xg_ldmatrix_x{ml.count}{'_trans' if ml.trans else ''}_{u.dtype.scalar().name}"
+    t, vec = r.render_dtype(ctx, u.dtype.scalar()), r.render_dtype(ctx, u.dtype)
+    ctx.helpers.setdefault(name, ldmatrix_helper(name, ml, t, vec))
+    return f"{name}({ctx.exprs[idx.src[0]]}+{ctx.exprs[idx.src[1]]})"
+
+
+def rule_cuda_barrier(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
+    """A BARRIER with an AsyncWait first commits this thread's asynchronous copies and waits for the older ones."""
+    if isinstance(u.arg, AsyncWait):
+        ctx.emit('asm volatile("cp.async.commit_group;" ::: "memory");')
+        ctx.emit(f'asm volatile("cp.async.wait_group {int(u.arg.pending)};" ::: "memory");')
+    return rule_barrier(r, ctx, u)
+
+
 uop_rules_cuda: dict[Ops, UopRule] = {
     **base_uop_rules,
     Ops.IDIV: rule_cuda_divmod,
     Ops.MOD: rule_cuda_divmod,
     Ops.WMMA: rule_cuda_wmma,
+    Ops.STORE: rule_cuda_store,
+    Ops.LOAD: rule_cuda_load,
+    Ops.BARRIER: rule_cuda_barrier,
 }
 
 BITCAST_HELPER = (
@@ -300,6 +377,8 @@ class CUDARenderer(CStyleRenderer):
         self.global_max, self.local_max = spec.global_max, spec.local_max
         self.max_threads, self.shared_max = spec.max_threads, spec.shared_static
         self.tensor_cores = spec.tensor_cores + (spec.tf32_cores if tf32 else ())
+        self.async_copy_bytes = spec.async_copy_bytes
+        self.matrix_loads = spec.matrix_loads
 
     # ---- ALU ----
     def render_alu(self, op: Ops, dtype: DType, operands: list[str], src_dtypes: list[DType]) -> str:

@@ -120,7 +120,9 @@ def tile_candidates(ast: UOp, renderer: Renderer) -> list[Opt]:
             match_matmul(ast, tc)
         except OptError:
             continue
-        fits = (s for s in TILE_SHAPES if s.fits(tc, renderer.max_threads, renderer.shared_max))
+        fits = (
+            s for s in TILE_SHAPES if s.fits(tc, renderer.max_threads, renderer.shared_max, renderer.async_copy_bytes)
+        )
         out.extend(Opt("TC", i, shape.code) for shape in fits)
     return out
 
@@ -249,7 +251,10 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> UOp:
             raise OptError(f"TC {opt.axis} {opt.amount} stages tiles in shared memory, which {name} does not have")
         if shape.threads(tc) > renderer.max_threads:
             raise OptError(f"TC tile {opt.amount} needs {shape.threads(tc)} threads; {name} has {renderer.max_threads}")
-        ast = apply_tiled_tensor_core(ast, tc, shape, renderer.shared_max, renderer.aligned_vector_bytes)
+        vector_bytes, async_bytes = renderer.aligned_vector_bytes, renderer.async_copy_bytes
+        ast = apply_tiled_tensor_core(
+            ast, tc, shape, renderer.shared_max, vector_bytes, async_bytes, renderer.matrix_loads
+        )
     return ast
 
 

@@ -104,12 +104,14 @@ class GPUArch:
     local_max: tuple[int, int, int]  # threads per workgroup dimension
     max_threads: int  # threads per workgroup
     shared_max: int  # bytes of shared memory per workgroup (static allocation)
+    async_copy_bytes: int = 0  # asynchronous global -> shared copies (NVIDIA's cp.async, sm_80+: 16 bytes)
+    matrix_loads: bool = False  # warp-wide loads of 8 x 8 matrices from shared memory (NVIDIA's ldmatrix, sm_75+)
 
 
 # CUDA: grid x up to 2**31-1, y/z 65535, blocks of 1024 threads (z at most 64), 48 KiB static shared memory per block.
 # HIP (RDNA3 gfx1100, CDNA3 gfx942): the same grid and block limits, 64 KiB of LDS per workgroup.
 GPU_ARCHS: dict[str, GPUArch] = {
-    "sm_90": GPUArch((2**31 - 1, 65535, 65535), (1024, 1024, 64), 1024, 48 * 1024),
+    "sm_90": GPUArch((2**31 - 1, 65535, 65535), (1024, 1024, 64), 1024, 48 * 1024, 16, True),
     "gfx1100": GPUArch((2**31 - 1, 65535, 65535), (1024, 1024, 1024), 1024, 64 * 1024),
     "gfx942": GPUArch((2**31 - 1, 65535, 65535), (1024, 1024, 1024), 1024, 64 * 1024),
 }
@@ -136,6 +138,8 @@ class PythonRenderer(Renderer):
         self.max_threads, self.shared_max = gpu.max_threads, gpu.shared_max
         self.tensor_cores = TENSOR_CORES[arch]
         self.aligned_vector_bytes = 16  # as the GPUs' 128-bit loads (the executor reads vectors at any alignment)
+        self.async_copy_bytes = gpu.async_copy_bytes
+        self.matrix_loads = gpu.matrix_loads
 
     def render(self, name: str, uops: list[UOp]) -> str:
         ids = {u: i for i, u in enumerate(uops)}

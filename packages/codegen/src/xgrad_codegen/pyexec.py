@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -342,6 +342,15 @@ class Shared:
                 readers.add(thread)
 
 
+class AsyncCopier(Protocol):
+    """A workgroup's asynchronous copies (`xgrad_codegen.pygpu.AsyncCopies`): a STORE whose value is an INDEX issues
+    one, a BARRIER with an arg commits and waits."""
+
+    def issue(self, m: Machine, dst: Place, src: Place) -> None: ...
+
+    def wait(self, m: Machine, arg: Any) -> None: ...
+
+
 class Machine:
     """The state of one run: current values, loop bounds, the program counter. A GPU launch runs one per thread,
     with `specials` (its SPECIAL ids) and `shared` (its workgroup's memory) set."""
@@ -366,6 +375,7 @@ class Machine:
         self.specials: dict[str, int] | None = None
         self.shared: Shared | None = None
         self.thread = 0
+        self.copies: AsyncCopier | None = None  # set by pygpu: asynchronous copies into shared memory
         self.waiting = False  # stopped at a BARRIER
 
     def run_to_barrier(self) -> bool:
@@ -487,6 +497,11 @@ def _exec_index(m: Machine, u: UOp) -> None:
 
 def _exec_load(m: Machine, u: UOp) -> None:
     place: Place = m.src(u, 0)
+    if u.arg is not None:  # a warp-wide matrix load (MatrixLoad): the thread waits; pygpu loads for the warp
+        if m.shared is None:
+            raise ProgramError("a warp-wide matrix LOAD outside a workgroup: run GPU programs with xgrad_codegen.pygpu")
+        m.waiting = True
+        return
     if not place.gate:
         m.values[u] = zero(u.dtype)
         return
@@ -498,6 +513,11 @@ def _exec_load(m: Machine, u: UOp) -> None:
 
 def _exec_store(m: Machine, u: UOp) -> None:
     place: Place = m.src(u, 0)
+    if u.src[1].op is Ops.INDEX:  # an asynchronous copy from that place (see Renderer.async_copy_bytes)
+        if m.copies is None:
+            raise ProgramError("an asynchronous copy (STORE of an INDEX) outside a workgroup: run it with pygpu")
+        m.copies.issue(m, place, m.src(u, 1))
+        return
     if not place.gate:
         return
     if m.shared is not None and place.buf >= m.shared.first:
@@ -559,6 +579,8 @@ def _exec_define_local(m: Machine, u: UOp) -> None:
 def _exec_barrier(m: Machine, u: UOp) -> None:
     if m.shared is None:
         raise ProgramError("BARRIER outside a workgroup: run GPU programs with xgrad_codegen.pygpu")
+    if u.arg is not None and m.copies is not None:  # AsyncWait: commit this thread's copies, land the older groups
+        m.copies.wait(m, u.arg)
     m.waiting = True
 
 

@@ -7,6 +7,11 @@ each runs to its next BARRIER (or the end) in turn, and all must stop at the sam
 on: a divergent barrier is a ProgramError, and so is a data race on shared memory within a phase (`pyexec.Shared`).
 A WMMA (tensor-core instruction) is such a stop too: there each warp's D = A @ B + C is computed from its lanes'
 register fragments, lane by lane in the TensorCore's layout (`run_wmma`).
+
+Asynchronous copies (a STORE of an INDEX, see `Renderer.async_copy_bytes`; `AsyncCopies`) read their source when
+issued and fill their destination with 0xFF bytes (NaN in every float format): what it holds is undefined until the
+copy lands, when a BARRIER with an `AsyncWait` finds its group completed. Until then the copy counts as a write of
+its thread in every phase, so another thread touching the destination meanwhile is a race.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ from collections.abc import Sequence
 from xgrad.dtype import truncate
 from xgrad.uop.ops import Ops, UOp
 from xgrad.uop.symbolic import sym_infer
-from xgrad_codegen.pyexec import Machine, ProgramError, Shared, check_program
-from xgrad_codegen.renderer import TensorCore
+from xgrad_codegen.pyexec import Machine, Place, ProgramError, Shared, check_program, decode
+from xgrad_codegen.renderer import AsyncWait, MatrixLoad, TensorCore
 
 Size = int | UOp
 
@@ -58,11 +63,14 @@ def run_gpu_program(uops: Sequence[UOp], bufs: Sequence[memoryview], vals: dict[
         shared_bufs = [memoryview(bytearray(int(u.arg[1]) * u.dtype.itemsize)) for u in locals_]
         shared = Shared(len(bufs), {u: len(bufs) + i for i, u in enumerate(locals_)})
         threads = []
+        in_flight: list[AsyncCopies] = []
         for t, lid in enumerate(itertools.product(range(lz), range(ly), range(lx))):
             m = Machine(uops, [*bufs, *shared_bufs], vals, (None, None), layout)
             m.specials = {f"gidx{d}": gid[2 - d] for d in range(3)} | {f"lidx{d}": lid[2 - d] for d in range(3)}
             m.shared, m.thread = shared, t
+            m.copies = copies = AsyncCopies()
             threads.append(m)
+            in_flight.append(copies)
         while True:
             stopped = [m.run_to_barrier() for m in threads]
             if not any(stopped):
@@ -76,8 +84,57 @@ def run_gpu_program(uops: Sequence[UOp], bufs: Sequence[memoryview], vals: dict[
             u = uops[threads[0].pc - 1]
             if u.op is Ops.WMMA:
                 run_wmma(u, threads)
+            elif u.op is Ops.LOAD:
+                run_matrix_load(u, threads)
             else:
                 shared.new_phase()
+                for m, copies in zip(threads, in_flight, strict=True):  # copies in flight may land in this phase
+                    copies.claim(m)
+
+
+class AsyncCopies:
+    """One thread's asynchronous copies: those issued since its last commit, then its committed groups (oldest
+    first), each a list of (destination, the bytes it receives)."""
+
+    def __init__(self) -> None:
+        self.open: list[tuple[Place, bytes]] = []
+        self.groups: list[list[tuple[Place, bytes]]] = []
+
+    def issue(self, m: Machine, dst: Place, src: Place) -> None:
+        """Copy `src` (zeros where its gate is off) to `dst`, which must be shared memory."""
+        if m.shared is None or dst.buf < m.shared.first or not dst.gate:
+            raise ProgramError("an asynchronous copy goes to shared memory (DEFINE_LOCAL), ungated")
+        if src.lanes != dst.lanes or src.dtype != dst.dtype:
+            raise ProgramError(f"an asynchronous copy of {src.lanes} x {src.dtype} into {dst.lanes} x {dst.dtype}")
+        nbytes = dst.lanes * dst.dtype.itemsize
+        if src.gate:
+            offset = m.element(src, "asynchronous copy")
+            data = bytes(m.bufs[src.buf][offset : offset + nbytes])
+        else:
+            data = bytes(nbytes)
+        m.shared.access(dst, m.thread, write=True)
+        offset = m.element(dst, "asynchronous copy")
+        m.bufs[dst.buf][offset : offset + nbytes] = b"\xff" * nbytes  # undefined until it lands
+        self.open.append((dst, data))
+
+    def wait(self, m: Machine, arg: object) -> None:
+        """Commit the open copies as one group, land the groups older than the `arg.pending` most recent."""
+        if not isinstance(arg, AsyncWait):
+            raise ProgramError(f"a BARRIER's arg is an AsyncWait or None, not {arg!r}")
+        self.groups.append(self.open)
+        self.open = []
+        while len(self.groups) > arg.pending:
+            for dst, data in self.groups.pop(0):
+                assert m.shared is not None
+                m.shared.access(dst, m.thread, write=True)
+                offset = m.element(dst, "asynchronous copy")
+                m.bufs[dst.buf][offset : offset + len(data)] = data
+
+    def claim(self, m: Machine) -> None:
+        """Count every copy in flight as this thread's write in the current phase."""
+        assert m.shared is not None
+        for dst, _ in [*self.open, *(c for g in self.groups for c in g)]:
+            m.shared.access(dst, m.thread, write=True)
 
 
 def run_wmma(u: UOp, threads: list[Machine]) -> None:
@@ -106,9 +163,42 @@ def run_wmma(u: UOp, threads: list[Machine]) -> None:
             t.values[u] = tuple(d[tc.place("c", lane, e)] for e in range(tc.elements("c")))
 
 
+def run_matrix_load(u: UOp, threads: list[Machine]) -> None:
+    """A LOAD with a `MatrixLoad` arg for every warp of a workgroup: row r of matrix i is the 8 elements at the place
+    lane 8i + r names; lane l gets 2 elements of each matrix (see `MatrixLoad`), each a read of shared memory by l."""
+    ml: MatrixLoad = u.arg
+    if len(threads) % 32:
+        raise ProgramError(f"a matrix load needs warps of 32 threads; the workgroup has {len(threads)}")
+    for w in range(0, len(threads), 32):
+        warp = threads[w : w + 32]
+        rows: list[Place] = [warp[8 * i + r].values[u.src[0]] for i in range(ml.count) for r in range(8)]
+        shared = warp[0].shared
+        assert shared is not None
+        if any(p.lanes != 2 * ml.count or not p.gate or p.buf < shared.first for p in rows):
+            raise ProgramError("a matrix load reads rows of 8 elements of shared memory, ungated")
+        for lane, t in enumerate(warp):
+            out = []
+            for i in range(ml.count):
+                for j in range(2):
+                    r, c = (2 * (lane % 4) + j, lane // 4) if ml.trans else (lane // 4, 2 * (lane % 4) + j)
+                    row = rows[8 * i + r]
+                    at = Place(row.buf, row.dtype, row.pos + c, 1, True)
+                    shared.access(at, t.thread, write=False)
+                    out.extend(decode(at.dtype, t.bufs[at.buf], 1, t.element(at, "matrix load")))
+            t.values[u] = tuple(out)
+
+
 def is_gpu_program(uops: Sequence[UOp]) -> bool:
     """A program with SPECIAL ids (or shared memory) runs under `run_gpu_program`."""
     return any(u.op in (Ops.SPECIAL, Ops.DEFINE_LOCAL, Ops.BARRIER, Ops.WMMA) for u in uops)
 
 
-__all__ = ["launch_sizes", "eval_launch", "run_gpu_program", "run_wmma", "is_gpu_program"]
+__all__ = [
+    "AsyncCopies",
+    "run_matrix_load",
+    "launch_sizes",
+    "eval_launch",
+    "run_gpu_program",
+    "run_wmma",
+    "is_gpu_program",
+]

@@ -58,6 +58,28 @@ class TensorCore:
         return pos[0], pos[1]
 
 
+@dataclass(frozen=True)
+class AsyncWait:
+    """The arg of a BARRIER that also ends asynchronous copies (see `Renderer.async_copy_bytes`): each thread first
+    commits the copies it issued since its last commit as one group (cp.async.commit_group), then waits until at
+    most `pending` of its groups are still in flight (cp.async.wait_group), then the workgroup meets. Copies of
+    groups that are still pending may land in their destination any time before their group completes."""
+
+    pending: int
+
+
+@dataclass(frozen=True)
+class MatrixLoad:
+    """The arg of a LOAD from shared memory that one warp runs together (NVIDIA's ldmatrix.sync.aligned.m8n8 .b16, see
+    `Renderer.matrix_loads`): `count` 8 x 8 matrices of 16-bit elements, row r of matrix i the 8 elements from the
+    place the INDEX of lane 8i + r names. Lane l receives two elements of each matrix i, at row l // 4, columns
+    2 (l % 4) and 2 (l % 4) + 1; `trans`: at rows 2 (l % 4) and 2 (l % 4) + 1 of column l // 4. The LOAD's dtype
+    (and its INDEX's) holds 2 x `count` elements, matrix by matrix."""
+
+    count: int
+    trans: bool = False
+
+
 class Renderer:
     """A target language. Codegen reads exactly these attributes (and nothing through `getattr` defaults); `render`
     prints one kernel. A CPU target keeps the GPU attributes at their defaults (no workgroups, no shared memory)."""
@@ -71,6 +93,13 @@ class Renderer:
     # widest vector load/store (bytes) printed where codegen proves its alignment itself (tc_tile's staged copies of
     # a matmul's tiles), even where `max_vector_width` is 1 because the vectorizer proves none; 0: scalars only
     aligned_vector_bytes: int = 0
+    # widest asynchronous global->shared copy (bytes; NVIDIA's cp.async on sm_80+: 4, 8 or 16), printed for tc_tile's
+    # staged tiles: a STORE whose value is an INDEX (copy that place's elements; a gate off copies zeros) completes
+    # only at a BARRIER whose arg is an `AsyncWait`; 0: no asynchronous copies (tc_tile loads and stores)
+    async_copy_bytes: int = 0
+    # tc_tile reads 16-bit tensor-core fragments from shared memory with warp-wide matrix loads (a LOAD with a
+    # `MatrixLoad` arg: NVIDIA's ldmatrix, sm_75+) where the instruction's register layout is ldmatrix's
+    matrix_loads: bool = False
     masked_stores: bool = False  # stores a vector under a bool vector gate, one per lane (codegen's vectorize)
     supports_scratch: bool = False  # PACK may copy a panel into a per-thread scratch array (see xgrad_codegen.pack)
     # ---- GPU: workgroups (GLOBAL axes are workgroup ids, LOCAL/GROUP axes thread ids within one) ----
@@ -649,6 +678,8 @@ def round_float(value: float, dtype: DType) -> float:
 
 
 __all__ = [
+    "AsyncWait",
+    "MatrixLoad",
     "Renderer",
     "TensorCore",
     "CStyleRenderer",

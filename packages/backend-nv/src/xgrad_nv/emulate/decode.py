@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xgrad_nv.emulate import alu, bits, convert, memory, warp
+from xgrad_nv.emulate import alu, asynccopy, bits, convert, memory, warp
 from xgrad_nv.emulate.errors import EmulatorError
 from xgrad_nv.emulate.parse import Function, Instruction
 from xgrad_nv.emulate.values import Decoder, Mask, Step
@@ -21,6 +21,7 @@ NORMAL, BRANCH, EXIT, BARRIER = 0, 1, 2, 3
 
 OPS: dict[str, Callable[[Instruction, Decoder], Step]] = {
     **alu.OPS,
+    **asynccopy.OPS,
     **bits.OPS,
     **convert.OPS,
     **memory.OPS,

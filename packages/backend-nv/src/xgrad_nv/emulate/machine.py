@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from xgrad_codegen.devmem import DeviceMemory, MemoryFaultError
+from xgrad_nv.emulate.asynccopy import AsyncCopies
 from xgrad_nv.emulate.decode import Decoded, decode_function
 from xgrad_nv.emulate.errors import EmulatorError
 from xgrad_nv.emulate.inline import inline_calls
@@ -91,6 +92,7 @@ class Threads:
         self.symbols = symbols
         self.shared = np.zeros((nblocks, max(shared_bytes, 16)), np.uint8)
         self.local = np.zeros((n, max(kernel.local_bytes, 16)), np.uint8)
+        self.copies = AsyncCopies(n)  # cp.async copies in flight
 
     def special(self, name: str) -> Array:
         """A special register's value per lane (or one value for all)."""

@@ -1,4 +1,4 @@
-"""Warp-wide instructions: shfl.sync, vote.sync, activemask, mma.sync (PTX ISA 9.7.8.6-9.7.8.8, 9.7.14.5).
+"""Warp-wide instructions: shfl.sync, vote.sync, activemask, mma.sync, ldmatrix (PTX ISA 9.7.8.6-9.7.8.8, 9.7.14.5).
 
 In: one parsed instruction. Out: a step. A warp is 32 consecutive threads of a block (in linear thread order, the
 chunk holds whole blocks), so lane `l` of warp `w` is thread `32 * w + l` of the chunk; blocks whose size is not a
@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from xgrad_nv.emulate.memory import address, load
 from xgrad_nv.emulate.parse import TYPE_BYTES, Instruction, Operand
 from xgrad_nv.emulate.values import Array, Decoder, Mask, Step, bf16_to_f32
 
@@ -233,4 +234,44 @@ def _redux(ins: Instruction, dec: Decoder) -> Step:
     return step
 
 
-OPS.update({"redux": _redux, "shfl": _shfl, "vote": _vote, "activemask": _activemask, "mma": _mma})
+def _ldmatrix(ins: Instruction, dec: Decoder) -> Step:
+    """ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared{::cta}.b16 {d...}, [a] (PTX ISA 9.7.14.5.15): lane 8i + r
+    names the 16-byte row r of matrix i; lane l gets in d[i] the two b16 at row l / 4, columns 2 (l % 4) + {0, 1} of
+    matrix i (.trans: rows 2 (l % 4) + {0, 1} of column l / 4), the first in the low half."""
+    count = next((int(p[1:]) for p in ins.op if p in ("x1", "x2", "x4")), None)
+    spaces = [p.split("::")[0] for p in ins.op if p.split("::")[0] in ("shared", "global", "local")]
+    if count is None or "m8n8" not in ins.op or "b16" not in ins.op or spaces != ["shared"]:
+        raise dec.error(f"unsupported ldmatrix form {'.'.join(ins.op)} (m8n8 .x1/.x2/.x4 [.trans] .shared .b16)")
+    trans = "trans" in ins.op
+    dst = ins.operands[0]
+    items = dst.items if dst.kind == "vec" else (dst,)
+    if len(items) != count:
+        raise dec.error(f"{'.'.join(ins.op)} writes {count} registers, got {len(items)}")
+    ws = [dec.dst(o, "b32") for o in items]
+    addr = address(ins.operands[1], dec, "shared")
+
+    def step(st: Any, mask: Mask) -> None:
+        nw = _warps(st, "ldmatrix")
+        rows = np.broadcast_to(addr(st), (st.n,)).astype(np.uint64).reshape(nw, 32)
+        if (rows[:, : 8 * count] % np.uint64(16)).any():
+            raise st.fault(f"{'.'.join(ins.op)}: a row address is not aligned to 16 bytes")
+        lanes = np.arange(st.n)
+        for i, w in enumerate(ws):
+            if trans:
+                halves = [
+                    rows[lanes // 32, 8 * i + 2 * _T[lanes % 32] + j] + 2 * (_G[lanes % 32]).astype(np.uint64)
+                    for j in range(2)
+                ]
+                lo, hi = (load(st, "shared", h, lanes, np.dtype(np.uint16)) for h in halves)
+                word = lo.astype(np.uint32) | (hi.astype(np.uint32) << np.uint32(16))
+            else:
+                at = rows[lanes // 32, 8 * i + _G[lanes % 32]] + 4 * (_T[lanes % 32]).astype(np.uint64)
+                word = load(st, "shared", at, lanes, np.dtype(np.uint32))
+            w(st, word, mask)
+
+    return step
+
+
+OPS.update(
+    {"redux": _redux, "shfl": _shfl, "vote": _vote, "activemask": _activemask, "mma": _mma, "ldmatrix": _ldmatrix}
+)
