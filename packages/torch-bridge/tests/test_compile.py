@@ -225,3 +225,32 @@ def test_compiled_replays_run_no_kernel_outside_their_captures(monkeypatch: pyte
     for graph in graphs:
         assert graph.jit.captured is not None
         assert all(spec.plain for spec in graph.jit.captured.expected_input_info)
+
+
+def test_compiled_inputs_read_once_while_unchanged_and_again_after_eager_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    looked: list[int] = []
+    xgrad_input = xgrad_torch.compile.CompiledGraph._xgrad_input
+
+    def spy(self: xgrad_torch.compile.CompiledGraph, k: int, a: torch.Tensor, h: object) -> object:
+        looked.append(k)
+        return xgrad_input(self, k, a, h)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(xgrad_torch.compile.CompiledGraph, "_xgrad_input", spy)
+
+    @torch.compile(backend="xgrad", dynamic=False)
+    def f(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return w * 2 + x
+
+    w, ref = torch.arange(6.0).reshape(2, 3).to("xgrad"), torch.arange(6.0).reshape(2, 3)
+    for i in range(6):
+        x = torch.full((2, 3), float(i))
+        looked.clear()
+        out = f(w, x.to("xgrad"))
+        np.testing.assert_allclose(out.cpu().numpy(), (ref * 2 + x).numpy())
+        if i >= 1:  # w is the same tensor holding the same xgrad Tensor: only the new x is looked at
+            assert sorted(looked) == ([0, 1] if i == 4 else [1]), (i, looked)
+        if i == 3:  # an eager in-place write gives w's storage a new xgrad Tensor: the next call reads it again
+            w.add_(1)
+            ref.add_(1)

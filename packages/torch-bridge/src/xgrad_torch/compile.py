@@ -45,6 +45,9 @@ KEEP_CPU_INPUT = 16  # a CPU input of up to this many elements keeps its buffer 
 _CONSTANT_OPS = {"CONST", "DEVICE", "RESHAPE", "EXPAND", "CAST"}  # the nodes of a lazy constant (ones_like, zeros)
 
 
+InputRead = tuple[Tensor, tuple[list[int], list[int], int] | None, bool]  # what `CompiledGraph._input` returns
+
+
 class CompiledGraph:
     """One aten graph as a TinyJit'd xgrad function over the graph's tensor inputs."""
 
@@ -62,6 +65,8 @@ class CompiledGraph:
         self.assigned: list[int] = []  # inputs written in place by an assign inside the capture
         self.cpu_inputs: dict[int, tuple[weakref.ref[torch.Tensor], bytes, Tensor]] = {}  # k -> its values, buffer
         self.host_inputs: set[int] = set()  # the inputs that are CPU tensors
+        self.seen: dict[int, tuple[weakref.ref[torch.Tensor], storage.Holder, Tensor, InputRead]] = {}  # k -> the
+        # last call's input k (its holder and the holder's Tensor then) as read
         self.host_reads: list[tuple[int, list[int]]] = []  # (captured tensor, the CPU inputs whose new values it holds)
         self.constants: dict[int, tuple[UOp, Tensor]] = {}  # k -> a lazy constant input's node and its buffer
         for x in example_inputs:
@@ -173,7 +178,7 @@ class CompiledGraph:
         self.assigned_early.add(i)
         return dst
 
-    def _input(self, k: int, a: Any) -> tuple[Tensor, tuple[list[int], list[int], int] | None, bool]:
+    def _input(self, k: int, a: Any) -> InputRead:
         """Input `k` as an xgrad Tensor, the view of it the graph takes (None: all of it), and whether the input is
         the whole of a buffer of its own (an in-place write to it can be an assign into that buffer).
 
@@ -181,24 +186,25 @@ class CompiledGraph:
         taken inside the capture, where it folds into the kernels and leaves TinyJit a plain buffer to swap. A small
         CPU tensor (an optimizer's step count) is copied into a buffer kept for the next call, which passes that
         buffer again, with no copy, while the tensor still holds the values the buffer holds (the ones the last
-        call wrote back); only this graph writes that buffer."""
-        h = getattr(a.untyped_storage(), "_xgrad", None) if isinstance(a, torch.Tensor) and not a.is_cpu else None
-        if not isinstance(h, storage.Holder) and not (isinstance(a, torch.Tensor) and a.is_cpu):
+        call wrote back); only this graph writes that buffer. An input that is the same torch tensor as in the last
+        call, over the same storage holding the same xgrad Tensor (a parameter, an optimizer's state), is read as it
+        was then, with no look at its layout (dynamo guards the layouts of its inputs; a graph's other inputs are
+        the tensors aot_autograd saved, which nothing reshapes in place)."""
+        seen = self.seen.get(k)
+        if seen is not None and seen[2] is seen[1].whole and (last := seen[0]()) is a:
+            if getattr(last.untyped_storage(), "_xgrad", None) is seen[1]:
+                return seen[3]  # the tensor of the last call (a parameter, a state), holding the same xgrad Tensor
+        cpu = isinstance(a, torch.Tensor) and a.is_cpu
+        h = None if cpu else getattr(a.untyped_storage(), "_xgrad", None) if isinstance(a, torch.Tensor) else None
+        if not isinstance(h, storage.Holder) and not cpu:
             raise BridgeError(f"the xgrad backend got an input on {getattr(a, 'device', type(a).__name__)}; "
                               "move the model and its inputs to 'xgrad' before calling it")  # fmt: skip
         if h is not None:  # (tested through the storage's holder: a torch.device object per input costs more)
-            whole, shape = h.whole, tuple(a.shape)
-            constant = self._constant(k, h)
-            if constant is not None:
-                whole = constant
-            if a.dtype != to_torch_dtype(whole.dtype):
-                return read(a), None, False
-            if a.storage_offset() == 0 and a.is_contiguous():
-                if whole.shape == shape:
-                    return whole, None, constant is None
-                if a.numel() == h.numel:  # (reshaped inside the capture: TinyJit's replay takes the buffer as it is)
-                    return whole, (list(shape), list(a.stride()), 0), False
-            return whole, (list(shape), list(a.stride()), int(a.storage_offset())), False
+            read_in = self._xgrad_input(k, a, h)
+            if read_in[0] is h.whole:  # (not a converted copy, which would go stale when the buffer is written)
+                self.seen[k] = (weakref.ref(a), h, h.whole, read_in)
+            return read_in
+        self.host_inputs.add(k)
         if a.numel() > KEEP_CPU_INPUT or a.dtype == torch.bfloat16:
             return storage.from_cpu(a).realize(), None, False
         kept = self.cpu_inputs.get(k)
@@ -208,6 +214,21 @@ class CompiledGraph:
         x = storage.from_cpu(a).realize()
         self.cpu_inputs[k] = (weakref.ref(a), values, x)
         return x, None, True
+
+    def _xgrad_input(self, k: int, a: torch.Tensor, h: storage.Holder) -> InputRead:
+        """`_input` for a tensor on `xgrad`, whose storage's holder is `h`."""
+        whole, shape = h.whole, tuple(a.shape)
+        constant = self._constant(k, h)
+        if constant is not None:
+            whole = constant
+        if a.dtype != to_torch_dtype(whole.dtype):
+            return read(a), None, False
+        if a.storage_offset() == 0 and a.is_contiguous():
+            if whole.shape == shape:
+                return whole, None, constant is None
+            if a.numel() == h.numel:  # (reshaped inside the capture: TinyJit's replay takes the buffer as it is)
+                return whole, (list(shape), list(a.stride()), 0), False
+        return whole, (list(shape), list(a.stride()), int(a.storage_offset())), False
 
     def _constant(self, k: int, h: storage.Holder) -> Tensor | None:
         """The realized buffer standing for input `k` when the input is a lazy constant (the backward's incoming
@@ -232,8 +253,8 @@ class CompiledGraph:
 
     def __call__(self, *args: Any) -> list[Any]:
         self.input_dtypes = [a.dtype if isinstance(a, torch.Tensor) else None for a in args]
+        self.host_inputs = set()
         read_in = [self._input(k, a) for k, a in enumerate(args)]
-        self.host_inputs = {k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_cpu}
         xs = [x for x, _, _ in read_in]
         views = [view for _, view, _ in read_in]
         storage.flush()  # pending writes to inputs (an optimizer's step) first: the replay reads their buffers
