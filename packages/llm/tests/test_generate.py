@@ -258,6 +258,12 @@ def test_real_gemma_greedy_continues_the_capital_of_france() -> None:
         (pathlib.Path(__file__).parent / "fixtures" / "gemma3_270m_greedy_llamacpp.json").read_text()
     )
     assert chat["greedy_ids"] == llama_cpp["chat"]["greedy_ids"]  # also llama.cpp's 32 ids
+    # and those of llama.cpp built for AVX2 (the AVX-512 build's raw-prompt ids part from this one's at the 19th)
+    avx2 = json.loads(
+        (pathlib.Path(__file__).parent / "fixtures" / "gemma3_270m_greedy_llamacpp_avx2.json").read_text()
+    )
+    assert chat["greedy_ids"] == avx2["chat"]["greedy_ids"]
+    assert avx2["greedy_ids"][:18] == llama_cpp["greedy_ids"][:18] != avx2["greedy_ids"]
 
 
 def test_real_gemma_against_llama_cpp() -> None:
