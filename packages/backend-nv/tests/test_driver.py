@@ -195,7 +195,8 @@ def test_jit_batch_patches_inputs_variables_and_grids(fake_lib: pathlib.Path, mo
     class Program:
         def __init__(self, function: int, groups: tuple[object, ...]) -> None:
             self.info = ProgramInfo("k", "", 0, 0, 1, ("n",), (0,), {"launch": (groups, (128, 1, 1))})
-            self.raw = type("Raw", (), {"function": function})()
+            # an NVProgram's function handle, and no dynamic shared memory (info.extra has no "shared")
+            self.raw = type("Raw", (), {"function": function, "dynamic_shared": lambda raw, info: 0})()
 
     out, weight, x1, x2 = (dev.allocator.alloc(64) for _ in range(4))
     batch = dev.batch(

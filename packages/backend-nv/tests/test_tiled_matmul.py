@@ -59,16 +59,7 @@ def test_pipelined_tiles_copy_asynchronously_on_the_interpreter(
     and NVRTC's PTX (NV:CUDA) and the PTX renderer's (NV:PTX) equal numpy on the interpreter, which lands a copy only
     when its group is waited for (0xFF bytes before)."""
     shape = tc_tile.TileShape(2, 2, 2, 2, 2, stages)
-
-    def pick(ast: UOp, tc: Any, *limits: int) -> tc_tile.TileShape | None:
-        try:
-            tc_tile.match_matmul(ast, tc)
-        except OptError:
-            return None
-        return shape
-
-    monkeypatch.setattr(gpu_opt, "pick_tile", pick)
-    monkeypatch.setattr(Device[device], "_programs", {})
+    force_tile(monkeypatch, device, shape)
     rng = np.random.default_rng(stages)
     m, k, n = {2: (72, 120, 40), 3: (72, 120, 36), 4: (72, 118, 40)}[stages]
     size = {2: 16, 3: 8, 4: 4}[stages]
@@ -86,6 +77,48 @@ def test_pipelined_tiles_copy_asynchronously_on_the_interpreter(
     assert f"cp.async.wait_group {stages - 2}" in src
     # fragments by ldmatrix: A x4, B (stored k-major) x4 .trans per two fragments
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in src and "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in src
+
+
+def force_tile(monkeypatch: pytest.MonkeyPatch, device: str, shape: tc_tile.TileShape) -> None:
+    """The heuristic picks `shape` for every matmul on `device`, whose programs are compiled afresh."""
+
+    def pick(ast: UOp, tc: Any, *limits: int) -> tc_tile.TileShape | None:
+        try:
+            tc_tile.match_matmul(ast, tc)
+        except OptError:
+            return None
+        return shape
+
+    monkeypatch.setattr(gpu_opt, "pick_tile", pick)
+    monkeypatch.setattr(Device[device], "_programs", {})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("stages", [3, 4])
+def test_deep_pipelines_of_the_large_tile_use_dynamic_shared_memory(
+    mockgpu: None, monkeypatch: pytest.MonkeyPatch, device: str, stages: int
+) -> None:
+    """The 8-warp 128 x 128 x 32 tile with 3 or 4 stages needs 56.8 or 75.8 KB of shared memory, past the 48 KB of
+    static arrays: the renderers declare it dynamic (extern), the device allows it (cuFuncSetAttribute, which the
+    mock checks at launch) and launches with its size; the bf16 result equals numpy, and ptxas builds the kernel for
+    sm_90 without spills."""
+    shape = tc_tile.TileShape(2, 4, 4, 4, 2, stages)
+    force_tile(monkeypatch, device, shape)
+    rng = np.random.default_rng(stages)
+    with Context(CACHELEVEL=0):
+        a = Tensor(rng.standard_normal((128, 160), dtype=np.float32), device=device).cast(dtypes.bfloat16).realize()
+        b = Tensor(rng.standard_normal((160, 128), dtype=np.float32), device=device).cast(dtypes.bfloat16).realize()
+        want = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
+        got = a.matmul(b, dtype=dtypes.float32).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    prog = next(p for p in Device[device]._programs.values() if p.info.name.startswith("r_"))
+    assert prog.info.extra["shared"] == shape.shared_bytes(Device[device].renderer.tensor_cores[0]) > 48 * 1024
+    src = prog.info.src
+    assert ("extern __shared__" in src) if device == "NV:CUDA" else (".extern .shared" in src)
+    if find_tool("ptxas") is not None:
+        ptx = CUDACompiler("sm_90", ptx=True).compile(src).decode() if device == "NV:CUDA" else src
+        res = next(iter(ptxas_resources(ptx, "sm_90").values()))
+        assert res.spill_stores == 0 and res.spill_loads == 0, res
 
 
 def ast_opts(ast: UOp, device: str) -> tuple[Opt, ...]:

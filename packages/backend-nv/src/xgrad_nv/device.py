@@ -7,8 +7,9 @@ PTX is loaded as it is. Everything above the driver is the same code on both.
 
 Buffers are device pointers (`NVBuffer`); freed buffers go to an LRU free list per size (`NVAllocator`). A launch
 packs each buffer's pointer and each variable's value (int32) as the kernel's parameters in the renderer's ABI (see
-`xgrad_nv.renderer`) and takes grid and block from the program's SPECIAL sizes. TinyJit replays consecutive kernels
-through `NVDevice.batch` (arguments packed once, inputs and variables patched per replay).
+`xgrad_nv.renderer`) and takes grid and block from the program's SPECIAL sizes; a kernel whose shared arrays
+exceed the arch's static 48 KiB (`info.extra["shared"]`) launches with that much dynamic shared memory. TinyJit
+replays consecutive kernels through `NVDevice.batch` (arguments packed once, inputs and variables patched per replay).
 """
 
 from __future__ import annotations
@@ -128,6 +129,18 @@ class NVProgram:
         drv.set_current(device.ctx)
         self.module = drv.load_module(image)
         self.function = drv.get_function(self.module, name)
+        self._dynamic: int | None = None
+
+    def dynamic_shared(self, info: ProgramInfo) -> int:
+        """Bytes of dynamic shared memory to launch with: the kernel's shared arrays where they exceed the static
+        48 KiB (the renderers then declare them dynamic), allowed once per function by cuFuncSetAttribute."""
+        if self._dynamic is None:
+            shared = int(info.extra.get("shared", 0))
+            self._dynamic = shared if shared > self.device.shared_static else 0
+            if self._dynamic:
+                self.device.driver.set_current(self.device.ctx)
+                self.device.driver.set_max_dynamic_shared(self.function, self._dynamic)
+        return self._dynamic
 
     def __repr__(self) -> str:
         return f"<NVProgram {self.name} on {self.device.name}>"
@@ -157,6 +170,7 @@ class NVDevice(CompiledDevice):
         if parsed.arch is not None and parsed.arch != self.compile_arch:
             raise DeviceError(f"{name}: GPU {parsed.index} is {self.compile_arch}, not {parsed.arch}")
         arch = table_arch((major, minor))
+        self.shared_static = NV_ARCHS[arch].shared_static  # past it the renderers declare dynamic shared memory
         renderer: Any
         if renderer_name == "PTX":
             from xgrad_nv.ptx import PTXRenderer  # type: ignore[import-not-found,unused-ignore]
@@ -189,7 +203,7 @@ class NVDevice(CompiledDevice):
         drv.set_current(self.ctx)
         if wait:
             drv.event_record(self._start)
-        drv.launch(raw.function, grid, block, 0, kernel_args(bufs, info, vals))
+        drv.launch(raw.function, grid, block, raw.dynamic_shared(info), kernel_args(bufs, info, vals))
         if not wait:
             return None
         drv.event_record(self._end)
@@ -221,7 +235,7 @@ class NVBatch:
     ):
         self.device = device
         drv = device.driver
-        self._items: list[tuple[int, tuple[int, int, int], tuple[int, int, int], Any]] = []
+        self._items: list[tuple[int, tuple[int, int, int], tuple[int, int, int], int, Any]] = []
         self._inputs: list[tuple[Any, int, int]] = []  # (packed args, position, input index)
         self._vars: list[tuple[Any, int, str]] = []  # (packed args, position, variable name)
         self._sized: list[tuple[int, ProgramInfo, dict[str, int]]] = []  # launches whose grid depends on variables
@@ -236,8 +250,8 @@ class NVBatch:
             launch = info.extra.get("launch") if info.extra else None
             if launch is not None and any(not isinstance(g, int) for g in launch[0]):
                 self._sized.append((i, info, var_vals))
-            self._items.append((program.raw.function, grid, block, packed))
-        self._prepared = [drv.prepare(fn, g, b, 0, p) for fn, g, b, p in self._items if 0 not in g]
+            self._items.append((program.raw.function, grid, block, program.raw.dynamic_shared(info), packed))
+        self._prepared = [drv.prepare(fn, g, b, sh, p) for fn, g, b, sh, p in self._items if 0 not in g]
 
     def __call__(self, inputs: list[Any], var_vals: dict[str, int]) -> None:
         for packed, k, s in self._inputs:
@@ -248,11 +262,11 @@ class NVBatch:
                     packed.set(k, int(var_vals[name]))
             if self._sized:
                 for i, info, captured in self._sized:
-                    fn, _, block, packed = self._items[i]
+                    fn, _, block, shared, packed = self._items[i]
                     grid, _ = launch_dims(info, {**captured, **var_vals})
-                    self._items[i] = (fn, grid, block, packed)
+                    self._items[i] = (fn, grid, block, shared, packed)
                 drv = self.device.driver
-                self._prepared = [drv.prepare(fn, g, b, 0, p) for fn, g, b, p in self._items if 0 not in g]
+                self._prepared = [drv.prepare(fn, g, b, sh, p) for fn, g, b, sh, p in self._items if 0 not in g]
         drv = self.device.driver
         drv.set_current(self.device.ctx)
         launch = drv.launch_prepared

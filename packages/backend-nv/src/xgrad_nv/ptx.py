@@ -38,7 +38,7 @@ from xgrad_codegen.renderer import (
     divisor_may_be_zero,
     quotient_may_overflow,
 )
-from xgrad_nv.renderer import nv_arch
+from xgrad_nv.renderer import dynamic_shared, nv_arch
 
 F16, BF16, F32, F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
 HALVES = (F16, BF16)
@@ -109,6 +109,8 @@ class _Ctx:
     shared: list[str] = field(default_factory=list)
     labels: int = 0
     loops: dict[UOp, tuple[str, str, str]] = field(default_factory=dict)  # RANGE -> (register, top label, end label)
+    dynamic: bool = False  # the arrays live in dynamic shared memory (more than the static limit)
+    shared_offset: int = 0  # bytes of dynamic shared memory given out
 
     def emit(self, line: str) -> None:
         self.lines.append("\t" + line)
@@ -164,7 +166,7 @@ class PTXRenderer(Renderer):
         self.arch = spec.name
         self.spec = spec
         self.global_max, self.local_max = spec.global_max, spec.local_max
-        self.max_threads, self.shared_max = spec.max_threads, spec.shared_static
+        self.max_threads, self.shared_max = spec.max_threads, spec.shared_optin  # dynamic past shared_static
         self.tensor_cores = spec.tensor_cores + (spec.tf32_cores if tf32 else ())
         self.async_copy_bytes = spec.async_copy_bytes  # cp.async: copies without registers, so 16 bytes (not vectors)
         self.matrix_loads = spec.matrix_loads
@@ -172,6 +174,7 @@ class PTXRenderer(Renderer):
     def render(self, name: str, uops: list[UOp]) -> str:
         uops = legalize_linear(uops, self.legalize)
         ctx = _Ctx()
+        ctx.dynamic = dynamic_shared(uops, self.spec) > 0
         for u in uops:
             self._render_uop(ctx, u)
         return self._kernel(ctx, name, uops)
@@ -193,6 +196,7 @@ class PTXRenderer(Renderer):
             f".target {self.arch}",
             ".address_size 64",
             "",
+            *([".extern .shared .align 16 .b8 xg_dynamic_shared[];", ""] if ctx.dynamic else []),
             f".visible .entry {name}(",
             ",\n".join(params),
             f")\n.maxntid {threads[0]}, {threads[1]}, {threads[2]}{min_blocks}\n{{",
@@ -260,9 +264,15 @@ class PTXRenderer(Renderer):
     def _r_define_local(self, ctx: _Ctx, u: UOp) -> None:
         name = f"temp{len(ctx.shared)}"
         size = int(u.arg[1]) * u.dtype.scalar().itemsize
-        ctx.shared.append(f"\t.shared .align 16 .b8 {name}[{max(size, 1)}];")
         r = ctx.new(dtypes.int32)
-        ctx.emit(f"mov.u32 {r}, {name};")
+        if ctx.dynamic:  # an offset into the kernel's dynamic shared memory (the launch passes its size)
+            ctx.shared.append(f"\t// {name}: {size} bytes of xg_dynamic_shared from {ctx.shared_offset}")
+            ctx.emit(f"mov.u32 {r}, xg_dynamic_shared;")
+            ctx.emit(f"add.u32 {r}, {r}, {ctx.shared_offset};")
+            ctx.shared_offset += -(-size // 16) * 16
+        else:
+            ctx.shared.append(f"\t.shared .align 16 .b8 {name}[{max(size, 1)}];")
+            ctx.emit(f"mov.u32 {r}, {name};")
         ctx.regs[u] = ("shared", r)
 
     def _r_barrier(self, ctx: _Ctx, u: UOp) -> None:

@@ -310,6 +310,13 @@ def rule_cuda_barrier(r: CStyleRenderer, ctx: RenderState, u: UOp) -> None:
     return rule_barrier(r, ctx, u)
 
 
+def dynamic_shared(uops: list[UOp], spec: NVArch) -> int:
+    """Bytes of dynamic shared memory a kernel launches with: all its arrays (16-byte aligned) when they exceed the
+    arch's static limit, else 0 (static arrays)."""
+    total = sum(-(-int(u.arg[1]) * u.dtype.itemsize // 16) * 16 for u in uops if u.op is Ops.DEFINE_LOCAL)
+    return total if total > spec.shared_static else 0
+
+
 uop_rules_cuda: dict[Ops, UopRule] = {
     **base_uop_rules,
     Ops.IDIV: rule_cuda_divmod,
@@ -375,7 +382,8 @@ class CUDARenderer(CStyleRenderer):
         self.arch = spec.name
         self.spec = spec
         self.global_max, self.local_max = spec.global_max, spec.local_max
-        self.max_threads, self.shared_max = spec.max_threads, spec.shared_static
+        # past the 48 KiB of static shared memory a kernel's arrays live in dynamic shared memory (`dynamic_shared`)
+        self.max_threads, self.shared_max = spec.max_threads, spec.shared_optin
         self.tensor_cores = spec.tensor_cores + (spec.tf32_cores if tf32 else ())
         self.async_copy_bytes = spec.async_copy_bytes
         self.matrix_loads = spec.matrix_loads
@@ -441,7 +449,14 @@ class CUDARenderer(CStyleRenderer):
         return f"((int){'blockIdx' if name.startswith('gidx') else 'threadIdx'}.{'xyz'[int(name[-1])]})"
 
     def render_shared_decl(self, ctx: RenderState, u: UOp, name: str) -> str:
-        return f"__shared__ __align__(16) {self.render_dtype(ctx, u.dtype)} {name}[{int(u.arg[1])}];"
+        """A static `__shared__` array, or past `shared_static` bytes in all a pointer into the kernel's dynamic
+        shared memory (the launch passes its size: `dynamic_shared`), each array from a 16-byte aligned offset."""
+        t = self.render_dtype(ctx, u.dtype)
+        if dynamic_shared(ctx.uops, self.spec) == 0:
+            return f"__shared__ __align__(16) {t} {name}[{int(u.arg[1])}];"
+        offset = sum(-(-int(x.arg[1]) * x.dtype.itemsize // 16) * 16 for x, _ in ctx.shared[:-1])
+        first = "extern __shared__ __align__(16) unsigned char xg_dynamic_shared[];\n  " if len(ctx.shared) == 1 else ""
+        return f"{first}{t}* {name} = ({t}*)(xg_dynamic_shared + {offset});"
 
     def render_barrier(self) -> str:
         return "__syncthreads();"
@@ -480,4 +495,4 @@ class CUDARenderer(CStyleRenderer):
         return "\n".join([*self.render_prefix(ctx), head, *body, "}"]) + "\n"
 
 
-__all__ = ["CUDARenderer", "NVArch", "NV_ARCHS", "DEFAULT_ARCH", "nv_arch", "pm_legalize_cuda"]
+__all__ = ["CUDARenderer", "dynamic_shared", "NVArch", "NV_ARCHS", "DEFAULT_ARCH", "nv_arch", "pm_legalize_cuda"]

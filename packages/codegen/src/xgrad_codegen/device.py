@@ -61,6 +61,7 @@ def program_info(name: str, uops: list[UOp], src: str) -> ProgramInfo:
     if any(u.op is Ops.SPECIAL for u in uops):  # a GPU program: per-thread counts times the threads launched
         groups, threads = launch_sizes(uops)
         extra["launch"] = (groups, threads)
+        extra["shared"] = sum(int(u.arg[1]) * u.dtype.itemsize for u in uops if u.op is Ops.DEFINE_LOCAL)  # bytes
         global_size = groups[0] * groups[1] * groups[2]
         if isinstance(global_size, int):
             ops, mem = ops * global_size * prod(threads), mem * global_size * prod(threads)
