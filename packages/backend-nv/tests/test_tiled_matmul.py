@@ -121,6 +121,24 @@ def test_deep_pipelines_of_the_large_tile_use_dynamic_shared_memory(
         assert res.spill_stores == 0 and res.spill_loads == 0, res
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_odd_b_fragment_count_takes_an_x2_matrix_load(
+    mockgpu: None, monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    """Warps of 1 x 3 fragments (TC 221322): each k-step reads two B fragments with one ldmatrix .x4.trans and the
+    third with an .x2.trans; float16 64 x 160 x 96 equals numpy on the interpreter."""
+    force_tile(monkeypatch, device, tc_tile.TileShape(2, 2, 1, 3, 2, 2))
+    rng = np.random.default_rng(5)
+    with Context(CACHELEVEL=0):
+        a = Tensor(rng.standard_normal((64, 160), dtype=np.float32), device=device).cast(dtypes.float16).realize()
+        b = Tensor(rng.standard_normal((160, 96), dtype=np.float32), device=device).cast(dtypes.float16).realize()
+        want = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
+        got = a.matmul(b, dtype=dtypes.float32).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    prog = next(p for p in Device[device]._programs.values() if p.info.name.startswith("r_"))
+    assert "ldmatrix.sync.aligned.m8n8.x2.trans" in prog.info.src and "m8n8.x4.trans" in prog.info.src
+
+
 def ast_opts(ast: UOp, device: str) -> tuple[Opt, ...]:
     """The opts the heuristic chose for `ast` on `device`."""
     uops = full_rewrite(ast, Device[device].renderer)
