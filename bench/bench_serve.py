@@ -2,7 +2,7 @@
 (llama-cpp-python's `llama_cpp.server`, same model, same threads) when that is installed.
 
 Run: .venv/bin/python bench/bench_serve.py [--model PATH | --tiny] [--streams 1,4,8] [--tokens 64] [--batch]
-     [--peer-python .bench-venv/bin/python] [--peer-extra-bufts on|off]
+     [--client sse|openai] [--peer-python .bench-venv/bin/python] [--peer-extra-bufts on|off]
 Each server runs in its own process on a free loopback port. For each concurrency N, N clients stream a chat reply
 each (greedy, `max_tokens` = --tokens, distinct prompts) at the same time; the numbers are the generated tokens
 (from each stream's usage) over the wall time from the first request to the last [DONE], the same from each stream's
@@ -18,6 +18,7 @@ nothing. Not run in CI: the peer needs a bench environment (see bench_llm.py; th
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import socket
@@ -64,34 +65,56 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_streams(url: str, n: int, tokens: int, pid: int | None = None) -> dict[str, float]:
+def run_streams(url: str, n: int, tokens: int, pid: int | None = None, client: str = "sse") -> dict[str, float]:
     """Stream n replies at once; with the server's `pid`, also the CPU seconds it and this process (the clients)
-    spent meanwhile."""
+    spent meanwhile. `client` "sse" reads the stream with httpx and json (a few microseconds a chunk), "openai" with
+    the official client (its typed chunk objects cost ~10x more CPU, which the clients take from the server: they
+    share its cores)."""
+    import httpx2 as httpx
     import openai
 
-    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=3600)
+    oai = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=3600)
+    http = httpx.Client(timeout=3600, limits=httpx.Limits(max_connections=n + 1))
     results: list[tuple[float, float, float, int]] = []  # start, first token, end, tokens
     lock = threading.Lock()
+
+    def chunks(i: int) -> Any:
+        """(content, completion tokens from usage or None) of each chunk of reply i."""
+        body: dict[str, Any] = {
+            "model": "m",
+            "messages": [{"role": "user", "content": f"Write a long story about a river, number {i}."}],
+            "max_tokens": tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if client == "openai":
+            for c in oai.chat.completions.create(**body):
+                yield (
+                    (c.choices[0].delta.content if c.choices else None),
+                    (c.usage.completion_tokens if c.usage else None),
+                )
+            return
+        with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                c = json.loads(line[6:])
+                content = c["choices"][0].get("delta", {}).get("content") if c.get("choices") else None
+                yield content, (c["usage"]["completion_tokens"] if c.get("usage") else None)
 
     def one(i: int) -> None:
         start = time.perf_counter()
         first = None
         used = pieces = 0
-        stream = client.chat.completions.create(
-            model="m",
-            messages=[{"role": "user", "content": f"Write a long story about a river, number {i}."}],
-            max_tokens=tokens,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        for chunk in stream:
-            if chunk.choices and chunk.choices[0].delta.content:
+        for content, usage in chunks(i):
+            if content:
                 pieces += 1
                 if first is None:
                     first = time.perf_counter()
-            if chunk.usage is not None:
-                used = chunk.usage.completion_tokens
+            if usage is not None:
+                used = usage
         used = used or pieces  # llama_cpp.server sends no usage in streams: one token per content chunk there
         end = time.perf_counter()
         with lock:
@@ -105,6 +128,7 @@ def run_streams(url: str, n: int, tokens: int, pid: int | None = None) -> dict[s
         t.join()
     server_cpu = (cpu_seconds(pid) if pid else float("nan")) - server_cpu
     client_cpu = time.process_time() - client_cpu
+    http.close()
     t0 = min(r[0] for r in results)
     t_first = min(r[1] for r in results)
     t1 = max(r[2] for r in results)
@@ -201,6 +225,12 @@ def main() -> None:
     p.add_argument("--ctx", type=int, default=512, help="context per slot (default 512)")
     p.add_argument("--batch", action="store_true", help="run xgrad with --batch (continuous batching; else --no-batch)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds to wait for a server to load")
+    p.add_argument(
+        "--client",
+        choices=("sse", "openai"),
+        default="sse",
+        help="how the clients read the streams: httpx + json (default) or the openai package (more CPU a chunk)",
+    )
     p.add_argument("--peer-python", default=sys.executable, help="the Python that has llama-cpp-python[server]")
     p.add_argument("--peer-extra-bufts", choices=("on", "off"), default="on", help="llama.cpp's extra buffer types")
     p.add_argument(
@@ -239,7 +269,7 @@ def main() -> None:
                     if name == "xgrad":  # every round size's program (one per number of busy slots, made on first use)
                         for warm in range(1, m + 1):
                             run_streams(url, warm, 4)
-                    rows[name][m] = run_streams(url, m, args.tokens, proc.pid)
+                    rows[name][m] = run_streams(url, m, args.tokens, proc.pid, args.client)
                     r = rows[name][m]
                     print(
                         f"{name:12s} {m:2d} streams: {r['tok_s']:7.1f} tok/s, decode {r['decode_tok_s']:7.1f} tok/s, "
