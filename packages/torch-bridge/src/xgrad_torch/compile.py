@@ -56,9 +56,11 @@ class CompiledGraph:
         self.kinds: list[str] = []  # per output: "tensor", "view" (of a captured tensor), "alias" (a view of an input)
         # or "value" (a constant)
         self.values: list[Any] = []
-        self.aliases: list[tuple[int, list[int], list[int], int]] = []  # (input, size, stride, offset)
+        self.aliases: list[tuple[int, list[int], list[int], int, bool]] = []  # (input, size, stride, offset, whether
+        # that is the input's own layout)
         self.dtypes: list[torch.dtype] = []
-        self.views: list[tuple[int, list[int], list[int], int]] = []  # (captured tensor, size, stride, offset)
+        self.views: list[tuple[int, list[int], list[int], int, bool]] = []  # (captured tensor, size, stride, offset,
+        # whether that is all of the tensor in its own shape)
         self.slots: list[int] = []  # per "tensor" output: its position among the captured tensors
         self.mutated: list[tuple[int, int]] = []  # (input, captured tensor): inputs written in place whose new values
         # come back as extra outputs
@@ -113,9 +115,9 @@ class CompiledGraph:
                 # an input (or a view of one) saved for backward: rebuilt from the call's own input, outside the
                 # capture, so a replay never returns the buffer the capture saw
                 self.kinds.append("alias")
-                self.aliases.append(
-                    (holders[id(storage.holder_of(o))], list(o.shape), list(o.stride()), int(o.storage_offset()))
-                )
+                i, layout = holders[id(storage.holder_of(o))], (list(o.shape), list(o.stride()), o.storage_offset())
+                same = layout == (list(args[i].shape), list(args[i].stride()), args[i].storage_offset())
+                self.aliases.append((i, *layout, same))
             elif isinstance(o, torch.Tensor):
                 if o.device.type != "xgrad":
                     raise BridgeError(f"a compiled graph returned a tensor on {o.device}; move its inputs to xgrad")
@@ -128,7 +130,9 @@ class CompiledGraph:
                         wholes[id(h)] = len(tensors)
                         tensors.append(h.whole)
                     self.kinds.append("view")
-                    self.views.append((wholes[id(h)], list(o.shape), list(o.stride()), int(o.storage_offset())))
+                    size, stride, offset = list(o.shape), list(o.stride()), o.storage_offset()
+                    same = (size, offset) == (list(h.whole.shape), 0) and tuple(stride) == storage._contiguous(o.shape)
+                    self.views.append((wholes[id(h)], size, stride, offset, same))
                     continue
                 self.kinds.append("tensor")
                 self.dtypes.append(o.dtype)
@@ -252,7 +256,6 @@ class CompiledGraph:
         return x
 
     def __call__(self, *args: Any) -> list[Any]:
-        self.input_dtypes = [a.dtype if isinstance(a, torch.Tensor) else None for a in args]
         self.host_inputs = set()
         read_in = [self._input(k, a) for k, a in enumerate(args)]
         xs = [x for x, _, _ in read_in]
@@ -273,6 +276,8 @@ class CompiledGraph:
         if (positions, assignable, views) != (self.positions, self.assignable, self.input_views):
             self.jit.reset()  # a different aliasing or view of the inputs: capture again
         self.positions, self.assignable, self.input_views = positions, assignable, views
+        if self.jit.cnt < 2:  # the graph runs (eager, or captured): its inputs are wrapped in their dtypes
+            self.input_dtypes = [a.dtype if isinstance(a, torch.Tensor) else None for a in args]
         results = self.jit(*unique)
         values, dtypes, aliases, out_views = iter(self.values), iter(self.dtypes), iter(self.aliases), iter(self.views)
         slots = iter(self.slots)
@@ -281,22 +286,16 @@ class CompiledGraph:
         for kind in self.kinds:
             if kind == "tensor":
                 out.append(wrap(results[next(slots)], next(dtypes)))
-            elif kind == "view":
-                j, size, stride, offset = next(out_views)
+            elif kind == "view":  # (whether a view is all of its storage, or an alias all of its input, was
+                j, size, stride, offset, same = next(out_views)  # decided at the capture: layouts are static)
                 if j not in bases:
                     bases[j] = wrap(results[j])
                 base = bases[j]
-                if (size, stride, offset) == (list(base.shape), list(base.stride()), 0):
-                    out.append(base)
-                else:
-                    out.append(torch.ops.aten.as_strided.default(base, size, stride, offset))
+                out.append(base if same else torch.ops.aten.as_strided.default(base, size, stride, offset))
             elif kind == "alias":
-                i, size, stride, offset = next(aliases)
-                a = args[i]
-                if (size, stride, offset) == (list(a.shape), list(a.stride()), a.storage_offset()):
-                    out.append(a)  # the input itself (a primal saved for backward): no view op to dispatch
-                else:
-                    out.append(torch.ops.aten.as_strided.default(a, size, stride, offset))
+                i, size, stride, offset, same = next(aliases)
+                a = args[i]  # the input itself (a primal saved for backward) needs no view op
+                out.append(a if same else torch.ops.aten.as_strided.default(a, size, stride, offset))
             else:
                 out.append(next(values))
         for i, slot in self.mutated:

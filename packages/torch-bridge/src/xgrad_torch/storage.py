@@ -71,9 +71,10 @@ class Holder:
         self.set(whole)
 
     def set(self, whole: Tensor) -> None:
+        shape = whole.shape
         self.whole = whole
-        self.numel = math.prod(whole.shape)
-        self._flat: Tensor | None = whole if whole.ndim == 1 else None
+        self.numel = math.prod(shape)
+        self._flat: Tensor | None = whole if len(shape) == 1 else None
 
     @property
     def base(self) -> Tensor:
@@ -100,9 +101,11 @@ def holder_of(t: torch.Tensor) -> Holder:
 
 def wrap(x: Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A new torch tensor on `xgrad:0` whose storage holds `x` (cast to `dtype` when given)."""
-    if dtype is not None and to_xgrad_dtype(dtype) != x.dtype:
+    if dtype is None:
+        dtype = to_torch_dtype(x.dtype)
+    elif _TO_XGRAD.get(dtype) != x.dtype:
         x = x.cast(to_xgrad_dtype(dtype))
-    t = new_shell(x.shape, dtype or to_torch_dtype(x.dtype))
+    t = new_shell(x.shape, dtype)
     t.untyped_storage()._xgrad = Holder(x)  # type: ignore[attr-defined]
     return t
 
@@ -241,6 +244,8 @@ def write(t: torch.Tensor, value: Tensor | bool | int | float) -> None:
 def flush(*also: Tensor) -> None:
     """Realize every pending write, together with `also` (one schedule)."""
     global _writes
+    if not _pending and not also:
+        return
     holders = list(_pending)
     _pending.clear()
     _writes = 0
