@@ -115,7 +115,10 @@ class CompiledGraph:
                 # an input (or a view of one) saved for backward: rebuilt from the call's own input, outside the
                 # capture, so a replay never returns the buffer the capture saw
                 self.kinds.append("alias")
-                i, layout = holders[id(storage.holder_of(o))], (list(o.shape), list(o.stride()), o.storage_offset())
+                i, layout = (
+                    holders[id(storage.holder_of(o))],
+                    (list(o.shape), list(o.stride()), int(o.storage_offset())),
+                )
                 same = layout == (list(args[i].shape), list(args[i].stride()), args[i].storage_offset())
                 self.aliases.append((i, *layout, same))
             elif isinstance(o, torch.Tensor):
@@ -130,7 +133,7 @@ class CompiledGraph:
                         wholes[id(h)] = len(tensors)
                         tensors.append(h.whole)
                     self.kinds.append("view")
-                    size, stride, offset = list(o.shape), list(o.stride()), o.storage_offset()
+                    size, stride, offset = list(o.shape), list(o.stride()), int(o.storage_offset())
                     same = (size, offset) == (list(h.whole.shape), 0) and tuple(stride) == storage._contiguous(o.shape)
                     self.views.append((wholes[id(h)], size, stride, offset, same))
                     continue
