@@ -16,13 +16,14 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import xgrad.plugin as _plugin
 from xgrad.contract import runtime_device_problems
 from xgrad.errors import DeviceError, PluginError
 from xgrad.helpers import DEV
+from xgrad.plugin import FALLBACK_BELOW, Registry, Unavailable
 
 if TYPE_CHECKING:
     from xgrad.dtype import DType
-    from xgrad.plugin import Registry
 
 INSTALL_HINT = "e.g. from an xgrad checkout: pip install packages/core packages/codegen packages/backend-cpu"
 
@@ -134,7 +135,7 @@ class _Device:
     def __getitem__(self, name: str) -> Any:
         # hot path (every kernel launch): a name seen before, while the registry it was opened from is current
         hit = self._by_name.get(name) if type(name) is str else None
-        if hit is not None and _plugin is not None and hit[0] is _plugin._registry:  # the registry built, not rebuilt
+        if hit is not None and hit[0] is _plugin._registry:  # the registry built, not rebuilt
             return hit[1]
         device = self._open(name)
         if type(name) is str:
@@ -264,15 +265,8 @@ def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
     return dtype.scalar() in renderer.supported_dtypes()
 
 
-_plugin: Any = None  # the module xgrad.plugin, once a device was opened
-
-
 def _registry() -> Registry:
-    global _plugin
-    import xgrad.plugin  # imported on first use so that `import xgrad` stays fast
-
-    _plugin = xgrad.plugin
-    return xgrad.plugin.get_registry()
+    return _plugin.get_registry()
 
 
 def _describe_devices(registry: Registry) -> str:
@@ -301,8 +295,6 @@ def _fallback_reason(registry: Registry, name: str) -> str:
     """The warning for a default device below FALLBACK_BELOW (a fallback, slower than the C backend): why each
     installed device that would outrank it is unavailable, as `xgrad info` says. Devices of backends not built yet
     (their availability check is `xgrad.plugin.Unavailable`) are left out; "" when nothing is left."""
-    from xgrad.plugin import FALLBACK_BELOW, Unavailable
-
     priority = registry.devices[name][0].priority
     if priority >= FALLBACK_BELOW:
         return ""

@@ -8,7 +8,9 @@ device name as its value and as its test id:
 
 Third-party backends reuse the suite the same way. `pytest --xgrad-devices=CPU,FAKE` picks devices explicitly
 (also ones that run no kernels). With no runnable device the tests are skipped, saying why.
-This module is imported by pytest only; `import xgrad` does not import it.
+This module is imported by pytest only; `import xgrad` does not import it. Being a pytest plugin, it is loaded by every
+pytest run in an environment that has xgrad: it reaches `Tensor` through the package root (`xgrad.Tensor`, imported on
+first access), so the engine loads only when a test probes a dtype.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from typing import Any
 
 import pytest
 
+import xgrad
 from xgrad.device import Device, no_default_reason
 from xgrad.errors import DeviceError, DTypeError
+from xgrad.plugin import get_registry
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,8 +36,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def device_params(selected: str = "") -> list[Any]:
     """The parameters of `xgrad_device`: one per device, or one skipped parameter saying why there is none."""
-    from xgrad.plugin import get_registry
-
     if selected:
         names = [Device.canonicalize(n) for n in selected.split(",") if n.strip()]
         return [_param_for(name) for name in names]
@@ -44,8 +46,6 @@ def device_params(selected: str = "") -> list[Any]:
 
 
 def _param_for(name: str) -> Any:
-    from xgrad.plugin import get_registry
-
     available, reason = get_registry().device_available(Device.parse(name).type)
     if available:
         return pytest.param(name, id=name)
@@ -73,12 +73,10 @@ _dtype_support: dict[tuple[str, str], str | None] = {}
 def unsupported_reason(device: str, dtype: Any) -> str | None:
     """Why `device` cannot hold or compute `dtype` (the device's own DTypeError message), or None if it can.
     Found by running one tiny kernel, once per (device, dtype)."""
-    from xgrad.tensor import Tensor
-
     key = (device, dtype.name)
     if key not in _dtype_support:
         try:
-            Tensor([0, 1], device=device, dtype=dtype).contiguous().realize()
+            xgrad.Tensor([0, 1], device=device, dtype=dtype).contiguous().realize()
             _dtype_support[key] = None
         except DTypeError as e:
             _dtype_support[key] = str(e)

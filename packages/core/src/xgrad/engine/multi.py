@@ -26,26 +26,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xgrad.buffer import Buffer, buffer_of, new_buffer_uop
-from xgrad.device import multi_devices, multi_name
+from xgrad.device import multi_name
 from xgrad.dtype import dtypes
 from xgrad.engine.schedule import ScheduleItem
 from xgrad.errors import DeviceError, ShardingError, XgradError
-from xgrad.helpers import RING, RING_ALLREDUCE_THRESHOLD, dedup, prod
+from xgrad.helpers import RING, RING_ALLREDUCE_THRESHOLD, SPEC, dedup, prod
 from xgrad.uop.ops import GroupOp, Ops, UOp
 from xgrad.uop.passes import run_pass
 from xgrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
+from xgrad.uop.sharding import MultiLeaf, devices_of, int_shape, leaf_of, reshape_split_axis, split_axes, split_axis
 
 _leaf_ids = itertools.count()
-
-
-@dataclass(frozen=True)
-class MultiLeaf:
-    """What a realized multi-device tensor holds: its logical shape, the split axis (None: replicated) and one
-    realized view per device, each of the shard's shape."""
-
-    shape: tuple[int, ...]
-    axis: int | None
-    shards: tuple[UOp, ...]
 
 
 @dataclass(frozen=True)
@@ -60,7 +51,7 @@ class Sharded:
     @property
     def shape(self) -> tuple[int, ...]:
         """The logical (whole) shape."""
-        sh = _ishape(self.shards[0])
+        sh = int_shape(self.shards[0])
         if self.axis is None:
             return sh
         return sh[: self.axis] + (sh[self.axis] * len(self.devices),) + sh[self.axis + 1 :]
@@ -69,14 +60,7 @@ class Sharded:
 Lowered = UOp | Sharded
 
 
-# ---- reading multi-device facts off the logical graph ----
-def devices_of(u: UOp) -> tuple[str, ...] | None:
-    """The device tuple of a logical node, None for a single-device (or device-less) node."""
-    if u.op is Ops.DEVICE and isinstance(u.arg, tuple):
-        return tuple(str(d) for d in u.arg)
-    return multi_devices(u.device)
-
-
+# ---- reading multi-device facts off the logical graph (the IR's own: xgrad.uop.sharding) ----
 def is_multi_graph(roots: list[UOp]) -> bool:
     """Whether any node under `roots` lives on a device tuple."""
     return any(u.op is Ops.DEVICE and devices_of(u) is not None for u in _sink(roots).walk())
@@ -84,15 +68,6 @@ def is_multi_graph(roots: list[UOp]) -> bool:
 
 def _sink(roots: list[UOp]) -> UOp:
     return UOp(Ops.SINK, dtypes.void, tuple(roots))
-
-
-def leaf_of(u: UOp) -> MultiLeaf | None:
-    """The shards behind a realized multi-device BUFFER (or a reshape of one to its logical shape)."""
-    if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
-        leaf = u.src[0].__dict__.get("multi")
-        return leaf if isinstance(leaf, MultiLeaf) and leaf.shape == u.arg else None
-    found = u.__dict__.get("multi") if u.op is Ops.BUFFER else None
-    return found if isinstance(found, MultiLeaf) else None
 
 
 def multi_leaf(devices: tuple[str, ...], axis: int | None, shape: tuple[int, ...], shards: tuple[UOp, ...]) -> UOp:
@@ -103,16 +78,6 @@ def multi_leaf(devices: tuple[str, ...], axis: int | None, shape: tuple[int, ...
     return buf.reshape(shape)
 
 
-def multi_axis(u: UOp) -> int | None:
-    """The axis a multi-device node is split on (None: replicated, or a single-device node)."""
-    if devices_of(u) is None:
-        return None
-    if (leaf := leaf_of(u)) is not None:
-        return leaf.axis
-    lowered = lower_multi([u])[u]
-    return lowered.axis if isinstance(lowered, Sharded) else None
-
-
 def input_buffers(u: UOp) -> list[Buffer]:
     """The buffers of a realized tensor node: one, or one per device for a multi-device tensor (TinyJit inputs)."""
     if (leaf := leaf_of(u.base)) is not None or (leaf := leaf_of(u)) is not None:
@@ -121,16 +86,6 @@ def input_buffers(u: UOp) -> list[Buffer]:
 
 
 # ---- small builders ----
-def _ishape(u: UOp) -> tuple[int, ...]:
-    assert u.shape is not None, f"{u.op} has no shape"
-    out = []
-    for s in u.shape:
-        if not isinstance(s, int):
-            raise XgradError("symbolic shapes are not supported on several devices yet; bind the variable first")
-        out.append(s)
-    return tuple(out)
-
-
 def _device(name: str) -> UOp:
     return UOp(Ops.DEVICE, arg=name)
 
@@ -154,12 +109,12 @@ def _check_even(shape: tuple[int, ...], axis: int, n: int) -> None:
 
 def _concat(parts: list[UOp], axis: int) -> UOp:
     """Concatenate same-device parts along `axis`: zero-pad each to the whole and add (OR for bool)."""
-    sizes = [_ishape(p)[axis] for p in parts]
+    sizes = [int_shape(p)[axis] for p in parts]
     total = sum(sizes)
     out: UOp | None = None
     start = 0
     for p, sz in zip(parts, sizes):
-        pads = tuple((start, total - start - sz) if i == axis else (0, 0) for i in range(len(_ishape(p))))
+        pads = tuple((start, total - start - sz) if i == axis else (0, 0) for i in range(len(int_shape(p))))
         padded = p.pad(pads)
         out = padded if out is None else out.alu(Ops.OR if p.dtype == dtypes.bool else Ops.ADD, padded)
         start += sz
@@ -199,7 +154,7 @@ def allreduce(op: Ops, x: Sharded) -> Sharded:
     """Combine the per-device partials of `x` with `op`; every device gets the result (replicated)."""
     if len(x.devices) == 1:
         return Sharded(x.devices, None, x.shards)
-    if use_ring(prod(_ishape(x.shards[0])), len(x.devices)):
+    if use_ring(prod(int_shape(x.shards[0])), len(x.devices)):
         return _ring_allreduce(op, x)
     out = []
     for d in x.devices:  # the same order on every device: replicas agree bit for bit
@@ -214,7 +169,7 @@ def allreduce(op: Ops, x: Sharded) -> Sharded:
 
 def _ring_allreduce(op: Ops, x: Sharded) -> Sharded:
     n = len(x.devices)
-    shape = _ishape(x.shards[0])
+    shape = int_shape(x.shards[0])
     numel = prod(shape)
     bounds = [(numel * c // n, numel * (c + 1) // n) for c in range(n)]
     chunks = [c for c in range(n) if bounds[c][1] > bounds[c][0]]
@@ -254,7 +209,7 @@ def shard_buffer(u: UOp, srcs: list[Lowered], devices: tuple[str, ...]) -> Shard
     whole = Sharded(devices, leaf.axis, leaf.shards)
     if leaf.axis not in (None, 0):  # the flat buffer of a tensor split on a later axis is not split in runs
         whole = reshard(whole, None)
-    return Sharded(devices, whole.axis, tuple(s.reshape((prod(_ishape(s)),)) for s in whole.shards))
+    return Sharded(devices, whole.axis, tuple(s.reshape((prod(int_shape(s)),)) for s in whole.shards))
 
 
 def _sharded_srcs(u: UOp, srcs: list[Lowered], devices: tuple[str, ...]) -> list[Sharded]:
@@ -298,7 +253,7 @@ def shard_assign(u: UOp, srcs: list[Lowered], devices: tuple[str, ...]) -> Shard
             or any(s.base.op is not Ops.BUFFER for s in inner.shards)
         ):
             raise XgradError(
-                f"cannot assign into this view of a tensor on {devices} split on axis {multi_axis(view.base)}: it "
+                f"cannot assign into this view of a tensor on {devices} split on axis {split_axis(view.base)}: it "
                 "moves the split axis; assign through a slice (shrink) or the whole tensor, or replicate it first"
             )
         return _assign_across(u, view.arg, inner, _sharded_srcs(u, srcs[1:2], devices)[0])
@@ -309,7 +264,7 @@ def _assign_across(u: UOp, ranges: tuple[tuple[int, int], ...], inner: Sharded, 
     """Assign into a slice that cuts the split axis: each device writes its rows of the slice (from a replica of the
     value); a device whose shard the slice misses writes nothing."""
     assert inner.axis is not None
-    axis, size = inner.axis, _ishape(inner.shards[0])[inner.axis]
+    axis, size = inner.axis, int_shape(inner.shards[0])[inner.axis]
     lo, hi = ranges[axis]
     whole = reshard(value, None)
     shards = []
@@ -319,7 +274,7 @@ def _assign_across(u: UOp, ranges: tuple[tuple[int, int], ...], inner: Sharded, 
             shards.append(target)  # a realized view: nothing to schedule
             continue
         rows = tuple(
-            (start - lo, end - lo) if i == axis else (0, int(n)) for i, n in enumerate(_ishape(whole.shards[k]))
+            (start - lo, end - lo) if i == axis else (0, int(n)) for i, n in enumerate(int_shape(whole.shards[k]))
         )
         local = tuple((start - k * size, end - k * size) if i == axis else r for i, r in enumerate(ranges))
         shards.append(u.replace(src=(target.shrink(local), whole.shards[k].shrink(rows))))
@@ -337,10 +292,8 @@ def shard_reshape(u: UOp, srcs: list[Lowered], devices: tuple[str, ...]) -> Shar
     x = _sharded_srcs(u, srcs, devices)[0]
     if x.axis is None:
         return Sharded(devices, None, tuple(_per_shard(u, x)))
-    n, old, new = len(devices), x.shape, tuple(int(s) for s in u.arg)
-    before = prod(old[: x.axis])
-    # the new axis whose leading dims cover the same elements and whose size splits evenly keeps every boundary
-    axis = next((b for b in range(len(new)) if prod(new[:b]) == before and new[b] % n == 0 and new[b] > 1), None)
+    n, new = len(devices), tuple(int(s) for s in u.arg)
+    axis = reshape_split_axis(x.shape, new, x.axis, n)
     if axis is None:
         return _gathered(u, x)
     arg = tuple(s // n if i == axis else s for i, s in enumerate(new))
@@ -357,7 +310,7 @@ def shard_expand(u: UOp, srcs: list[Lowered], devices: tuple[str, ...]) -> Shard
     x = _sharded_srcs(u, srcs, devices)[0]
     if x.axis is None:
         return Sharded(devices, None, tuple(_per_shard(u, x)))
-    size = _ishape(x.shards[0])[x.axis]
+    size = int_shape(x.shards[0])[x.axis]
     arg = tuple(size if i == x.axis else s for i, s in enumerate(u.arg))
     return Sharded(devices, x.axis, tuple(_per_shard(u, x, lambda k: arg)))
 
@@ -374,7 +327,7 @@ def shard_shrink(u: UOp, srcs: list[Lowered], devices: tuple[str, ...]) -> Shard
     x = _sharded_srcs(u, srcs, devices)[0]
     if x.axis is None:
         return Sharded(devices, None, tuple(_per_shard(u, x)))
-    size = _ishape(x.shards[0])[x.axis]
+    size = int_shape(x.shards[0])[x.axis]
     if tuple(u.arg[x.axis]) != (0, x.shape[x.axis]):
         return _shrink_across(u, x, size)
     arg = tuple((0, size) if i == x.axis else r for i, r in enumerate(u.arg))
@@ -412,7 +365,7 @@ def shard_copy(u: UOp, srcs: list[Lowered], devices: tuple[str, ...]) -> Sharded
     axis = u.arg
     n = len(devices)
     if isinstance(src, UOp):
-        shape = _ishape(src)
+        shape = int_shape(src)
         if axis is not None:
             _check_even(shape, axis, n)
         parts = [src if axis is None else src.shrink(_chunk(shape, axis, n, k)) for k in range(n)]
@@ -482,7 +435,19 @@ def lower_multi(roots: list[UOp]) -> dict[UOp, Lowered]:
     tuple to a `Sharded`."""
     ctx = ShardCtx()
     graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(roots)), pm_shard, ctx, name="shard")
+    if SPEC:  # the IR's reading of each node's split (UOp.axis, Tensor.shard_axis) is what the lowering did
+        _check_splits(roots, ctx.lowered)
     return ctx.lowered
+
+
+def _check_splits(roots: list[UOp], lowered: dict[UOp, Lowered]) -> None:
+    for u, split in split_axes(roots).items():
+        if isinstance(got := lowered[u], Sharded):
+            view = all(s.base.op is Ops.BUFFER for s in got.shards)
+            assert (got.axis, view) == (split.axis, split.view), (
+                f"{u.op.name} lowered split on {got.axis} (views of buffers: {view}), xgrad.uop.sharding says "
+                f"{split.axis} ({split.view})"
+            )
 
 
 def shard_graph(sink: UOp, lowered: dict[UOp, Lowered]) -> UOp:
@@ -545,7 +510,6 @@ __all__ = [
     "gather",
     "input_buffers",
     "lower_multi",
-    "multi_axis",
     "multi_leaf",
     "ShardCtx",
     "pm_shard",

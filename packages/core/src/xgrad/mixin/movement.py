@@ -12,6 +12,7 @@ from xgrad.errors import ArgumentError, DeviceMismatchError, ShapeError
 from xgrad.helpers import argfix, ceildiv, prod
 from xgrad.mixin.base import TensorBase
 from xgrad.mixin.common import Scalar
+from xgrad.mixin.rearrange import plan_rearrange
 from xgrad.mixin.symbolic_shapes import as_size, check_in_range, pairs_str, size_diff
 from xgrad.uop.ops import UOp, sint
 from xgrad.uop.symshape import canonical_sum, is_symbolic, shape_str, sint_min
@@ -539,7 +540,5 @@ class MovementMixin(TensorBase):
         >>> Tensor([[1, 2, 3, 4]]).rearrange("b (h w) -> b w h", h=2).tolist()
         [[[1, 3], [2, 4]]]
         """
-        from xgrad.mixin.rearrange import plan_rearrange
-
         split, order, merged = plan_rearrange(formula, self.shape, sizes)
         return self.reshape(split).permute(order).reshape(merged)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from xgrad.device import Device, multi_devices
-from xgrad.engine.multi import multi_axis
 from xgrad.errors import ShardingError
 from xgrad.mixin.base import TensorBase
 from xgrad.uop.ops import Ops, UOp
+from xgrad.uop.sharding import split_axis
 
 if TYPE_CHECKING:
     from xgrad.tensor import Tensor
@@ -42,7 +42,7 @@ class MultiMixin(TensorBase):
         >>> Tensor([[1, 2], [3, 4]]).shard(("CPU", "CPU:1"), axis=1).shard_axis
         1
         """
-        return multi_axis(self.uop)
+        return split_axis(self.uop)
 
     def shard(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
         """This tensor over `devices`: split evenly along `axis` (one piece per device, in order) or replicated on

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import codecs
 import collections
+import pickletools
 import reprlib
 import struct
 import sys
@@ -535,8 +536,6 @@ _HANDLERS: dict[str, Callable[[SafeUnpickler], None]] = {
 
 
 def _opcode_names() -> dict[bytes, str]:
-    import pickletools
-
     return {op.code.encode("latin1"): op.name for op in pickletools.opcodes}
 
 

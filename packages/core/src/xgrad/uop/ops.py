@@ -298,21 +298,14 @@ class UOp(metaclass=_UOpMeta):
     @property
     def axis(self) -> int | None:
         """tinygrad's: the axis a multi-device node is split on (None when it is replicated or on one device)."""
-        from xgrad.engine.multi import multi_axis
-
-        return multi_axis(self)
+        return _sharding.split_axis(self)
 
     @property
     def bounds(self) -> list[tuple[int, int]]:
         """tinygrad's: each device's (start, end) along the split axis of a multi-device node, in device order."""
-        from xgrad.engine.multi import devices_of, multi_axis
-
-        devices, ax = devices_of(self), multi_axis(self)
-        if devices is None or ax is None or self.shape is None:
+        if (out := _sharding.split_bounds(self)) is None:
             raise ShardingError("bounds: this node is not split over devices; shard it along an axis first")
-        size = self.shape[ax] // len(devices)
-        assert isinstance(size, int), "a sharded axis has a concrete size"
-        return [(k * size, (k + 1) * size) for k in range(len(devices))]
+        return out
 
     @property
     def plain_buffer(self) -> bool:
@@ -721,15 +714,19 @@ def pretty(u: UOp) -> str:
 
 
 def ssimplify(u: UOp) -> UOp:
-    """Run the symbolic simplifier on one expression (imported lazily to keep layers acyclic)."""
-    from xgrad.uop.symbolic import simplify
-
-    return simplify(u)
+    """Run the symbolic simplifier (`xgrad.uop.symbolic`) on one expression."""
+    return _symbolic.simplify(u)
 
 
 def smap(fn: Callable[[UOp], UOp], xs: Sequence[UOp]) -> tuple[UOp, ...]:
     return tuple(fn(x) for x in xs)
 
 
-# bounds.py builds on this module (a cycle): imported last, as a module (it may be the one importing this one)
+# The modules below build on this one and this one calls them (value bounds, the symbolic simplifier, the split axis
+# of multi-device nodes): a cycle. They are imported last, as modules, so each finds every name of this module
+# defined, and this module uses their names only when called. The package `xgrad.uop` imports this module first, so
+# it is always the first of them to start loading (symbolic.py imports pattern.py, which imports this module: were
+# pattern.py imported first, symbolic.py would meet it partially initialised).
 import xgrad.uop.bounds as _bounds  # noqa: E402
+import xgrad.uop.sharding as _sharding  # noqa: E402
+import xgrad.uop.symbolic as _symbolic  # noqa: E402
