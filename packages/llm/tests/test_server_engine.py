@@ -637,3 +637,31 @@ def test_greedy_rows_of_a_round_take_its_argmax_and_leave_the_logits_on_the_devi
                 assert "logits" not in calls
             else:  # the sampling row reads the logits, the greedy rows their argmax
                 assert "logits" in calls
+
+
+def test_warm_without_batching_captures_each_slots_programs(tmp_path: pathlib.Path) -> None:
+    """`Engine.warm` with `--no-batch`: every slot has its own Runner, and each one's prefill and decode are captured;
+    the slots' caches are forgotten, so a request afterwards equals the numpy oracle's greedy continuation."""
+    from xgrad_llm.generate import SamplingParams
+    from xgrad_llm.server.engine import Engine, Event, Job
+
+    ref, path = sh.write_model(tmp_path)
+    llm = LLM.load(path, max_context=64, chunk=8)
+    engine = Engine(llm, parallel=2, batch=False)
+    engine.warm()
+    for slot in engine.slots:
+        assert slot.runner._prefill.captured is not None and slot.runner._decode.captured is not None
+        assert slot.runner.cached == []
+    events: list[Event] = []
+    done = threading.Event()
+    engine.start()
+    try:
+        prompt = llm.encode("hello world!")
+        engine.submit(
+            Job(prompt, SamplingParams(max_tokens=8), lambda ev: (events.append(ev), ev.finish and done.set()))
+        )
+        assert done.wait(120)
+    finally:
+        engine.stop()
+    assert "".join(ev.text for ev in events) == llm.decode(ref.greedy(prompt, 8))
+    assert events[-1].cached_tokens == 0
