@@ -268,8 +268,9 @@ print("\\n".join(bad))
 def test_every_core_module_imports_first_without_a_cycle() -> None:
     core = sorted(m for m in FILES if _in(m, "xgrad"))
     assert {"xgrad.custom_kernel", "xgrad.mixin.autograd", "xgrad.mixin.base", "xgrad.buffer"} <= set(core)
+    # ~20 s of CPU (76 fresh imports); the limit only guards against a hang, on a host shared by parallel workers
     done = subprocess.run(
-        [sys.executable, "-c", CYCLE_CHILD, *core], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", CYCLE_CHILD, *core], capture_output=True, text=True, timeout=900, check=False
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"imported first, these fail:\n{done.stdout}"
