@@ -254,3 +254,20 @@ def test_compiled_inputs_read_once_while_unchanged_and_again_after_eager_writes(
         if i == 3:  # an eager in-place write gives w's storage a new xgrad Tensor: the next call reads it again
             w.add_(1)
             ref.add_(1)
+
+
+def test_compiled_constant_input_buffer_is_not_written_by_another_graph() -> None:
+    @torch.compile(backend="xgrad", dynamic=False)
+    def read(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return g * x
+
+    @torch.compile(backend="xgrad", dynamic=False)
+    def bump(g: torch.Tensor) -> None:
+        g.add_(1)
+
+    x = torch.arange(3.0).to("xgrad")
+    for i in range(4):
+        g = torch.ones(3, device="xgrad")  # a lazy constant: `read` gives it a buffer kept for the next call's ones
+        np.testing.assert_allclose(read(g, x).cpu().numpy(), [0.0, 1.0, 2.0], err_msg=f"call {i}")
+        bump(g)  # writes g in place: not into the buffer `read` keeps for its constant
+        np.testing.assert_allclose(g.cpu().numpy(), [2.0, 2.0, 2.0], err_msg=f"call {i}")

@@ -231,8 +231,8 @@ class CompiledGraph:
         if a.dtype != to_torch_dtype(whole.dtype):
             return read(a), None, False
         if a.storage_offset() == 0 and a.is_contiguous():
-            if whole.shape == shape:
-                return whole, None, constant is None
+            if whole.shape == shape:  # (a constant's buffer, reused each call, is never written by an assign)
+                return whole, None, constant is None and id(whole) not in _CONSTANT_BUFFERS
             if a.numel() == h.numel:  # (reshaped inside the capture: TinyJit's replay takes the buffer as it is)
                 return whole, (list(shape), list(a.stride()), 0), False
         return whole, (list(shape), list(a.stride()), int(a.storage_offset())), False
@@ -254,6 +254,7 @@ class CompiledGraph:
         else:
             x = h.whole.contiguous().realize()
             self.constants[k] = (uop, x)
+            _CONSTANT_BUFFERS.add(id(x))
         h.set(x)  # the torch tensor reads the buffer too: nothing left to realize for it
         storage.discard_pending(h)
         return x
@@ -326,6 +327,9 @@ class CompiledGraph:
 
 
 _RUNNING: list[CompiledGraph] = []  # the graph whose aten ops are running (innermost last)
+# ids of the buffers made for lazy constant inputs (`_constant`): a torch tensor holding one may be passed to another
+# graph, which must not assign into it (an id reused after its graph is gone only costs that assign)
+_CONSTANT_BUFFERS: set[int] = set()
 
 
 def assign_input(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
