@@ -16,6 +16,9 @@ from xgrad.uop.ops import GroupOp, Ops, UOp
 
 Store = dict[str, UOp]
 RewriteFn = Callable[..., Any]  # a node (or None) for rewrites; spec tables return bools
+# (pattern, function, whether it takes ctx, ops its sources must include, the compiled pattern or None)
+Rule = tuple["UPat", RewriteFn, bool, frozenset[Ops], "Callable[[UOp, Store], bool] | None"]
+_NO_OPS: frozenset[Ops] = frozenset()
 
 
 class UPat:
@@ -138,6 +141,49 @@ class UPat:
             out.extend(stores)
         return out
 
+    def compile(self) -> Callable[[UOp, Store], bool] | None:
+        """This pattern as one function `(node, store) -> matched`, binding names into `store` as it goes; None when
+        a list source (any order) makes it able to match one node in several ways (then `match` is used). `match`
+        builds a list of stores per pattern node; the compiled form does no allocation, which is most of the cost of
+        a table tried on every node of a graph. It answers what `match` answers: a failed match leaves `store`
+        half-filled, so give it a fresh dict per attempt."""
+        if self.src_kind == "perm":
+            return None
+        subs = [s.compile() for s in self.src]
+        if any(m is None for m in subs):
+            return None
+        checks: list[Callable[[UOp], bool]] = []
+        if (ops := self.ops) is not None:
+            checks.append(lambda u: u.op in ops)
+        if (dts := self.dtypes) is not None:
+            checks.append(lambda u: u.dtype in dts or u.dtype.scalar() in dts)
+        if (arg := self.arg) is not None:
+            checks.append(lambda u: u.arg == arg)
+        name, kind, n, any_len = self.name, self.src_kind, len(self.src), self.allow_any_len
+        sub = tuple(m for m in subs if m is not None)
+        one = sub[0] if sub else None
+
+        def match_sources(u: UOp, store: Store) -> bool:
+            src = u.src
+            if kind == "all":
+                assert one is not None
+                return all(one(s, store) for s in src)
+            if len(src) != n and not (any_len and len(src) >= n):
+                return False
+            return all(m(s, store) for m, s in zip(sub, src))
+
+        def matches(u: UOp, store: Store) -> bool:
+            for check in checks:
+                if not check(u):
+                    return False
+            if name is not None:
+                if (bound := store.get(name)) is not None:
+                    return bound is u  # bound before: its sources were checked then
+                store[name] = u
+            return kind == "none" or match_sources(u, store)
+
+        return matches
+
     def __repr__(self) -> str:
         ops = "None" if self.ops is None else "|".join(sorted(o.name for o in self.ops))
         return f"UPat({ops}, name={self.name!r}, src={self.src!r})"
@@ -148,11 +194,29 @@ class PatternMatcher:
 
     def __init__(self, rules: Sequence[tuple[UPat, RewriteFn]]):
         self.rules = list(rules)
-        self.by_op: dict[Ops, list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]]] = defaultdict(list)
+        self.by_op: dict[Ops, list[Rule]] = defaultdict(list)
         for pat, fn in self.rules:
             wants_ctx = "ctx" in inspect.signature(fn).parameters
+            rule = (pat, fn, wants_ctx, pat.early_reject, pat.compile())
             for op in pat.ops if pat.ops is not None else list(Ops):
-                self.by_op[op].append((pat, fn, wants_ctx, pat.early_reject))
+                self.by_op[op].append(rule)
+        # per op: whether a rule needs the set of its node's source ops (an early reject), built once per node then
+        self.needs_src_ops = {op: any(r[3] for r in rules_) for op, rules_ in self.by_op.items()}
+        # per op whose rules ask for their first source's op: first source's op -> the rules that can match (filled
+        # on first use). A table of pushes, INDEX(node, ...) with one rule per op of node, tries one rule, not all.
+        self.by_first: dict[Ops, dict[Ops | None, list[Rule]]] = {
+            op: {} for op, rules_ in self.by_op.items() if any(_first_ops(r[0]) is not None for r in rules_)
+        }
+
+    def _narrow(self, op: Ops, first: Ops | None) -> list[Rule]:
+        """The rules for `op` that can match a node whose first source has op `first` (None: a node without sources),
+        in table order."""
+        out = []
+        for rule in self.by_op[op]:
+            ops = _first_ops(rule[0])
+            if ops is None or (first in ops if first is not None else rule[0].src_kind == "all"):
+                out.append(rule)
+        return out
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.rules + other.rules)
@@ -167,15 +231,41 @@ class PatternMatcher:
         candidates = self.by_op.get(u.op)
         if not candidates:
             return None
-        src_ops = {s.op for s in u.src}
-        for pat, fn, wants_ctx, early_reject in candidates:
-            if not early_reject <= src_ops:
+        if (by_first := self.by_first.get(u.op)) is not None:
+            first = u.src[0].op if u.src else None
+            if (narrowed := by_first.get(first)) is None:
+                narrowed = by_first[first] = self._narrow(u.op, first)
+            candidates = narrowed
+        src_ops = {s.op for s in u.src} if self.needs_src_ops[u.op] else _NO_OPS
+        for pat, fn, wants_ctx, early_reject, compiled in candidates:
+            if early_reject and not early_reject <= src_ops:
+                continue
+            if compiled is not None:  # at most one way to match
+                store: Store = {}
+                if not compiled(u, store):
+                    continue
+                ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
+                if ret is not None and ret is not u:
+                    return ret
                 continue
             for store in pat.match(u, {}):
                 ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
                 if ret is not None and ret is not u:
                     return ret
         return None
+
+
+VISIT, BUILD, ALIAS = 0, 1, 2  # graph_rewrite's stages of a node on its stack
+
+
+def _first_ops(pat: UPat) -> frozenset[Ops] | None:
+    """The ops the first source of a node matching `pat` can have; None when any op (or no source) can match."""
+    if pat.src_kind == "none" or not pat.src:
+        return None
+    firsts = pat.src if pat.src_kind == "perm" else pat.src[:1]  # any of a list's patterns may match the first
+    if any(f.ops is None for f in firsts):
+        return None
+    return frozenset().union(*(f.ops for f in firsts if f.ops is not None))
 
 
 class RewriteStats:
@@ -203,9 +293,11 @@ def graph_rewrite(
     nothing but the node (no ctx)."""
     start = time.perf_counter()
     replace: dict[UOp, UOp] = {} if memo is None else memo
-    # stack entries: (node, stage, target); stage 0 = visit, 1 = sources done, 2 = node becomes target's result
-    stack: list[tuple[UOp, int, UOp]] = [(root, 0, root)]
+    # stack entries: (node, stage, target). VISIT: match first if bottom_up, then visit the sources; BUILD: the
+    # sources are done, rebuild the node on their results and match it; ALIAS: node becomes target's result
+    stack: list[tuple[UOp, int, UOp]] = [(root, VISIT, root)]
     push = stack.append
+    pop = stack.pop
     rewrite = pm.rewrite
     ruled = pm.by_op  # a node whose op no rule matches is not offered to the table (two calls less per node)
     limit = int(REWRITE_STACK_LIMIT.value)
@@ -215,33 +307,51 @@ def graph_rewrite(
         steps += 1
         if steps > max_steps or len(stack) > limit:
             raise RuntimeError(f"graph_rewrite {name!r} does not terminate: a rule probably undoes another")
-        node, stage, target = stack.pop()
-        if stage == 2:
+        node, stage, target = pop()
+        if stage == ALIAS:
             replace[node] = replace[target]
             continue
         if node in replace:
             continue
-        if stage == 0:
+        if stage == VISIT:
             if bottom_up and node.op in ruled and (new := rewrite(node, ctx)) is not None:
-                push((node, 2, new))
-                push((new, 0, new))
+                # match the result at once, and its result, ...: a chain of rewrites is one step each
+                while new not in replace and new.op in ruled and (again := rewrite(new, ctx)) is not None:
+                    push((new, ALIAS, again))
+                    new = again
+                    steps += 1
+                    if steps > max_steps:
+                        raise RuntimeError(f"graph_rewrite {name!r} does not terminate: a rule probably undoes another")
+                if new in replace:  # a result seen before (e.g. in a shared memo): nothing left to walk
+                    replace[node] = replace[new]
+                    continue
+                push((node, ALIAS, new))
+                node = new
+            srcs = node.src if last_source_first else node.src[::-1]  # the stack pops the last pushed first
+            todo = [(s, VISIT, s) for s in srcs if s not in replace]
+            if todo:
+                push((node, BUILD, node))
+                stack.extend(todo)
                 continue
-            push((node, 1, node))
-            srcs = node.src if last_source_first else reversed(node.src)  # the stack pops the last pushed first
-            stack.extend([(s, 0, s) for s in srcs if s not in replace])
-            continue
-        new_src = tuple([replace[s] for s in node.src])
-        if new_src != node.src:  # UOps compare by identity (hash-consed), so this is "some source changed"
-            rebuilt = node.replace(src=new_src)
-            if rebuilt not in replace:
-                push((node, 2, rebuilt))
-                push((rebuilt, 1, rebuilt))
-            else:
+            # no source left to rewrite: build the node now (what popping BUILD next would do)
+        src = node.src
+        new_src = tuple([replace[s] for s in src])
+        if new_src != src:  # UOps compare by identity (hash-consed), so this is "some source changed"
+            rebuilt = UOp(node.op, node.dtype, new_src, node.arg)
+            if rebuilt in replace:
                 replace[node] = replace[rebuilt]
+            elif rebuilt.op not in ruled:  # nothing can match it: it is final (what its own BUILD would find)
+                replace[node] = replace[rebuilt] = rebuilt
+            else:
+                push((node, ALIAS, rebuilt))
+                push((rebuilt, BUILD, rebuilt))
             continue
         if node.op in ruled and (new := rewrite(node, ctx)) is not None:
-            push((node, 2, new))
-            push((new, 0, new))
+            if new in replace:
+                replace[node] = replace[new]
+            else:
+                push((node, ALIAS, new))
+                push((new, VISIT, new))
             continue
         replace[node] = node
     RewriteStats.calls[name] += steps
