@@ -235,18 +235,19 @@ def lower_elementwise(ctx: KernelCtx, p: UOp) -> UOp:
     push per node that is not elementwise or is realized), without recursion: a chain of thousands of `x = x + 1`."""
     u, idxs, gate = _parts(p)
     built: dict[UOp, UOp] = {}
+    elementwise, realizes = GroupOp.Elementwise, ctx.realizes
     stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
         node, ready = stack.pop()
         if node in built:
             continue
         if ready:
-            built[node] = node.replace(src=tuple(built[s] for s in node.src))
-        elif node is not u and (node.op not in GroupOp.Elementwise or node in ctx.realizes):
+            built[node] = UOp(node.op, node.dtype, tuple([built[s] for s in node.src]), node.arg)
+        elif node is not u and (node.op not in elementwise or node in realizes):
             built[node] = push(ctx, node, idxs, gate)
         else:
             stack.append((node, True))
-            stack.extend((s, False) for s in node.src)
+            stack.extend([(s, False) for s in node.src if s not in built])
     return built[u]
 
 

@@ -152,35 +152,37 @@ class UPat:
         subs = [s.compile() for s in self.src]
         if any(m is None for m in subs):
             return None
-        checks: list[Callable[[UOp], bool]] = []
-        if (ops := self.ops) is not None:
-            checks.append(lambda u: u.op in ops)
-        if (dts := self.dtypes) is not None:
-            checks.append(lambda u: u.dtype in dts or u.dtype.scalar() in dts)
-        if (arg := self.arg) is not None:
-            checks.append(lambda u: u.arg == arg)
-        name, kind, n, any_len = self.name, self.src_kind, len(self.src), self.allow_any_len
+        ops, dts, arg, name = self.ops, self.dtypes, self.arg, self.name
+        kind, n, any_len = self.src_kind, len(self.src), self.allow_any_len
         sub = tuple(m for m in subs if m is not None)
         one = sub[0] if sub else None
 
-        def match_sources(u: UOp, store: Store) -> bool:
-            src = u.src
-            if kind == "all":
-                assert one is not None
-                return all(one(s, store) for s in src)
-            if len(src) != n and not (any_len and len(src) >= n):
-                return False
-            return all(m(s, store) for m, s in zip(sub, src))
-
         def matches(u: UOp, store: Store) -> bool:
-            for check in checks:
-                if not check(u):
-                    return False
+            if ops is not None and u.op not in ops:
+                return False
+            if dts is not None and u.dtype not in dts and u.dtype.scalar() not in dts:
+                return False
+            if arg is not None and u.arg != arg:
+                return False
             if name is not None:
                 if (bound := store.get(name)) is not None:
                     return bound is u  # bound before: its sources were checked then
                 store[name] = u
-            return kind == "none" or match_sources(u, store)
+            if kind == "none":
+                return True
+            src = u.src
+            if kind == "all":
+                assert one is not None
+                for s in src:
+                    if not one(s, store):
+                        return False
+                return True
+            if len(src) != n and not (any_len and len(src) >= n):
+                return False
+            for m, s in zip(sub, src):
+                if not m(s, store):
+                    return False
+            return True
 
         return matches
 
