@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from xgrad_nv.emulate.memory import _rows_access, _scatter, address
+from xgrad_nv.emulate.memory import _lanes, _per_lane, _rows_access, _scatter, address
 from xgrad_nv.emulate.parse import Instruction
 from xgrad_nv.emulate.values import Array, Decoder, Mask, Step
 
@@ -68,17 +68,6 @@ def _land(st: Any, rows: Array, offsets: Array, data: Array) -> None:
     size = data.shape[1]
     vals = np.ascontiguousarray(data).view(np.dtype((np.void, size))).reshape(-1)
     _scatter(st.shared, _rows_access(st.shared, rows, offsets, vals.dtype, st, "shared"), vals)
-
-
-def _lanes(st: Any, mask: Mask) -> Array:
-    return np.arange(st.n) if mask is None else np.nonzero(mask)[0]
-
-
-def _per_lane(v: Array, st: Any, lanes: Array) -> Array:
-    v = np.asarray(v)
-    if v.ndim == 0:
-        return np.broadcast_to(v, (lanes.size,))
-    return v if lanes.size == st.n else v[lanes]
 
 
 def _read(st: Any, addrs: Array, src_size: Array, size: int) -> Array:
