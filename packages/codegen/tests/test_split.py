@@ -96,6 +96,21 @@ def test_illegal_split_raises_opt_error(opts: list[Opt], message: str) -> None:
             ast = apply_opt(ast, opt)
 
 
+def test_no_range_action_follows_pack() -> None:
+    """PACK is the last action on a kernel (it renumbers the loops its panel does not read). Only SPLIT checked that:
+    BEAM=2 on matmul 1024 on an AVX2 host (8 lanes) proposed this candidate, whose PADTO of a loop PACK had made
+    left linearize stuck (an AssertionError under SPEC=1, so the search failed)."""
+    ast = matmul_ast(1024, 1024, 1024)
+    for opt in (Opt("UPCAST", 1, 16), Opt("PADTO", 0, 6), Opt("UPCAST", 0, 6), Opt("GLOBAL", 1), Opt("SPLIT", 1, 4)):
+        ast = apply_opt(ast, opt)
+    packed = apply_opt(ast, Opt("PACK", 1))
+    loop = next(r for r in packed.toposort if r.op is Ops.RANGE and r.arg[1] is AxisType.LOOP)
+    for opt in (Opt("PADTO", loop.arg[0], 6), Opt("UPCAST", loop.arg[0], 2), Opt("GLOBAL", loop.arg[0])):
+        with pytest.raises(OptError, match=f"{opt.op} after PACK"):
+            apply_opt(packed, opt)
+    assert full_rewrite(packed, ScratchRenderer(), [])  # the candidate up to PACK renders
+
+
 def test_pack_refuses_a_wide_panel_over_the_scratch_limit() -> None:
     k = MAX_SCRATCH_BYTES // (4 * 16 * 4) + 8  # a 4-tile panel over this many reduction steps does not fit
     ast = matmul_ast(8, k, 128)

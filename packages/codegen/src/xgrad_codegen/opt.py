@@ -137,6 +137,8 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
             return apply_pack(ast, opt.axis, whole=opt.amount == 1)
         except PackError as e:
             raise OptError(str(e)) from None
+    if any(is_scratch(u) for u in ast.toposort):
+        raise OptError(f"{opt.op} after PACK would change the loops a packed panel was built for; {opt.op} first")
     rngs = kernel_ranges(ast)
     rng = range_of(ast, opt.axis)
     axis_id, kind = rng.arg
@@ -150,8 +152,6 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
             raise OptError("PADTO applies to an output LOOP of constant size, with a multiple of at least 2")
         return pad_range(ast, rng, opt.amount)
     if opt.op == "SPLIT":
-        if any(is_scratch(u) for u in ast.toposort):
-            raise OptError("SPLIT after PACK would change the loops a packed panel was built for; SPLIT first")
         if size is None or kind not in (AxisType.LOOP, AxisType.GLOBAL):
             raise OptError(f"SPLIT applies to an output or GLOBAL loop of constant size, not to a {kind.name} range")
         if opt.amount < 2 or size % opt.amount != 0:
