@@ -59,7 +59,9 @@ FOLLOWED: dict[str, Followed] = {
     "NOOPT": Followed(1, MATMUL_EXP),
     "TRANSCENDENTAL": Followed(2, MATMUL_EXP),
     "BEAM": Followed(1, MATMUL_EXP, SMALL_BEAM),
-    "BEAM_MAX_STEPS": Followed(2, MATMUL_EXP, {**SMALL_BEAM, "BEAM": 1}),
+    "BEAM_MAX_STEPS": Followed(
+        2, BIG_SUM, {**SMALL_BEAM, "BEAM": 1}
+    ),  # a small matmul's second step finds nothing longer
     "BEAM_UPCAST_MAX": Followed(2, MATMUL_EXP, {**SMALL_BEAM, "BEAM": 1}),
     "BEAM_TIMEOUT_SEC": Followed(1e-9, MATMUL_EXP, {**SMALL_BEAM, "BEAM": 1}),
     "BEAM_RUNS": Followed(

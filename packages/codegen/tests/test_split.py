@@ -105,7 +105,13 @@ def test_no_range_action_follows_pack() -> None:
         ast = apply_opt(ast, opt)
     packed = apply_opt(ast, Opt("PACK", 1))
     loop = next(r for r in packed.toposort if r.op is Ops.RANGE and r.arg[1] is AxisType.LOOP)
-    for opt in (Opt("PADTO", loop.arg[0], 6), Opt("UPCAST", loop.arg[0], 2), Opt("GLOBAL", loop.arg[0])):
+    # a second PACK too (BEAM on a 32x48x32 matmul proposed one; its kernel failed to render)
+    for opt in (
+        Opt("PADTO", loop.arg[0], 6),
+        Opt("UPCAST", loop.arg[0], 2),
+        Opt("GLOBAL", loop.arg[0]),
+        Opt("PACK", 0, 1),
+    ):
         with pytest.raises(OptError, match=f"{opt.op} after PACK"):
             apply_opt(packed, opt)
     assert full_rewrite(packed, ScratchRenderer(), [])  # the candidate up to PACK renders

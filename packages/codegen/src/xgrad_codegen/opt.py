@@ -132,13 +132,13 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
         return apply_gpu_opt(ast, opt)
     if opt.op not in OPT_ACTIONS:
         raise OptError(f"unknown optimizer action {opt.op!r}; the actions are {sorted(OPT_ACTIONS)}")
+    if any(is_scratch(u) for u in ast.toposort):
+        raise OptError(f"{opt.op} after PACK would change the loops a packed panel was built for; {opt.op} first")
     if opt.op == "PACK":
         try:
             return apply_pack(ast, opt.axis, whole=opt.amount == 1)
         except PackError as e:
             raise OptError(str(e)) from None
-    if any(is_scratch(u) for u in ast.toposort):
-        raise OptError(f"{opt.op} after PACK would change the loops a packed panel was built for; {opt.op} first")
     rngs = kernel_ranges(ast)
     rng = range_of(ast, opt.axis)
     axis_id, kind = rng.arg
