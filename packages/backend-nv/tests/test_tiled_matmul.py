@@ -23,6 +23,19 @@ DEVICES = ["NV:CUDA", *(["NV:PTX"] if module_exists("xgrad_nv.ptx") else [])]
 RENDERERS = [d.split(":")[1] for d in DEVICES]
 
 
+def checked_matmul(device: str, m: int, k: int, n: int, dtype: Any, seed: int) -> tuple[UOp, Any]:
+    """A random (m x k) @ (k x n) in `dtype` with float32 results on `device` (disk caches off), checked against numpy
+    in float64; the matmul kernel's AST and program."""
+    rng = np.random.default_rng(seed)
+    with Context(CACHELEVEL=0):
+        a = Tensor(rng.standard_normal((m, k), dtype=np.float32), device=device).cast(dtype).realize()
+        b = Tensor(rng.standard_normal((k, n), dtype=np.float32), device=device).cast(dtype).realize()
+        want = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
+        got = a.matmul(b, dtype=dtypes.float32).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    return next((key[0], p) for key, p in Device[device]._programs.items() if p.info.name.startswith("r_"))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("m,k,n", [(128, 64, 128), (100, 72, 136)])
 def test_tiled_matmul_runs_on_the_ptx_interpreter(mockgpu: None, monkeypatch: pytest.MonkeyPatch, device, m, k, n):
@@ -30,13 +43,7 @@ def test_tiled_matmul_runs_on_the_ptx_interpreter(mockgpu: None, monkeypatch: py
     of 4 x 4 fragments, two k-slices of 32 through shared memory; 100 x 72 x 136 padded. NVRTC's PTX (NV:CUDA) and
     the PTX renderer's (NV:PTX) run on the interpreter; both compile to cubin with ptxas too."""
     monkeypatch.setattr(tc_tile, "MIN_BLOCKS", 1)
-    rng = np.random.default_rng(m + k + n)
-    a = Tensor(rng.standard_normal((m, k), dtype=np.float32), device=device).cast(dtypes.bfloat16).realize()
-    b = Tensor(rng.standard_normal((k, n), dtype=np.float32), device=device).cast(dtypes.bfloat16).realize()
-    want = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
-    got = a.matmul(b, dtype=dtypes.float32).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
-    (ast, prog) = next((key[0], p) for key, p in Device[device]._programs.items() if p.info.name.startswith("r_"))
+    ast, prog = checked_matmul(device, m, k, n, dtypes.bfloat16, seed=m + k + n)
     ((opt,),) = [ast_opts(ast, device)]
     shape = tc_tile.TileShape.from_code(opt.amount)
     if (m, k, n) == (128, 64, 128):
@@ -60,16 +67,9 @@ def test_pipelined_tiles_copy_asynchronously_on_the_interpreter(
     when its group is waited for (0xFF bytes before)."""
     shape = tc_tile.TileShape(2, 2, 2, 2, 2, stages)
     force_tile(monkeypatch, device, shape)
-    rng = np.random.default_rng(stages)
     m, k, n = {2: (72, 120, 40), 3: (72, 120, 36), 4: (72, 118, 40)}[stages]
     size = {2: 16, 3: 8, 4: 4}[stages]
-    with Context(CACHELEVEL=0):
-        a = Tensor(rng.standard_normal((m, k), dtype=np.float32), device=device).cast(dtype).realize()
-        b = Tensor(rng.standard_normal((k, n), dtype=np.float32), device=device).cast(dtype).realize()
-        want = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
-        got = a.matmul(b, dtype=dtypes.float32).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
-    (ast, prog) = next((key[0], p) for key, p in Device[device]._programs.items() if p.info.name.startswith("r_"))
+    ast, prog = checked_matmul(device, m, k, n, dtype, seed=stages)
     assert ast_opts(ast, device)[0].amount == shape.code
     src = prog.info.src
     assert f"cp.async.{'cg' if size == 16 else 'ca'}.shared.global" in src and "cp.async.commit_group" in src
@@ -104,14 +104,7 @@ def test_deep_pipelines_of_the_large_tile_use_dynamic_shared_memory(
     sm_90 without spills."""
     shape = tc_tile.TileShape(2, 4, 4, 4, 2, stages)
     force_tile(monkeypatch, device, shape)
-    rng = np.random.default_rng(stages)
-    with Context(CACHELEVEL=0):
-        a = Tensor(rng.standard_normal((128, 160), dtype=np.float32), device=device).cast(dtypes.bfloat16).realize()
-        b = Tensor(rng.standard_normal((160, 128), dtype=np.float32), device=device).cast(dtypes.bfloat16).realize()
-        want = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
-        got = a.matmul(b, dtype=dtypes.float32).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
-    prog = next(p for p in Device[device]._programs.values() if p.info.name.startswith("r_"))
+    _, prog = checked_matmul(device, 128, 160, 128, dtypes.bfloat16, seed=stages)
     assert prog.info.extra["shared"] == shape.shared_bytes(Device[device].renderer.tensor_cores[0]) > 48 * 1024
     src = prog.info.src
     assert ("extern __shared__" in src) if device == "NV:CUDA" else (".extern .shared" in src)
@@ -128,14 +121,7 @@ def test_an_odd_b_fragment_count_takes_an_x2_matrix_load(
     """Warps of 1 x 3 fragments (TC 221322): each k-step reads two B fragments with one ldmatrix .x4.trans and the
     third with an .x2.trans; float16 64 x 160 x 96 equals numpy on the interpreter."""
     force_tile(monkeypatch, device, tc_tile.TileShape(2, 2, 1, 3, 2, 2))
-    rng = np.random.default_rng(5)
-    with Context(CACHELEVEL=0):
-        a = Tensor(rng.standard_normal((64, 160), dtype=np.float32), device=device).cast(dtypes.float16).realize()
-        b = Tensor(rng.standard_normal((160, 96), dtype=np.float32), device=device).cast(dtypes.float16).realize()
-        want = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
-        got = a.matmul(b, dtype=dtypes.float32).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
-    prog = next(p for p in Device[device]._programs.values() if p.info.name.startswith("r_"))
+    _, prog = checked_matmul(device, 64, 160, 96, dtypes.float16, seed=5)
     assert "ldmatrix.sync.aligned.m8n8.x2.trans" in prog.info.src and "m8n8.x4.trans" in prog.info.src
 
 
