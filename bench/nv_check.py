@@ -222,8 +222,8 @@ def matmul(dtype: Any, n: int, reps: int) -> bool:
         good = err < tol
         ok = ok and good
         ast = matmul_ast(dev)
-        opts = BEAM_PICKS.get(ast.arg.name) if label == "beam" and isinstance(ast.arg, KernelInfo) else None
-        opts = opts if opts is not None else search.heuristic(before_optimize(ast), dev.renderer)
+        picked = BEAM_PICKS.get(ast.arg.name) if label == "beam" and isinstance(ast.arg, KernelInfo) else None
+        opts = picked if picked is not None else search.heuristic(before_optimize(ast), dev.renderer)
         row[label] = {
             "seconds": t,
             "tflops": flops / t / 1e12,
@@ -231,6 +231,7 @@ def matmul(dtype: Any, n: int, reps: int) -> bool:
             "max_rel_err": err,
             "ok": good,
             "opts": [str(o) for o in opts],
+            "picked_by_beam": picked is not None,  # BEAM's pick may be no opts at all (the unoptimized kernel won)
         }
         say(
             f"  {dtype.name} xgrad {label:9s}: {t * 1e3:9.3f} ms  {flops / t / 1e12:8.2f} TFLOPS"
