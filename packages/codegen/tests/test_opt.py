@@ -314,6 +314,22 @@ def test_a_matvec_of_nested_reductions_keeps_independent_chains() -> None:
     np.testing.assert_allclose(nested().numpy().reshape(-1), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_row_sums_read_across_rows_keep_one_vector_chain() -> None:
+    """A softmax's sum of exp over each row of 1024 x 1024: the output vector's 8 lanes are 8 rows, each lane read
+    from its own row (a gather), so the matvec's 4 vectors side by side (32 rows' streams at once) do not apply: that
+    ran the kernel 2x slower than 8 rows (bench_cpu's softmax 2.1 -> 4.5 ms on a Zen 3 host). The loads' lanes are
+    one row apart here, 1024 floats; in the matvec above they are contiguous."""
+    xv = data(1024, 1024)
+    x = Tensor(xv).realize()
+
+    def row_sums() -> Tensor:
+        return x.exp().sum(-1)
+
+    (ast,) = kernel_asts(row_sums)
+    assert [(o.op, o.amount) for o in heuristic_opts(ast, 8)] == [("UPCAST", 8), ("UNROLL", 4)]
+    np.testing.assert_allclose(row_sums().numpy(), np.exp(xv.astype(np.float64)).sum(-1), rtol=1e-4)
+
+
 def test_dot_products_sharing_an_operand_run_as_independent_chains() -> None:
     """Attention's scores at decode: 4 query heads x 13 cached keys (a symbolic count there), each a dot product over
     256 values, no loop long enough for a vector. The heads' lanes share each key load and are 4 independent FMA
