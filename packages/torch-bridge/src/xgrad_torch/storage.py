@@ -83,7 +83,10 @@ class Holder:
         return self._flat
 
 
-_pending: weakref.WeakSet[Holder] = weakref.WeakSet()
+# holders with a write not yet realized, in the order of their first write: `flush` realizes them in that order, so a
+# loop that writes the same tensors each step builds the same graph each step and hits the schedule cache (a WeakSet's
+# order follows the holders' addresses, which change now and then: each change was a fresh schedule, ~1.4 steps' work)
+_pending: weakref.WeakKeyDictionary[Holder, None] = weakref.WeakKeyDictionary()
 _writes = 0
 
 
@@ -235,7 +238,7 @@ def write(t: torch.Tensor, value: Tensor | bool | int | float) -> None:
         h.set(value)
     elif t.numel():
         h.set(_scatter_into(h.base, value, size, tuple(t.stride()), int(t.storage_offset())))
-    _pending.add(h)
+    _pending[h] = None
     _writes += 1
     if _writes >= FLUSH_AFTER_WRITES:
         flush()
@@ -257,7 +260,7 @@ def flush(*also: Tensor) -> None:
 
 def discard_pending(h: Holder) -> None:
     """Forget a pending write to `h` (its holder now holds a realized buffer)."""
-    _pending.discard(h)
+    _pending.pop(h, None)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
