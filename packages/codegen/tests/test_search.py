@@ -389,3 +389,24 @@ def test_heuristic_is_a_candidate_and_the_pick_retimes_the_finalists(
     assert search.stats.retimed == 3
     slowest_in_search = max(others, key=lambda c: search_s[c.program.info.src] if c.program else 0.0)
     assert opts == slowest_in_search.opts
+
+
+def test_search_grows_the_heuristics_actions_before_its_pack(
+    beam_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No action may follow a PACK, and a matmul's heuristic ends with one, while the start from no actions is far too
+    slow to keep (a 1024 matmul: 12 s a launch): BEAM searched nothing but its two seeds and always returned the
+    heuristic. The heuristic's actions before its PACK are a seed too (timed 0.9 s here); every kernel grown from it
+    times 0.8 s, so one of those wins."""
+    with Context(BEAM=0):
+        ast = kernel_asts(lambda: Tensor(data(96, 96)) @ Tensor(data(96, 96, seed=1)))[-1]
+    dev = Device["CPU"]
+    base = search.before_optimize(ast)
+    heur = search.heuristic(base, dev.renderer)
+    cut = [o.op for o in heur].index("PACK")
+    seeds = {search._render(base, dev, opts)[1]: s for opts, s in ((heur, 1.0), ([], 100.0), (heur[:cut], 0.9))}
+    monkeypatch.setattr(search, "time_program", lambda prg, *args: seeds.get(prg.info.src, 0.8))
+    with Context(BEAM_UPCAST_MAX=256):  # the default: the heuristic's 16 x 6 tile is over beam_env's 16 lanes
+        opts = search.beam_opts(ast, dev, 2)
+    assert opts is not None and opts != heur and opts[:cut] == heur[:cut] and len(opts) > cut
+    assert search.stats.compiled > 3 and search.stats.rejected == 0  # more than the three seeds

@@ -3,15 +3,15 @@
 IR in: a kernel AST from the scheduler (what `full_rewrite` takes). Out: a list of `Opt` for
 `full_rewrite(ast, renderer, opts)`; the AST itself is not changed here.
 
-The search starts from no actions and from the heuristic's actions, extends every entry of the beam by each legal
-next action, renders all new candidates, compiles them on a thread pool (the C compiler runs as a subprocess, so
-threads compile in parallel; `PARALLEL` workers), times each on scratch buffers of the kernel's sizes (best of
-`BEAM_RUNS`, slow ones dropped early) and keeps the `width` fastest. It stops when a step finds nothing faster or
-after `BEAM_MAX_STEPS` steps. The pick is never slower than the heuristic beyond noise (`final_pick`): the
+The search starts from no actions, from the heuristic's actions and from those before its PACK, extends every entry of
+the beam by each legal next action, renders all new candidates, compiles them on a thread pool (the C compiler runs as
+a subprocess, so threads compile in parallel; `PARALLEL` workers), times each on scratch buffers of the kernel's sizes
+(best of `BEAM_RUNS`, slow ones dropped early) and keeps the `width` fastest. It stops when a step finds nothing faster
+or after `BEAM_MAX_STEPS` steps. The pick is never slower than the heuristic beyond noise (`final_pick`): the
 finalists, the final beam and always the heuristic's own program, must agree with the heuristic's outputs on the same
-random inputs and are timed again in turn, best of several launches each; the fastest wins, another than the
-heuristic only by a margin. Results are cached on disk, one JSON file per key (kernel AST, device type, target, beam
-width, the knobs declared to change generated code or its build, the codegen sources), unless `CACHELEVEL=0`;
+random inputs and are timed again in turn, best of several launches each; the fastest wins, another than the heuristic
+only by a margin. Results are cached on disk, one JSON file per key (kernel AST, device type, target, beam width, the
+knobs declared to change generated code or its build, the codegen sources), unless `CACHELEVEL=0`;
 `IGNORE_BEAM_CACHE=1` searches again and overwrites the entry.
 
 A candidate that does not apply (`OptError`, `CompileError`: `NOT_APPLICABLE`) is dropped; any other exception is a
@@ -504,6 +504,10 @@ def _search_with(
     heur = heuristic(base, device.renderer)
     heur_c = Candidate(heur, _apply_all(base, heur, device.renderer))
     seeds = [heur_c]  # timed first: its time cuts off a slow start from no actions after one launch
+    if (cut := next((i for i, o in enumerate(heur) if o.op == "PACK"), 0)) > 0:
+        # no action may follow a PACK (see Opt), so the heuristic's own entry cannot grow: search from its actions
+        # before the PACK too, where PACK is again one of the candidate actions
+        seeds.append(Candidate(heur[:cut], _apply_all(base, heur[:cut], device.renderer)))
     if heur:
         seeds.append(Candidate([], base))
     seen = {c.applied for c in seeds}
