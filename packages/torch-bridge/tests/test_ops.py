@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (torch's own spelling)
 
 import xgrad_torch
+from xgrad import Tensor
 from xgrad_torch.ops import TABLE
 
 Fn = Callable[..., Any]
@@ -203,6 +204,54 @@ def test_conv_backward_gives_only_the_gradients_asked_for(needs: tuple[bool, boo
         assert (c.grad is None) == (x.grad is None)
         if c.grad is not None:
             np.testing.assert_allclose(x.grad.cpu().numpy(), c.grad.numpy(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "conv",
+    [
+        lambda x, w, b: F.conv2d(x, w, b, padding=1),
+        lambda x, w, b: F.conv2d(x, w[:, :2], b, stride=2, groups=2),  # the weight a view
+        lambda x, w, b: F.conv_transpose2d(x, w.transpose(0, 1), b, stride=2, padding=1),
+    ],
+    ids=["conv2d", "groups_view_weight", "transposed"],
+)
+def test_conv_backward_reuses_the_forward_graph(conv: Fn, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the backward differentiates the graph its forward built (kept while autograd may need it), not a second one
+    calls: list[int] = []
+    conv2d = Tensor.conv2d
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return conv2d(*args, **kwargs)
+
+    g = torch.Generator().manual_seed(4)
+    cpu = [torch.randn(*s, generator=g).requires_grad_() for s in [(2, 4, 6, 6), (4, 4, 3, 3), (4,)]]
+    dev = [t.detach().to("xgrad").requires_grad_() for t in cpu]
+    weight = torch.randn(conv(*cpu).shape, generator=g)
+    (conv(*cpu) * weight).sum().backward()
+    monkeypatch.setattr(Tensor, "conv2d", counted)
+    (conv(*dev) * weight.to("xgrad")).sum().backward()
+    assert len(calls) == 1
+    for c, x in zip(cpu, dev):
+        np.testing.assert_allclose(x.grad.cpu().numpy(), c.grad.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_conv_backward_without_the_forward_graph_matches_cpu() -> None:
+    # a second backward through the same graph (retain_graph) finds the forward's graph taken: it builds it again
+    g = torch.Generator().manual_seed(5)
+    cpu = [torch.randn(*s, generator=g).requires_grad_() for s in [(2, 3, 5, 5), (4, 3, 3, 3)]]
+    dev = [t.detach().to("xgrad").requires_grad_() for t in cpu]
+    for xs in (cpu, dev):
+        out = F.conv2d(*xs).square().sum()
+        out.backward(retain_graph=True)
+        out.backward()
+    for c, x in zip(cpu, dev):
+        np.testing.assert_allclose(x.grad.cpu().numpy(), c.grad.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_conv_of_a_tensor_with_itself_matches_cpu() -> None:
+    # input and weight are one node: each gets its own gradient (one leaf for both gave their sum to each, twice)
+    check(lambda t: F.conv2d(t, t), [(2, 2, 3, 3)], atol=1e-4)
 
 
 def test_view_scatters_match_cpu() -> None:

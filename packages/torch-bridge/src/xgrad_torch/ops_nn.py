@@ -10,6 +10,7 @@ would, or, where torch fixes the routing (max pooling's indices), a scatter of t
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import numpy as np
@@ -59,9 +60,37 @@ def _conv(x: Tensor, w: Tensor, b: Tensor | None, a: Args) -> Tensor:
     return x.conv2d(w, b, a["groups"], stride, dilation, list(padding))
 
 
+# The forward's convolution graph (without bias, over detached leaves), kept for its backward: convolution_backward
+# differentiates it with xgrad's autograd, and rebuilding it there cost as much Python as the forward's own conv2d
+# (hash-consing gives the same nodes either way). Kept only where torch records the op for backward, under the
+# input's storage holder, so an entry goes with the input's storage (autograd saves the input until backward) and the
+# backward takes it out; a backward that finds none (another input value, retain_graph) builds the graph again.
+Saved = tuple[Tensor, Tensor, Tensor]  # (detached input, detached weight, convolution of the two)
+_saved_convs: weakref.WeakKeyDictionary[storage.Holder, dict[tuple[Any, ...], Saved]] = weakref.WeakKeyDictionary()
+
+
+def _conv_key(x: Tensor, w: Tensor, a: Args) -> tuple[Any, ...]:
+    args = (tuple(a["stride"]), tuple(a["padding"]), tuple(a["dilation"]), bool(a["transposed"]))
+    return (x.uop, w.uop, *args, tuple(a["output_padding"]), int(a["groups"]))
+
+
+def _conv_leaves(x: Tensor, w: Tensor, a: Args) -> Saved:
+    xd, wd = x.detach(), w.detach()
+    if wd.uop is xd.uop:  # conv2d(t, t): two leaves, each with its own gradient (one node would get their sum twice)
+        wd = wd.detach()
+    return xd.requires_grad_(True), wd.requires_grad_(True), _conv(xd, wd, None, a)
+
+
 def _convolution(a: Args) -> Tensor:
+    inp, weight = a["input"], a["weight"]
+    x, w = x_of(inp), x_of(weight)
     bias = x_of(a["bias"]) if a["bias"] is not None else None
-    return _conv(x_of(a["input"]), x_of(a["weight"]), bias, a)
+    if not (torch.is_grad_enabled() and (inp.requires_grad or weight.requires_grad)) or inp.is_cpu:
+        return _conv(x, w, bias, a)
+    saved = _conv_leaves(x, w, a)
+    _saved_convs.setdefault(storage.holder_of(inp), {})[_conv_key(x, w, a)] = saved
+    y = saved[2]
+    return y if bias is None else y + bias.reshape((1, y.shape[1]) + (1,) * (y.ndim - 2))  # as conv2d adds it
 
 
 register(["convolution", "_convolution"], "nn", _convolution)
@@ -86,14 +115,15 @@ def convolution_backward(
     a |= {"output_padding": output_padding, "groups": groups}
     g = x_of(grad_output)
     x, w = x_of(input), x_of(weight)
-    gx: Tensor | None = None
-    gw: Tensor | None = None
-    if output_mask[0] and output_mask[1]:
-        gx, gw = vjp(lambda x, w: _conv(x, w, None, a), [x, w], g)
-    elif output_mask[0]:  # only what is asked for is differentiated (a first layer needs no input gradient)
-        gx = vjp(lambda x: _conv(x, w, None, a), [x], g)[0]
-    elif output_mask[1]:
-        gw = vjp(lambda w: _conv(x, w, None, a), [w], g)[0]
+    saved = None
+    if not input.is_cpu and (convs := _saved_convs.get(storage.holder_of(input))) is not None:
+        saved = convs.pop(_conv_key(x, w, a), None)
+    xd, wd, y = saved if saved is not None else _conv_leaves(x, w, a)
+    # only what is asked for is differentiated (a first layer needs no input gradient)
+    targets = [t for t, wanted in zip((xd, wd), output_mask[:2]) if wanted]
+    grads = iter(y.gradient(*targets, gradient=g) if targets else [])
+    gx = next(grads) if output_mask[0] else None
+    gw = next(grads) if output_mask[1] else None
     gb = g.sum(tuple(i for i in range(g.ndim) if i != 1)) if output_mask[2] else None
     return (
         wrap(gx, input.dtype) if gx is not None else None,
