@@ -217,7 +217,8 @@ def _runtime_scalars(values: list[Any], like: torch.Tensor) -> list[torch.Tensor
     step's schedule is reused) from step to step."""
     dtype = like.dtype if like.is_floating_point() else torch.float32
     buf = Tensor([float(v) for v in values], dtype=to_xgrad_dtype(dtype))
-    return [wrap(buf[i], dtype) for i in range(len(values))]
+    # (the node `buf[i]` is, without indexing's argument handling: a tenth of the optimizer step's Python)
+    return [wrap(buf.shrink(((i, i + 1),)).reshape(()), dtype) for i in range(len(values))]
 
 
 _SINGLE = {"Scalar": ("Scalar", ""), "List": ("Tensor", ""), "ScalarList": ("Tensor", ""), "Tensor": ("Tensor", "")}
