@@ -35,3 +35,22 @@ def test_pending_writes_realize_in_the_order_of_first_write(monkeypatch: pytest.
     for i, t in enumerate(tensors):
         expected = np.full(3 + i, float(i) * (2 if i == order[0] else 1), dtype=np.float32)
         np.testing.assert_array_equal(t.cpu().numpy(), expected)
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda a: a.view(4, 6).t(),
+        lambda a: a.view(2, 3, 4).permute(2, 0, 1),
+        lambda a: a.view(2, 3, 4).transpose(0, 1),
+        lambda a: a.view(2, 1, 3, 4).permute(3, 1, 0, 2),  # a size-1 dim: the general layout path
+        lambda a: a.view(4, 6)[:, :3].t(),  # part of the storage
+    ],
+    ids=["t", "permute", "transpose", "size1", "partial"],
+)
+def test_permuted_views_read_as_cpu(view: Any) -> None:
+    a = torch.arange(24, dtype=torch.float32)
+    x = view(a.to("xgrad"))
+    assert not x.is_contiguous()
+    np.testing.assert_array_equal(x.cpu().numpy(), view(a).numpy())
+    np.testing.assert_array_equal((x * 2 + 1).cpu().numpy(), (view(a) * 2 + 1).numpy())

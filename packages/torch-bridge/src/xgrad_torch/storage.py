@@ -206,15 +206,35 @@ def _scatter_into(base: Tensor, value: Tensor, size: tuple[int, ...], stride: tu
     return place(mask, False).where(place(x, 0), base)
 
 
+def _permutation(size: tuple[int, ...], stride: tuple[int, ...]) -> list[int] | None:
+    """The dims by decreasing stride when (size, stride) is a contiguous layout with its dims permuted (and none of
+    size 1, whose stride is arbitrary); else None."""
+    if 1 in size or 0 in size:
+        return None
+    order = sorted(range(len(size)), key=stride.__getitem__, reverse=True)
+    step = 1
+    for d in reversed(order):
+        if stride[d] != step:
+            return None
+        step *= size[d]
+    return order
+
+
 def read(t: torch.Tensor) -> Tensor:
     """The xgrad Tensor that the torch tensor `t` on `xgrad` reads as (lazy)."""
     h = holder_of(t)
     shape = tuple(t.shape)
-    if t.storage_offset() == 0 and t.is_contiguous():
-        if h.whole.shape == shape:  # the common case: the storage's tensor itself
-            return h.whole
-        if t.numel() == h.numel:
-            return h.whole.reshape(shape)
+    if t.storage_offset() == 0:
+        if t.is_contiguous():
+            if h.whole.shape == shape:  # the common case: the storage's tensor itself
+                return h.whole
+            if t.numel() == h.numel:
+                return h.whole.reshape(shape)
+        elif t.numel() == h.numel and (order := _permutation(shape, tuple(t.stride()))) is not None:
+            # all of the storage with its dims permuted (a transposed weight, or gradient): one permute
+            laid = tuple(shape[d] for d in order)
+            x = h.whole if h.whole.shape == laid else h.whole.reshape(laid)
+            return x.permute(tuple(order.index(d) for d in range(len(order))))
     return view_of(h.base, shape, tuple(t.stride()), int(t.storage_offset()))
 
 
