@@ -52,19 +52,38 @@ KERNELS: dict[str, Callable[..., Any]] = {}  # aten overload name -> its registe
 
 
 # ---- arguments ----
-_SIGNATURES: dict[Any, tuple[tuple[str, Any], ...]] = {}
+_SIGNATURES: dict[Any, tuple[tuple[str, ...], tuple[Any, ...]]] = {}  # op -> its argument names and their defaults
+
+
+Signature = tuple[tuple[str, ...], tuple[Any, ...]]
+
+
+def signature(op: Any) -> Signature:
+    """An aten overload's argument names and their defaults (None where there is none)."""
+    found = _SIGNATURES.get(op)
+    if found is None:
+        arguments = op._schema.arguments
+        names = tuple(a.name for a in arguments)
+        found = _SIGNATURES[op] = (names, tuple(a.default_value if a.has_default_value() else None for a in arguments))
+    return found
 
 
 def bind(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Args:
     """The arguments of an aten call by schema name, defaults filled in."""
-    signature = _SIGNATURES.get(op)
-    if signature is None:
-        arguments = op._schema.arguments
-        signature = tuple((a.name, a.default_value if a.has_default_value() else None) for a in arguments)
-        _SIGNATURES[op] = signature
-    out: Args = dict(zip((name for name, _ in signature), args))
-    for name, default in signature[len(args) :]:
-        out[name] = kwargs.get(name, default)
+    return bind_to(signature(op), args, kwargs)
+
+
+def bind_to(signature: Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Args:
+    """`bind` with the op's signature at hand (a kernel looks it up once: hashing an OpOverload runs Python)."""
+    names, defaults = signature
+    out: Args = dict(zip(names, args))
+    n = len(args)
+    if n < len(names):
+        if kwargs:
+            for name, default in zip(names[n:], defaults[n:]):
+                out[name] = kwargs.get(name, default)
+        else:  # (most calls: torch passes every argument positionally)
+            out.update(zip(names[n:], defaults[n:]))
     return out
 
 
@@ -139,9 +158,10 @@ def _generated(overload: str, compute: Compute) -> Callable[..., Any]:
     op = _overload(overload)
     form = _form(overload)
     outs = [a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    sig = signature(op)
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        bound = bind(op, args, kwargs)
+        bound = bind_to(sig, args, kwargs)
         result = compute(bound)
         if form == "inplace":
             write(bound["self"], result)

@@ -15,7 +15,7 @@ import torch
 from xgrad import Tensor, dtypes
 
 from . import storage
-from .ops import KERNELS, Args, aten, bind, kernel, operand, register, tensor, x_of
+from .ops import KERNELS, Args, aten, bind_to, kernel, operand, register, signature, tensor, x_of
 from .registration import redispatch_meta, set_storage
 from .storage import read, to_xgrad_dtype, wrap, write
 
@@ -247,9 +247,10 @@ def _foreach(name: str, overload: str) -> Callable[..., Any]:
     if overload == "Tensor" and addc:  # one CPU tensor of per-element scalars
         lists.add("scalars")
         scalar_list = "scalars"
+    sig = signature(op)
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        a = bind(op, args, kwargs)
+        a = bind_to(sig, args, kwargs)
         single = _single(name, overload)
         if scalar_list is not None and len(a[names[0]]):
             values = a[scalar_list].tolist() if isinstance(a[scalar_list], torch.Tensor) else list(a[scalar_list])
