@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import xgrad_torch
-from xgrad import Tensor
+from xgrad import GlobalCounters, Tensor
 
 
 def test_pending_writes_realize_in_the_order_of_first_write(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,3 +54,26 @@ def test_permuted_views_read_as_cpu(view: Any) -> None:
     assert not x.is_contiguous()
     np.testing.assert_array_equal(x.cpu().numpy(), view(a).numpy())
     np.testing.assert_array_equal((x * 2 + 1).cpu().numpy(), (view(a) * 2 + 1).numpy())
+
+
+def test_flush_of_writes_realizes_the_live_results_made_since_the_last() -> None:
+    # a training step's gradients: read by the optimizer's pending writes, alive after them; realized with the writes
+    a = torch.arange(8, dtype=torch.float32).to("xgrad")
+    w = torch.zeros(8).to("xgrad")
+    torch.xgrad.synchronize()
+    kept = a * 2
+    w.add_(kept)
+    w.add_(a * 3)  # a temporary: dead before the flush, fused into the write
+    assert _kernels(torch.xgrad.synchronize) >= 1
+    assert _kernels(lambda: kept.cpu()) == 0, "realized with the writes"
+    np.testing.assert_array_equal(kept.cpu().numpy(), np.arange(8) * 2)
+    np.testing.assert_array_equal(w.cpu().numpy(), np.arange(8) * 5)
+    later = a + 1  # made after that flush: with no pending write, a flush runs nothing
+    assert _kernels(torch.xgrad.synchronize) == 0
+    assert _kernels(lambda: later.cpu()) == 1
+
+
+def _kernels(fn: Any) -> int:
+    GlobalCounters.reset()
+    fn()
+    return int(GlobalCounters.kernel_count)
