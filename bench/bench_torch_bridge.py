@@ -18,22 +18,28 @@ On a loaded host, wall-clock times mostly measure waiting: `--clock cpu` times t
 (time.process_time, every thread), with torch on one thread; run it with NUM_CPU_THREADS=1 so xgrad's kernels run
 on the calling thread too and the three numbers count work, not the worker pool's wake-ups.
 
-Run: .venv/bin/python bench/bench_torch_bridge.py [--steps 30] [--ops 2000] [--rounds 3] [--clock wall|cpu]
+`--counts` counts instead of timing (deterministic, for a loaded host): per steady-state step of native xgrad
+without TinyJit and of the bridge's eager step, the Python function calls (cProfile), the Python bytecodes executed
+(sys.settrace opcode events; torch's C++ is not counted) and the kernels run.
+
+Run: .venv/bin/python bench/bench_torch_bridge.py [--steps 30] [--ops 2000] [--rounds 3] [--clock wall|cpu] [--counts]
 (asserts nothing)
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import importlib.util
 import math
 import os
 import pathlib
+import pstats
 import sys
 import time
 from collections.abc import Callable
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 import numpy as np
@@ -43,7 +49,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 import xgrad_torch
 import xgrad_torch.compile  # noqa: F401 (registers the backend name)
-from xgrad import Context, Tensor, TinyJit
+from xgrad import Context, GlobalCounters, Tensor, TinyJit
 from xgrad.nn.optim import Adam
 from xgrad.nn.state import get_parameters, get_state_dict
 
@@ -127,6 +133,46 @@ def timed(step: Callable[[int], float], steps: int, warmup: int, rounds: int) ->
     return timing, losses
 
 
+class Counts(Timing):
+    """Python calls, bytecodes and kernels per step (`counted`)."""
+
+    def __init__(self, calls: float, bytecodes: float, kernels: float) -> None:
+        super().__init__()
+        self.calls, self.bytecodes, self.kernels = calls, bytecodes, kernels
+
+
+def counted(step: Callable[[int], float], steps: int, warmup: int, rounds: int) -> tuple[Timing, list[float]]:
+    """`timed`'s stand-in under --counts: per step after `warmup` + `steps` steps (native xgrad's step takes a few
+    to settle), the Python function calls (cProfile, over `steps` steps), the bytecodes executed (over 3 steps) and
+    the kernels run."""
+    losses = [step(i) for i in range(warmup)] + [step(warmup + i % steps) for i in range(steps)]
+    profile = cProfile.Profile()
+    GlobalCounters.reset()
+    profile.enable()
+    losses += [step(warmup + i % steps) for i in range(steps)]
+    profile.disable()
+    kernels = GlobalCounters.kernel_count / steps
+    calls = sum(row[1] for row in pstats.Stats(profile).stats.values()) / steps  # type: ignore[attr-defined]
+    executed = [0]
+
+    def opcodes(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            executed[0] += 1
+        return opcodes
+
+    def frames(frame: FrameType, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        return opcodes
+
+    sys.settrace(frames)
+    losses += [step(warmup + i % steps) for i in range(3)]
+    sys.settrace(None)
+    return Counts(calls, executed[0] / 3, kernels), losses
+
+
+measure = timed  # --counts: counted
+
+
 def bench_native(
     demo: ModuleType, batches: list[tuple[np.ndarray, np.ndarray]], steps: int, rounds: int, jit: bool = True
 ) -> tuple[Timing, list[float]]:
@@ -147,7 +193,7 @@ def bench_native(
         x, y = batches[i]
         return float(run(Tensor(x).realize(), Tensor(y.astype(np.int32)).realize()).item())
 
-    return timed(step, steps, 2, rounds)
+    return measure(step, steps, 2, rounds)
 
 
 def _replaying_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
@@ -196,7 +242,7 @@ def bench_torch(model: torch.nn.Module, device: str, batches: list[tuple[np.ndar
         update()
         return float(loss.item())
 
-    return timed(step, steps, 3 if compiled else 2, rounds)
+    return measure(step, steps, 3 if compiled else 2, rounds)
 
 
 def tiny_op_us(make: Callable[[], tuple[Any, Any]], ops: int, rounds: int) -> float:
@@ -219,8 +265,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ops", type=int, default=2000, help="tiny ops per round (2000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per variant; the best is reported (3)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time or process CPU time")
+    parser.add_argument("--counts", action="store_true", help="count calls, bytecodes and kernels per eager step")
     args = parser.parse_args(argv)
-    global clock
+    global clock, measure
     if args.clock == "cpu":
         clock = time.process_time
         torch.set_num_threads(1)
@@ -235,6 +282,21 @@ def main(argv: list[str] | None = None) -> None:
     weights = {k: v.numpy() for k, v in get_state_dict(demo.DigitsNet()).items()}
 
     rounds = args.rounds
+    if args.counts:
+        measure = counted
+        torch.set_num_threads(1)
+        rows = [
+            ("native xgrad, no TinyJit", bench_native(demo, batches, args.steps, rounds, jit=False)[0]),
+            ("torch on xgrad, eager", bench_torch(torch_model(weights), "xgrad", batches, args.steps, rounds)[0]),
+        ]
+        print(f"digits CNN training step, batch {BATCH}, per step (torch {torch.__version__})")
+        print("                                  Python calls   bytecodes   kernels")
+        base = rows[0][1]
+        for name, c in rows:
+            assert isinstance(c, Counts) and isinstance(base, Counts)
+            print(f"  {name:30s} {c.calls:10.0f} {c.bytecodes:11.0f} {c.kernels:9.1f}   "
+                  f"{c.calls / base.calls:.2f}x calls, {c.bytecodes / base.bytecodes:.2f}x bytecodes")  # fmt: skip
+        return
     native, native_l = bench_native(demo, batches, args.steps, rounds)
     unjitted, _ = bench_native(demo, batches, args.steps, rounds, jit=False)
     cpu, cpu_l = bench_torch(torch_model(weights), "cpu", batches, args.steps, rounds)
