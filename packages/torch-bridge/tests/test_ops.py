@@ -249,6 +249,22 @@ def test_conv_backward_without_the_forward_graph_matches_cpu() -> None:
         np.testing.assert_allclose(x.grad.cpu().numpy(), c.grad.numpy(), atol=1e-4, rtol=1e-4)
 
 
+def test_conv_forwards_without_backward_keep_one_graph_per_conv() -> None:
+    # an evaluation without no_grad, into the same input buffer each time: each forward replaces its conv's kept graph
+    g = torch.Generator().manual_seed(6)
+    w_cpu = torch.randn(4, 3, 3, 3, generator=g).requires_grad_()
+    w = w_cpu.detach().to("xgrad").requires_grad_()
+    x = torch.zeros(2, 3, 6, 6).to("xgrad")
+    batches = [torch.randn(2, 3, 6, 6, generator=g) for _ in range(5)]
+    for batch in batches:
+        x.copy_(batch)
+        F.conv2d(x, w)
+    assert len(xgrad_torch.ops_nn._saved_convs[xgrad_torch.storage.holder_of(x)]) == 1
+    F.conv2d(x, w).square().sum().backward()
+    F.conv2d(batches[-1], w_cpu).square().sum().backward()
+    np.testing.assert_allclose(w.grad.cpu().numpy(), w_cpu.grad.numpy(), atol=1e-4, rtol=1e-4)
+
+
 def test_conv_of_a_tensor_with_itself_matches_cpu() -> None:
     # input and weight are one node: each gets its own gradient (one leaf for both gave their sum to each, twice)
     check(lambda t: F.conv2d(t, t), [(2, 2, 3, 3)], atol=1e-4)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from xgrad import Tensor, dtypes
+from xgrad import Tensor, UOp, dtypes
 
 from . import storage
 from .ops import Args, float_of, kernel, operand, register, tensor, x_of
@@ -63,18 +63,23 @@ def _conv(x: Tensor, w: Tensor, b: Tensor | None, a: Args) -> Tensor:
 # The forward's convolution graph (without bias, over detached leaves), kept for its backward: convolution_backward
 # differentiates it with xgrad's autograd, and rebuilding it there cost as much Python as the forward's own conv2d
 # (hash-consing gives the same nodes either way). Kept only where torch records the op for backward, under the
-# input's storage holder, so an entry goes with the input's storage (autograd saves the input until backward) and the
-# backward takes it out; a backward that finds none (another input value, retain_graph) builds the graph again.
-Saved = tuple[Tensor, Tensor, Tensor]  # (detached input, detached weight, convolution of the two)
+# input's storage holder, so an entry goes with the input's storage (autograd saves the input until backward), and
+# keyed by the conv (the weight's storage, the arguments, the input's layout), not by the values, so a forward that
+# no backward follows (an evaluation without no_grad, into the same input buffer every time) replaces its entry
+# instead of adding one. The backward takes its entry out and uses it when it holds the same input and weight
+# values; otherwise (another value, retain_graph) it builds the graph again.
+Saved = tuple[UOp, UOp, Tensor, Tensor, Tensor]  # (input node, weight node, detached input, detached weight, conv)
 _saved_convs: weakref.WeakKeyDictionary[storage.Holder, dict[tuple[Any, ...], Saved]] = weakref.WeakKeyDictionary()
 
 
-def _conv_key(x: Tensor, w: Tensor, a: Args) -> tuple[Any, ...]:
+def _conv_key(inp: torch.Tensor, weight: torch.Tensor, a: Args) -> tuple[Any, ...]:
     args = (tuple(a["stride"]), tuple(a["padding"]), tuple(a["dilation"]), bool(a["transposed"]))
-    return (x.uop, w.uop, *args, tuple(a["output_padding"]), int(a["groups"]))
+    layout = (tuple(inp.shape), tuple(inp.stride()), inp.storage_offset())
+    owner = id(weight) if weight.is_cpu else id(storage.holder_of(weight))
+    return (owner, *args, tuple(a["output_padding"]), int(a["groups"]), *layout)
 
 
-def _conv_leaves(x: Tensor, w: Tensor, a: Args) -> Saved:
+def _conv_leaves(x: Tensor, w: Tensor, a: Args) -> tuple[Tensor, Tensor, Tensor]:
     xd, wd = x.detach(), w.detach()
     if wd.uop is xd.uop:  # conv2d(t, t): two leaves, each with its own gradient (one node would get their sum twice)
         wd = wd.detach()
@@ -87,9 +92,8 @@ def _convolution(a: Args) -> Tensor:
     bias = x_of(a["bias"]) if a["bias"] is not None else None
     if not (torch.is_grad_enabled() and (inp.requires_grad or weight.requires_grad)) or inp.is_cpu:
         return _conv(x, w, bias, a)
-    saved = _conv_leaves(x, w, a)
-    _saved_convs.setdefault(storage.holder_of(inp), {})[_conv_key(x, w, a)] = saved
-    y = saved[2]
+    xd, wd, y = _conv_leaves(x, w, a)
+    _saved_convs.setdefault(storage.holder_of(inp), {})[_conv_key(inp, weight, a)] = (x.uop, w.uop, xd, wd, y)
     return y if bias is None else y + bias.reshape((1, y.shape[1]) + (1,) * (y.ndim - 2))  # as conv2d adds it
 
 
@@ -117,8 +121,11 @@ def convolution_backward(
     x, w = x_of(input), x_of(weight)
     saved = None
     if not input.is_cpu and (convs := _saved_convs.get(storage.holder_of(input))) is not None:
-        saved = convs.pop(_conv_key(x, w, a), None)
-    xd, wd, y = saved if saved is not None else _conv_leaves(x, w, a)
+        saved = convs.pop(_conv_key(input, weight, a), None)
+    if saved is not None and saved[0] is x.uop and saved[1] is w.uop:
+        xd, wd, y = saved[2:]
+    else:
+        xd, wd, y = _conv_leaves(x, w, a)
     # only what is asked for is differentiated (a first layer needs no input gradient)
     targets = [t for t, wanted in zip((xd, wd), output_mask[:2]) if wanted]
     grads = iter(y.gradient(*targets, gradient=g) if targets else [])
