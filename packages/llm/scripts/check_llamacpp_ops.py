@@ -106,18 +106,18 @@ class Weights:
         block, size = BLOCK_SIZES[kind]
         raw = self.file.raw(name).to("CPU").reshape(-1, size)
         aff = AFFINE[kind](raw)
-        q = aff.q.numpy().astype(np.int64).reshape(rows, cols // block, block)
+        q = aff.q.numpy().astype(np.int16).reshape(rows, cols // block, block)
         scale = aff.scale.numpy().reshape(rows, cols // block, -1)
         d = raw[:, _d_at(kind) : _d_at(kind) + 2].contiguous().numpy().view(np.float16).astype(F32)
         d = d.reshape(rows, cols // block)
         out = {"type": np.array(int(kind)), "q": q, "d": d}
         with np.errstate(divide="ignore", invalid="ignore"):
-            out["sc"] = np.where(d[..., None] != 0, scale / d[..., None], 0).round().astype(np.int64)
+            out["sc"] = np.where(d[..., None] != 0, scale / d[..., None], 0).round().astype(np.int16)
         if kind == GGMLType.Q4_K:
             dmin = raw[:, 2:4].contiguous().numpy().view(np.float16).astype(F32).reshape(rows, cols // block)
             off = -aff.offset.numpy().reshape(rows, cols // block, -1)  # type: ignore[union-attr]
             with np.errstate(divide="ignore", invalid="ignore"):
-                out["m"] = np.where(dmin[..., None] != 0, off / dmin[..., None], 0).round().astype(np.int64)
+                out["m"] = np.where(dmin[..., None] != 0, off / dmin[..., None], 0).round().astype(np.int16)
             out["dmin"] = dmin
         return out
 
@@ -139,16 +139,25 @@ def lane_sums(p: np.ndarray) -> np.ndarray:
     return p.reshape(*p.shape[:-1], block // 32, 8, 4).sum((-3, -1))
 
 
-def matvec(w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-    """llama.cpp's vec_dot of every row of quantised weight w with activation x (K,): (N,) float32."""
+def matvec(w: dict[str, np.ndarray], x: np.ndarray, rows: int = 8192) -> np.ndarray:
+    """llama.cpp's vec_dot of every row of quantised weight w with activation x (K,): (N,) float32, `rows` at a
+    time."""
+    n = w["q"].shape[0]
+    parts = []
+    for r in range(0, n, rows):
+        parts.append(_matvec({k: v if v.ndim == 0 else v[r : r + rows] for k, v in w.items()}, x))
+    return np.concatenate(parts)
+
+
+def _matvec(w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     from xgrad_llm.quants import GGMLType
 
     kind = GGMLType(int(w["type"]))
     if kind == GGMLType.F32:
         raise NotImplementedError("F32 matrices")
-    if kind in (GGMLType.Q5_0, GGMLType.Q8_0):
+    if kind in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0):
         qx, dx = q8_0(x)  # (nb, 32), (nb,)
-        isum = lane_sums(w["q"] * qx[None]).astype(F32)  # (N, nb, 8), exact
+        isum = lane_sums(w["q"].astype(np.int32) * qx[None]).astype(F32)  # (N, nb, 8), exact
         d = (w["d"] * dx[None]).astype(F32)  # (N, nb), exact
         acc = np.zeros((w["q"].shape[0], 8), F32)
         for b in range(isum.shape[1]):
@@ -156,13 +165,13 @@ def matvec(w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
         return hsum8(acc)
     qx, dx = q8_k(x)  # (nb, 256), (nb,)
     n, nb, _ = w["q"].shape
-    sc = np.repeat(w["sc"], 256 // w["sc"].shape[-1], -1)  # per element
+    sc = np.repeat(w["sc"].astype(np.int32), 256 // w["sc"].shape[-1], -1)  # per element
     if kind == GGMLType.Q6_K:  # ggml sums sc * q6 * q8 (q6 unsigned, q + 32) in the lanes, and subtracts 32 * sc * q8
         # summed over elements 32m..32m+31 from lane m (its block sums of 16, two per lane)
         scq8 = (sc * qx[None]).reshape(n, nb, 8, 32).sum(-1)
-        isum = lane_sums(sc * (w["q"] + 32) * qx[None]) - 32 * scq8
+        isum = lane_sums(sc * (w["q"].astype(np.int32) + 32) * qx[None]) - 32 * scq8
     else:
-        isum = lane_sums(sc * w["q"] * qx[None])  # int64 (N, nb, 8)
+        isum = lane_sums(sc * w["q"].astype(np.int32) * qx[None])  # (N, nb, 8)
     isum = isum.astype(F32)  # cvtepi32_ps (values < 2^24 here)
     d = (dx[None] * w["d"]).astype(F32)
     acc = np.zeros((n, 8), F32)
@@ -172,7 +181,7 @@ def matvec(w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     if kind == GGMLType.Q4_K:
         dmin = (-dx[None] * w["dmin"]).astype(F32)
         bs = qx.reshape(nb, 8, 32).sum(-1)  # (nb, 8) q8 sums per sub-block
-        prod = (w["m"] * bs[None]).reshape(n, nb, 4, 2).sum(-1).astype(F32)  # (N, nb, 4)
+        prod = (w["m"].astype(np.int64) * bs[None]).reshape(n, nb, 4, 2).sum(-1).astype(F32)  # (N, nb, 4)
         accm = np.zeros((n, 4), F32)
         for b in range(nb):
             accm = fma(dmin[:, b, None], prod[:, b], accm)

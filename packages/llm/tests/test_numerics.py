@@ -221,8 +221,9 @@ def _llama_numerics_logits(w: dict[str, np.ndarray], spec: object, ids: list[int
 
 
 def test_tiny_llama_with_llama_cpp_numerics_matches_a_numpy_forward(tmp_path: pathlib.Path) -> None:
-    """A 2-layer Q8_0 llama run with numerics="llama.cpp" (prefill, then decode steps through the float16 KV cache)
-    against `_llama_numerics_logits`, and float32 numerics against it. (The oracle computes in float64: a value
+    """A 2-layer Q8_0 llama run with numerics="llama.cpp" (llama.cpp's sums for this machine's vector width: prefill,
+    then decode steps through the float16 KV cache) against `_llama_numerics_logits`, and float32 numerics against
+    it. (The oracle computes in float64: a value
     within float32 error of a rounding boundary could round the other way on one side; none does here.)"""
     torch = pytest.importorskip("torch")
     gguf = pytest.importorskip("gguf")
@@ -245,6 +246,23 @@ def test_tiny_llama_with_llama_cpp_numerics_matches_a_numpy_forward(tmp_path: pa
     fp32 = Transformer(llm.file, cache_len=32).logits_all(ids).numpy()[0]
     err, err32 = np.abs(got - want[3:]).max(), np.abs(fp32 - want).max()
     assert err < 1e-4 and err32 > 100 * err  # measured: 1.5e-6 and 0.19
-    dense = Transformer(llm.file, cache_len=32, quantized=False, numerics="llama.cpp")  # float32 weights, fused q/k/v
-    assert "attn_qkv" in dense.layers[0]
+    # float32 copies of the weights: the same sums (llama.cpp's, from the file's blocks), so no fused q/k/v
+    dense = Transformer(llm.file, cache_len=32, quantized=False, numerics="llama.cpp")
+    assert "attn_qkv" not in dense.layers[0] and "attn_q" in dense.layers[0].ints
+    packed = Transformer(llm.file, cache_len=32, numerics="llama.cpp")
+    np.testing.assert_array_equal(dense.logits_all(ids).numpy(), packed.logits_all(ids).numpy())
     np.testing.assert_allclose(dense.logits_all(ids).numpy()[0], want, atol=1e-4, rtol=0)
+
+
+def test_numerics_name_a_vector_width() -> None:
+    """ "llama.cpp-avx2" sums in 8 float32 lanes, "llama.cpp-avx512" in 16, "llama.cpp" as llama.cpp built for this
+    machine would (AVX-512 where the CPU has it)."""
+    from xgrad_llm.numerics import NUMERICS, host_lanes, lanes_of
+
+    assert set(NUMERICS) == {"xgrad", "llama.cpp", "llama.cpp-avx2", "llama.cpp-avx512"}
+    assert (lanes_of("xgrad"), lanes_of("llama.cpp-avx2"), lanes_of("llama.cpp-avx512")) == (0, 8, 16)
+    try:
+        avx512 = "avx512f" in pathlib.Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        avx512 = False
+    assert lanes_of("llama.cpp") == host_lanes() == (16 if avx512 else 8)

@@ -71,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--numerics",
         choices=NUMERICS,
         default="xgrad",
-        help="arithmetic: xgrad's float32, or llama.cpp's roundings (8-bit activations into quantised matrices, "
-        "float16 KV cache), which give llama.cpp's greedy tokens (default: xgrad)",
+        help="arithmetic: xgrad's float32, or llama.cpp's CPU arithmetic (8-bit activations into quantised "
+        "matrices, float16 KV cache, its summation orders) as built for this machine (llama.cpp) or for AVX2 or "
+        "AVX-512 (llama.cpp-avx2, llama.cpp-avx512), which gives that build's greedy tokens (default: xgrad)",
     )
     p.add_argument("--benchmark", action="store_true", help="measure prefill and decode tok/s and exit")
     p.add_argument("--bench-prompt", type=int, default=128, metavar="N", help="benchmark prompt tokens (default 128)")

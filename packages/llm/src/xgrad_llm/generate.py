@@ -241,9 +241,10 @@ class LLM:
     ) -> LLM:
         """Open a GGUF model. `max_context` (default: the model's, at most 4096) sizes the KV cache; `quantized`
         (default) keeps the quantised weights packed and dequantises them in the kernels; False makes float32
-        copies (see `Transformer`). `numerics="llama.cpp"` rounds where llama.cpp's CPU backend rounds (8-bit
-        activations into quantised matrices, a float16 KV cache, ...: `xgrad_llm.numerics`), so that greedy
-        decoding gives llama.cpp's tokens; the default "xgrad" computes in float32."""
+        copies (see `Transformer`). `numerics="llama.cpp-avx2"` / `"llama.cpp-avx512"` / `"llama.cpp"` (this
+        machine's width) computes as llama.cpp's CPU backend built for that width (8-bit activations into quantised
+        matrices, a float16 KV cache, its summation orders: `xgrad_llm.numerics`, `xgrad_llm.ggml_x86`), so that
+        greedy decoding gives that build's tokens; the default "xgrad" computes in float32."""
         f = open_gguf(path)
         arch = f.metadata.get("general.architecture")
         trained = int(f.metadata.get(f"{arch}.context_length", DEFAULT_CONTEXT))

@@ -19,9 +19,11 @@ The KV cache lives in the model: one key and one value tensor per layer, `cache_
 writes the keys and values of its T positions at `start_pos` (an int, or a bound Variable so that one compiled
 program serves every position) and attends over positions [0, start_pos + T).
 
-`numerics="llama.cpp"` computes as llama.cpp's CPU backend does where it rounds (`numerics.py`): activations
-quantised to 8-bit blocks before each product with a quantised weight, a float16 KV cache, float16 queries and
-attention weights in the attention products, GELU from a float16 table. The default, "xgrad", is float32 throughout.
+`numerics="llama.cpp-avx2"` / `"llama.cpp-avx512"` / `"llama.cpp"` (this machine's width) computes as
+llama.cpp's CPU backend built for that vector width does (`numerics.py`, `ggml_x86.py`): activations quantised to
+8-bit blocks before each product with a quantised weight and its integer lane sums and FMAs, a float16 KV cache,
+float16 queries and attention weights in its float16 dot products, its softmax, RMS norm, RoPE tables and GELU
+table. The default, "xgrad", is float32 throughout.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ import numpy as np
 from xgrad import Tensor, Variable
 from xgrad.dtype import dtypes
 from xgrad.errors import XgradError
+from xgrad_llm import ggml_x86
+from xgrad_llm.ggml_x86 import EXACT_TYPES, BlockInts
 from xgrad_llm.gguf import GGUFFile
 from xgrad_llm.moe import moe_ffn
-from xgrad_llm.numerics import ACTIVATION_TYPES, NUMERICS, activations, gelu_f16, round_f16
+from xgrad_llm.numerics import ACTIVATION_TYPES, NUMERICS, activations, gelu_f16, lanes_of, round_f16
 from xgrad_llm.packed import PackedMatrix, can_pack
 from xgrad_llm.quants import GGMLType, dequantize
 
@@ -223,6 +227,7 @@ class LayerWeights(dict[str, Tensor]):
         super().__init__()
         self.types: dict[str, int] = {}
         self.packed: dict[str, PackedMatrix] = {}
+        self.ints: dict[str, BlockInts] = {}  # llama.cpp numerics: the matrices whose products it reproduces exactly
 
     def input_for(self, prep: Callable[[Tensor, int | None], Tensor]) -> Callable[[Tensor, str], Tensor]:
         """`prep(x, type)` keyed by matrix name instead of type."""
@@ -292,9 +297,9 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * weight
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, style: str, ggml: bool = False) -> Tensor:
     """Rotate the first 2 * cos.shape[-1] dims of each head of x (B, T, heads, head_dim) by the angles of cos/sin
-    (T, rot/2)."""
+    (T, rot/2); `ggml`: rounding as ggml does (`ggml_x86.rotate`)."""
     half = cos.shape[-1]
     rot = 2 * half
     c = cos.reshape(1, cos.shape[0], 1, half)
@@ -302,11 +307,16 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
     xr = x[..., :rot]
     if style == "neox":
         a, b = xr[..., :half], xr[..., half:]
-        out = Tensor.cat(a * c - b * s, b * c + a * s, dim=-1)
+        out = (
+            Tensor.cat(*ggml_x86.rotate(a, b, c, s), dim=-1)
+            if ggml
+            else Tensor.cat(a * c - b * s, b * c + a * s, dim=-1)
+        )
     else:
         pairs = xr.reshape(*x.shape[:-1], half, 2)
         a, b = pairs[..., 0], pairs[..., 1]
-        out = Tensor.stack(a * c - b * s, a * s + b * c, dim=-1).reshape(*x.shape[:-1], rot)
+        rotated = ggml_x86.rotate(a, b, c, s) if ggml else (a * c - b * s, a * s + b * c)
+        out = Tensor.stack(*rotated, dim=-1).reshape(*x.shape[:-1], rot)
     return out if rot == x.shape[-1] else Tensor.cat(out, x[..., rot:], dim=-1)
 
 
@@ -340,8 +350,9 @@ class Transformer:
     laid out for matrix-vector products) and dequantises it inside the kernels that use it; `quantized=False`
     dequantises every weight once into float32 on `device` at load (four times the memory, and decoding reads four
     times as much). `cache_len` is how many positions the KV cache holds. `progress(what, done,
-    total)` is called as layers load. `numerics` is "xgrad" (float32 throughout) or "llama.cpp" (round where
-    llama.cpp's CPU backend rounds: see the module docstring); it does not depend on `quantized`.
+    total)` is called as layers load. `numerics` is "xgrad" (float32 throughout) or llama.cpp's arithmetic for a
+    vector width ("llama.cpp-avx2", "llama.cpp-avx512", "llama.cpp": this machine's; see the module docstring); it
+    does not depend on `quantized`.
 
     `forward(h, start_pos, last)` takes embeddings h (B, T, dim) from `embed`/`embed_token`, writes their keys and
     values at positions [start_pos, start_pos + T) and returns the logits (B, vocab) of position `last` of the T
@@ -361,8 +372,10 @@ class Transformer:
         if numerics not in NUMERICS:
             raise ModelError(f"numerics={numerics!r} is not known; use one of {', '.join(NUMERICS)}")
         self.numerics = numerics
-        self.llama_numerics = numerics == "llama.cpp"
+        self.llama_numerics = numerics != "xgrad"
+        self.lanes = lanes_of(numerics)  # llama.cpp numerics: the float32 lanes of its build's vectors
         self.kv_dtype = dtypes.float16 if self.llama_numerics else dtypes.float32  # llama.cpp's cache is float16
+        self.block_ints: dict[str, BlockInts] = {}  # by tensor name (llama.cpp numerics, `EXACT_TYPES`)
         embd = f.tensors.get("token_embd.weight")
         if embd is None:
             raise ModelError(f"{f.paths[0]}: no tensor token_embd.weight; is this a language model?")
@@ -384,17 +397,25 @@ class Transformer:
                 progress("layers", i + 1, cfg.n_layers)
         factors = f.tensor("rope_freqs.weight", "CPU").numpy() if "rope_freqs.weight" in f.tensors else None
         yarn = cfg.rope_scaling == "yarn"
-        self.rope_global = rope_tables(cfg, cfg.rope_theta, cfg.rope_scale, cache_len, factors, yarn)
-        self.rope_local = rope_tables(cfg, cfg.rope_local_theta, 1.0, cache_len, None)
+        # llama.cpp numerics: ggml's own tables (float32 angles, the C library's cosf/sinf); YaRN keeps these
+        self.ggml_rope = self.llama_numerics and not yarn
+        if self.ggml_rope:
+            glob = ggml_x86.rope_tables(cfg.rope_dim, cfg.rope_theta, 1.0 / cfg.rope_scale, cache_len, factors)
+            self.rope_global = Tensor(glob, device=device).realize()
+            local = ggml_x86.rope_tables(cfg.rope_dim, cfg.rope_local_theta, 1.0, cache_len, None)
+            self.rope_local = Tensor(local, device=device).realize()
+        else:
+            self.rope_global = rope_tables(cfg, cfg.rope_theta, cfg.rope_scale, cache_len, factors, yarn)
+            self.rope_local = rope_tables(cfg, cfg.rope_local_theta, 1.0, cache_len, None)
         kv = self.kv_dtype
+        # llama.cpp numerics attend over the whole cache (masked), a multiple of its dot products' 4 x 16 lanes
+        slots = -(-cache_len // 64) * 64 if self.llama_numerics else cache_len
         self.cache_k = [
-            Tensor.zeros(batch, cfg.n_kv_heads, cache_len, cfg.head_dim, dtype=kv, device=device).contiguous().realize()
+            Tensor.zeros(batch, cfg.n_kv_heads, slots, cfg.head_dim, dtype=kv, device=device).contiguous().realize()
             for _ in range(cfg.n_layers)
         ]
         self.cache_v = [
-            Tensor.zeros(batch, cfg.n_kv_heads, cache_len, cfg.value_dim, dtype=kv, device=device)
-            .contiguous()
-            .realize()
+            Tensor.zeros(batch, cfg.n_kv_heads, slots, cfg.value_dim, dtype=kv, device=device).contiguous().realize()
             for _ in range(cfg.n_layers)
         ]
 
@@ -403,6 +424,9 @@ class Transformer:
         """W.T of matrix `name`: a view of float32 W, or lazy ops over its packed (or raw) quantised bytes that fuse
         into the matmul that uses them."""
         info = self.file.tensors[name]
+        if self.llama_numerics and info.type in EXACT_TYPES and len(info.shape) == 2:
+            raw = self.file.raw(name).to(self.device).contiguous().realize()
+            self.block_ints[name] = BlockInts.from_raw(raw, info.type, (info.shape[0], info.shape[1]))
         if not self.quantized or info.type == GGMLType.F32:
             w = self.file.tensor(name, self.device).contiguous().realize()
             self.weight_nbytes += w.nbytes()
@@ -459,6 +483,8 @@ class Transformer:
                 w.types[short] = self.file.tensors[name].type
                 if name in self.packed:
                     w.packed[short] = self.packed[name]
+                if name in self.block_ints:
+                    w.ints[short] = self.block_ints[name]
         for short in ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"):  # qwen2moe's shared expert
             if (name := f"blk.{i}.{short}.weight") in self.file.tensors:
                 w[short] = self._matrix(name)
@@ -473,7 +499,7 @@ class Transformer:
         for short in ("attn_q", "attn_k", "attn_v", "attn_output"):
             if (name := f"blk.{i}.{short}.bias") in self.file.tensors:
                 w[f"{short}.bias"] = self._vector(name)
-        if not self.quantized:  # one matvec instead of three (two): fewer, larger kernels
+        if not self.quantized and not w.ints:  # one matvec instead of three (two): fewer, larger kernels
             _fuse(w, ("attn_q", "attn_k", "attn_v"), "attn_qkv", self.llama_numerics)
             _fuse(w, ("ffn_gate", "ffn_up"), "ffn_gate_up", self.llama_numerics)
         return w
@@ -503,21 +529,34 @@ class Transformer:
             h = self._block(i, w, h, start_pos).realize()
         if last is not None:
             h = h.shrink((None, (last, last + 1), None))
-        logits = self._product(
-            self._input(rms_norm(h, self.output_norm, cfg.norm_eps), self.output_type), self.output, self.output_packed
-        )
+        out_name = "output.weight" if "output.weight" in self.file.tensors else "token_embd.weight"
+        if out_name in self.block_ints:
+            logits = ggml_x86.product(self._norm(h, self.output_norm), self.block_ints[out_name])
+        else:
+            logits = self._product(
+                self._input(self._norm(h, self.output_norm), self.output_type), self.output, self.output_packed
+            )
         logits = softcap(logits, cfg.final_softcap)
         return logits[:, 0] if last is not None else logits
 
     __call__ = forward
 
+    def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
+        """RMS norm times weight; under llama.cpp numerics as ggml rounds it."""
+        if self.llama_numerics:
+            return ggml_x86.rms_norm(x, weight, self.cfg.norm_eps)
+        return rms_norm(x, weight, self.cfg.norm_eps)
+
+    def _add(self, a: Tensor, b: Tensor) -> Tensor:
+        """a + b (the residual stream); under llama.cpp numerics never fused with the product before it."""
+        return ggml_x86.add32(a, b) if self.llama_numerics else a + b
+
     def _block(self, i: int, w: LayerWeights, h: Tensor, start_pos: Size) -> Tensor:
-        eps = self.cfg.norm_eps
-        a = self._attention(i, w, rms_norm(h, w["attn_norm"], eps), start_pos)
+        a = self._attention(i, w, self._norm(h, w["attn_norm"]), start_pos)
         if "post_attention_norm" in w:
-            a = rms_norm(a, w["post_attention_norm"], eps)
-        h = h + a
-        x = rms_norm(h, w["ffn_norm"], eps)
+            a = self._norm(a, w["post_attention_norm"])
+        h = self._add(h, a)
+        x = self._norm(h, w["ffn_norm"])
         act = ACTIVATIONS[self.cfg.activation]
         if self.llama_numerics and self.cfg.activation == "gelu_tanh":
             act = gelu_f16
@@ -529,8 +568,8 @@ class Transformer:
         else:
             m = self._matmul(act(self._matmul(x, w, "ffn_gate")) * self._matmul(x, w, "ffn_up"), w, "ffn_down")
         if "post_ffw_norm" in w:
-            m = rms_norm(m, w["post_ffw_norm"], eps)
-        return h + m
+            m = self._norm(m, w["post_ffw_norm"])
+        return self._add(h, m)
 
     def _input(self, x: Tensor, type_id: int | None) -> Tensor:
         """x as the input of a product with a matrix of GGML type `type_id`: quantised as llama.cpp quantises it
@@ -538,7 +577,10 @@ class Transformer:
         return activations(x, type_id) if self.llama_numerics and type_id is not None else x
 
     def _matmul(self, x: Tensor, w: LayerWeights, name: str) -> Tensor:
-        """x @ W.T of layer matrix `name`, its input quantised as the numerics say."""
+        """x @ W.T of layer matrix `name`, its input quantised as the numerics say (llama.cpp's own sums where
+        `ggml_x86` reproduces them)."""
+        if name in w.ints:
+            return ggml_x86.product(x, w.ints[name])
         return self._product(self._input(x, w.types.get(name)), w[name], w.packed.get(name))
 
     def _product(self, x: Tensor, wt: Tensor, packed: PackedMatrix | None) -> Tensor:
@@ -573,18 +615,18 @@ class Transformer:
             q, k, v = (self._project(w, name, x) for name in ("attn_q", "attn_k", "attn_v"))
         per_head = {name: name in w and w[name].shape[-1] == hd for name in ("attn_q_norm", "attn_k_norm")}
         if "attn_q_norm" in w and not per_head["attn_q_norm"]:  # over all heads at once
-            q = rms_norm(q, w["attn_q_norm"], cfg.norm_eps)
+            q = self._norm(q, w["attn_q_norm"])
         if "attn_k_norm" in w and not per_head["attn_k_norm"]:
-            k = rms_norm(k, w["attn_k_norm"], cfg.norm_eps)
+            k = self._norm(k, w["attn_k_norm"])
         if cfg.clamp_kqv > 0:  # after those norms, as transformers' OLMoE
             q, k, v = (y.clip(-cfg.clamp_kqv, cfg.clamp_kqv) for y in (q, k, v))
         q = q.reshape(b, t, cfg.n_heads, hd)
         k = k.reshape(b, t, kv, hd)
         v = v.reshape(b, t, kv, vd)
         if per_head["attn_q_norm"]:
-            q = rms_norm(q, w["attn_q_norm"], cfg.norm_eps)
+            q = self._norm(q, w["attn_q_norm"])
         if per_head["attn_k_norm"]:
-            k = rms_norm(k, w["attn_k_norm"], cfg.norm_eps)
+            k = self._norm(k, w["attn_k_norm"])
         return q, k, v
 
     def _attention(self, i: int, w: LayerWeights, x: Tensor, start_pos: Size) -> Tensor:
@@ -595,8 +637,8 @@ class Transformer:
         q, k, v = self._qkv(w, x)
         sliding = cfg.sliding_layers[i]
         table = (self.rope_local if sliding else self.rope_global).shrink((None, (start_pos, start_pos + t), None))
-        q = apply_rope(q, table[0], table[1], cfg.rope_style)
-        k = apply_rope(k, table[0], table[1], cfg.rope_style)
+        q = apply_rope(q, table[0], table[1], cfg.rope_style, self.ggml_rope)
+        k = apply_rope(k, table[0], table[1], cfg.rope_style, self.ggml_rope)
 
         end = start_pos + t
         ck, cv = self.cache_k[i], self.cache_v[i]
@@ -604,6 +646,8 @@ class Transformer:
             ck.shrink((None, None, (start_pos, end), None)).assign(k.transpose(1, 2).cast(ck.dtype)),
             cv.shrink((None, None, (start_pos, end), None)).assign(v.transpose(1, 2).cast(cv.dtype)),
         )
+        if self.llama_numerics:
+            return self._project(w, "attn_output", self._attend_ggml(q, ck, cv, start_pos, sliding))
         keys = ck.shrink((None, None, (0, end), None)).unsqueeze(2).cast(dtypes.float32)  # (B, KV, 1, S, hd)
         values = cv.shrink((None, None, (0, end), None)).unsqueeze(2).cast(dtypes.float32)
 
@@ -631,6 +675,27 @@ class Transformer:
         out = (probs.unsqueeze(-1) * values.unsqueeze(-3)).sum(-2)  # (B, KV, G, T, vd)
         out = out.permute(0, 3, 1, 2, 4).reshape(b, t, cfg.n_heads * vd)
         return self._project(w, "attn_output", out)
+
+    def _attend_ggml(self, q: Tensor, ck: Tensor, cv: Tensor, start_pos: Size, sliding: bool) -> Tensor:
+        """Attention of queries q (B, T, heads, hd) over the whole float16 cache (masked past the current positions)
+        as llama.cpp computes it: float16 queries and weights, its float16 dot products and softmax
+        (`ggml_x86`). (B, T, heads * vd)."""
+        cfg = self.cfg
+        b, t = q.shape[0], q.shape[1]
+        kv, group, slots = cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads, ck.shape[2]
+        qg = round_f16(q).reshape(b, t, kv, group, cfg.head_dim).permute(0, 2, 3, 1, 4)  # (B, KV, G, T, hd)
+        keys = ck.cast(dtypes.float32).reshape(b, kv, 1, 1, slots, cfg.head_dim)
+        qk = ggml_x86.dot_f16(qg.unsqueeze(-2), keys, self.lanes, t)  # (B, KV, G, T, S)
+        scores = softcap(qk * cfg.attn_scale, cfg.attn_softcap)
+        rows = Tensor.arange(start_pos, start_pos + t, device=self.device).reshape(t, 1)
+        cols = Tensor.arange(slots, device=self.device).reshape(1, -1)
+        keep = cols <= rows
+        if sliding and cfg.sliding_window:
+            keep = keep & (cols > rows - cfg.sliding_window)
+        probs = round_f16(ggml_x86.softmax(keep.where(scores, -math.inf), self.lanes))
+        values = cv.cast(dtypes.float32).transpose(2, 3).reshape(b, kv, 1, 1, cfg.value_dim, slots)
+        out = ggml_x86.dot_f16(probs.unsqueeze(-2), values, self.lanes, t)  # (B, KV, G, T, vd)
+        return out.permute(0, 3, 1, 2, 4).reshape(b, t, cfg.n_heads * cfg.value_dim)
 
     def logits_all(self, ids: list[int]) -> Tensor:
         """Logits (1, len(ids), vocab) of every position of `ids` from position 0: one full pass (for tests)."""

@@ -1,8 +1,12 @@
 """llama.cpp's CPU arithmetic as xgrad tensor ops: float32 activations in, the values llama.cpp computes with out.
 
-A model run with `numerics="llama.cpp"` (see `model.Transformer`) rounds where llama.cpp's CPU backend (ggml-cpu, as
-built on x86 by `llama-cpp-python`) rounds, so that greedy decoding picks the tokens llama.cpp picks even at near
-ties. The facts, from ggml's source and checked against its compiled library (`libggml-cpu.so` of
+A model run with `numerics="llama.cpp-avx2"`, `"llama.cpp-avx512"` or `"llama.cpp"` (this machine's width;
+see `model.Transformer`) computes as llama.cpp's CPU backend (ggml-cpu, as built on x86 by `llama-cpp-python`) built
+for that vector width does, so that greedy decoding picks the tokens that build picks even at near ties. This module
+holds the roundings (activation quantisation, float16, the GELU table); `ggml_x86` the summation orders of the
+kernels, which make the results bit-exact where it has the kernel, and the rest keep the roundings only.
+
+The roundings, from ggml's source and checked against its compiled library (`libggml-cpu.so` of
 llama-cpp-python 0.3.36, through its type traits and `from_float` functions):
 
 - A matrix product with a quantised weight first quantises the activation row to the weight type's "vec_dot type"
@@ -25,11 +29,10 @@ llama-cpp-python 0.3.36, through its type traits and `from_float` functions):
 - GELU reads a table of float16 values indexed by the float16 input: y = f16(gelu(f16(x))) for -10 < x < 10, 0
   below, x above (`gelu_f16`).
 
-What this does not reproduce: the order in which llama.cpp's SIMD kernels sum (lanes, FMA), so sums differ from
-llama.cpp's in their last bits. Where such a sum is next quantised or rounded to float16 right at a rounding
-boundary, one quantum flips, and over many layers the flips spread: on Gemma 3 270M the logits differ from
-llama.cpp's about as much as llama.cpp's own runs with different batch sizes differ from each other (the package
-README has the numbers). Greedy ids agree except at ties closer than that.
+Where `ggml_x86` has no kernel (weight types other than Q4_0/Q5_0/Q8_0/Q4_K/Q6_K, SiLU, MoE routing, YaRN), a
+product is the quantised activation times the dequantised weight in xgrad's own order: equal to llama.cpp's integer
+block sums up to float32 rounding of the sum, which flips an 8-bit quantum or a float16 rounding where a value lies
+at a boundary, so greedy ids then agree except at near ties.
 """
 
 from __future__ import annotations
@@ -41,7 +44,29 @@ from xgrad.dtype import dtypes
 from xgrad.errors import ShapeError
 from xgrad_llm.quants import QK_K, GGMLType
 
-NUMERICS = ("xgrad", "llama.cpp")  # the arithmetic a model computes with: its own float32, or llama.cpp's
+# the arithmetic a model computes with: xgrad's own float32, or llama.cpp's CPU backend's as built for a vector width
+# ("llama.cpp": this machine's, see `host_lanes`)
+NUMERICS = ("xgrad", "llama.cpp", "llama.cpp-avx2", "llama.cpp-avx512")
+LANES = {"llama.cpp-avx2": 8, "llama.cpp-avx512": 16}  # float32 lanes of the build's vectors
+
+
+def host_lanes() -> int:
+    """The float32 lanes of the vectors llama.cpp built for this machine uses (GGML_NATIVE): 16 where the CPU has
+    AVX-512 (Linux's /proc/cpuinfo flag avx512f), else 8 (AVX2; also what other machines get)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return 8
+    return 16 if "avx512f" in flags.split() else 8
+
+
+def lanes_of(numerics: str) -> int:
+    """The vector width (float32 lanes) of llama.cpp numerics `numerics`; 0 for "xgrad"."""
+    if numerics == "xgrad":
+        return 0
+    return LANES.get(numerics) or host_lanes()
+
 
 # the activation format llama.cpp's CPU backend pairs with each weight type (ggml-cpu's `vec_dot_type`)
 ACTIVATION_TYPES: dict[GGMLType, GGMLType] = {
@@ -93,24 +118,36 @@ def _blocks(x: Tensor, size: int) -> Tensor:
     return x.reshape(*x.shape[:-1], x.shape[-1] // size, size)
 
 
+def q8_0_quants(x: Tensor) -> tuple[Tensor, Tensor]:
+    """llama.cpp's Q8_0 (and Q8_1) quantisation of x (..., K) in blocks of 32 along K: the quants round(x * 127 /
+    amax), (..., K / 32, 32) as float32 integers, and the block scales float16(amax / 127), (..., K / 32, 1)."""
+    b = _blocks(x.cast(dtypes.float32), 32)
+    amax = b.abs().max(-1, keepdim=True)
+    inv = (amax != 0).where(127.0 / amax, 0.0)
+    return _rint(b * inv), round_f16(amax / 127.0)
+
+
+def q8_k_quants(x: Tensor) -> tuple[Tensor, Tensor]:
+    """llama.cpp's Q8_K quantisation of x (..., K) in blocks of 256: the quants round(x * s) with s = 127 / amax,
+    (..., K / 256, 256), and the block scales, the float32 1 / s, (..., K / 256, 1)."""
+    b = _blocks(x.cast(dtypes.float32), QK_K)
+    amax = b.abs().max(-1, keepdim=True)
+    s = (amax != 0).where(127.0 / amax, 0.0)
+    return _rint(b * s), (s != 0).where(1.0 / s, 0.0)
+
+
 def q8_0_values(x: Tensor) -> Tensor:
     """The values of x (..., K) after llama.cpp's Q8_0 (and Q8_1) activation quantisation, blocks of 32 along K:
     round(x * 127 / amax) * float16(amax / 127)."""
-    b = _blocks(x.cast(dtypes.float32), 32)
-    amax = b.abs().max(-1, keepdim=True)
-    scale = round_f16(amax / 127.0)
-    inv = (amax != 0).where(127.0 / amax, 0.0)
-    return (_rint(b * inv) * scale).reshape(x.shape)
+    q, scale = q8_0_quants(x)
+    return (q * scale).reshape(x.shape)
 
 
 def q8_k_values(x: Tensor) -> Tensor:
     """The values of x (..., K) after llama.cpp's Q8_K activation quantisation, blocks of 256 along K:
     round(x * s) / s with s = 127 / amax (the block scale is the float32 1 / s)."""
-    b = _blocks(x.cast(dtypes.float32), QK_K)
-    amax = b.abs().max(-1, keepdim=True)
-    s = (amax != 0).where(127.0 / amax, 0.0)
-    scale = (s != 0).where(1.0 / s, 0.0)
-    return (_rint(b * s) * scale).reshape(x.shape)
+    q, scale = q8_k_quants(x)
+    return (q * scale).reshape(x.shape)
 
 
 def activations(x: Tensor, weight_type: int) -> Tensor:
