@@ -206,19 +206,26 @@ def f16_dot(x: np.ndarray, y: np.ndarray, width: int) -> np.ndarray:
     return reduce_lanes(a, width)
 
 
-def v_expf(x: np.ndarray) -> np.ndarray:
-    """ggml_v_expf (x86), elementwise in float32."""
+def expf_terms(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What both x86 forms of ggml_v_expf share, in float32: z = x / ln 2 + 1.5 * 2^23 (its low bits hold n), n the
+    nearest integer to x / ln 2, b = x - n ln 2 (two FMAs), u = b * b and the polynomial's high part."""
     x = x.astype(F32)
     r = hexf("0x1.8p23")
     z = fma(x, hexf("0x1.715476p0"), r)
     n = (z - r).astype(F32)
     b = fma(-n, hexf("0x1.7F7D1Cp-20"), fma(-n, hexf("0x1.62E4p-1"), x))
-    e = (z.view(np.uint32) << np.uint32(23)).astype(np.uint32)
-    k = (e + np.float32(1).view(np.uint32)).astype(np.uint32).view(F32)
-    c = np.abs(n) > 126
     u = (b * b).astype(F32)
     odd = fma(hexf("0x1.0E4020p-7"), b, hexf("0x1.573E2Ep-5"))
     hi = fma(odd, u, fma(hexf("0x1.555E66p-3"), b, hexf("0x1.FFFDB6p-2")))
+    return z, n, b, u, hi
+
+
+def v_expf(x: np.ndarray) -> np.ndarray:
+    """ggml_v_expf (x86), elementwise in float32."""
+    z, n, b, u, hi = expf_terms(x)
+    e = (z.view(np.uint32) << np.uint32(23)).astype(np.uint32)
+    k = (e + np.float32(1).view(np.uint32)).astype(np.uint32).view(F32)
+    c = np.abs(n) > 126
     j = fma(hi, u, (hexf("0x1.FFFFECp-1") * b).astype(F32))
     plain = fma(j, k, k)
     if not c.any():

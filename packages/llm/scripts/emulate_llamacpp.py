@@ -31,6 +31,7 @@ from check_llamacpp_ops import (  # noqa: E402
     F32,
     F64,
     Weights,
+    expf_terms,
     fma,
     geglu,
     hexf,
@@ -48,14 +49,7 @@ N_KV = 256  # llama.cpp's cache view (n_ctx = 256); positions past the current o
 
 def v_expf_512(x: np.ndarray) -> np.ndarray:
     """ggml_v_expf's AVX-512 form: j = fma(poly, u, fma(c1, b, 1)), result scalef(j, n) (j * 2^n, rounded once)."""
-    x = x.astype(F32)
-    r = hexf("0x1.8p23")
-    z = fma(x, hexf("0x1.715476p0"), r)
-    n = (z - r).astype(F32)
-    b = fma(-n, hexf("0x1.7F7D1Cp-20"), fma(-n, hexf("0x1.62E4p-1"), x))
-    u = (b * b).astype(F32)
-    odd = fma(hexf("0x1.0E4020p-7"), b, hexf("0x1.573E2Ep-5"))
-    hi = fma(odd, u, fma(hexf("0x1.555E66p-3"), b, hexf("0x1.FFFDB6p-2")))
+    _, n, b, u, hi = expf_terms(x)
     j = fma(hi, u, fma(hexf("0x1.FFFFECp-1"), b, F32(1)))
     with np.errstate(over="ignore", invalid="ignore"):
         nn = np.where(np.isfinite(n), n, 0).astype(np.int64)
