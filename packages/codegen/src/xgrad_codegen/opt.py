@@ -485,7 +485,7 @@ def heuristic_opts(ast: UOp, vector_width: int = 4, scratch: bool = False) -> li
         _register_tile(h, tile, amount, contiguous)
         _parallel_panel(h, contiguous, tile, tiled)
     else:
-        _untiled_lanes(h, contiguous, amount, contiguous is not None and _gathered(ast, contiguous))
+        _untiled_lanes(h, contiguous, amount, ast)
     return h.opts
 
 
@@ -579,11 +579,11 @@ def _parallel_panel(h: _Heuristic, contiguous: UOp | None, tile: UOp, tiled: set
             return
 
 
-def _untiled_lanes(h: _Heuristic, contiguous: UOp | None, amount: int, gathered: bool) -> None:
+def _untiled_lanes(h: _Heuristic, contiguous: UOp | None, amount: int, base: UOp) -> None:
     """Stage 4: a reduction without a register tile. With no vector axis, lanes that share index math
     (`_linear_lanes`) and then lanes that reuse loaded values (`_reuse_lanes`); else up to 4 vector chains side by
-    side (a matrix-vector product, whose vectors are contiguous loads: not when a load gathers them, `gathered`)
-    and the innermost reduction unrolled by 4."""
+    side (a matrix-vector product, whose vectors are contiguous loads: not when a load gathers them, `_gathered` on
+    the kernel as it came, `base`) and the innermost reduction unrolled by 4."""
     reds = [r for r in kernel_ranges(h.ast) if r.arg[1] is AxisType.REDUCE]
     if reds and not h.opts and (lanes := _linear_lanes(h.ast)) is not None:
         h.add("UPCAST", lanes[0], lanes[1])
@@ -598,12 +598,12 @@ def _untiled_lanes(h: _Heuristic, contiguous: UOp | None, amount: int, gathered:
         h.add("UPCAST", shared[0], shared[1])
     elif reds and (size := range_size(reds[-1])) is not None and size % 4 == 0 and size >= 8:
         steps = prod(range_size(r) or 64 for r in reds)  # the chain's length (a quantised matrix's groups x group)
-        if amount and not gathered and contiguous is not None and (rest := range_size(contiguous)) and steps >= 64:
+        if amount and contiguous is not None and (rest := range_size(contiguous)) and steps >= 64:
             # one vector of outputs (a matrix-vector product) is one chain of dependent FMAs, as slow as their latency:
             # up to 4 vectors side by side are independent chains that overlap. Gathered vectors (a softmax's row
             # sums, 8 rows a vector) are not: 4 x 8 rows' streams at once ran its kernel 2x slower than 8 rows'.
             chains = next((c for c in (4, 2) if rest % (c * amount) == 0 and rest >= 2 * c * amount), 1)
-            if chains > 1:
+            if chains > 1 and not _gathered(base, contiguous):  # checked last: index math per load
                 h.add("UPCAST", contiguous, chains)
         h.add("UNROLL", reds[-1], 4)
 
