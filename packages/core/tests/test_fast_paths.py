@@ -58,6 +58,54 @@ def test_jit_replay_falls_back_to_checks_when_input_is_a_view(xgrad_device):
         f(Tensor(data(5), device=xgrad_device).realize())
 
 
+def test_jit_replay_with_the_last_calls_inputs_reads_their_current_contents(xgrad_device):
+    # the same input tensors call after call (parameters, optimizer states) take the replay's shortest path, which
+    # reuses the last call's buffer handles: values written into those buffers in between must be read
+    @TinyJit
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return (a * b + 1).realize()
+
+    x, y = data(8), data(8)
+    a, b = Tensor(x, device=xgrad_device).realize(), Tensor(y, device=xgrad_device).realize()
+    for step in range(5):
+        np.testing.assert_allclose(f(a, b).numpy(), x * y + 1, rtol=1e-5, atol=1e-6)
+        x = x + step + 1
+        a.assign(Tensor(x, device=xgrad_device)).realize()  # written in place: the same buffer, new contents
+    assert f._last is not None  # the handles were reused (the path under test was taken)
+    other = data(8)  # a new tensor in a's place is checked and read, not the last call's buffer
+    np.testing.assert_allclose(f(Tensor(other, device=xgrad_device).realize(), b).numpy(), other * y + 1, rtol=1e-5)
+
+
+def test_jit_replay_never_reuses_the_handles_of_a_dropped_input(xgrad_device):
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return (a * 2).realize()
+
+    for _ in range(3):
+        a = Tensor(data(16), device=xgrad_device).realize()
+        f(a)
+        f(a)
+    del a
+    gc.collect()  # a's buffer is freed; a new tensor may get its memory or its UOp's id, never its stale handle
+    for _ in range(3):
+        x = data(16)
+        np.testing.assert_allclose(f(Tensor(x, device=xgrad_device).realize()).numpy(), x * 2, rtol=1e-6)
+
+
+def test_jit_output_passed_back_in_is_copied_even_after_a_same_input_replay(xgrad_device):
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return (a + 1).realize()
+
+    a = Tensor(np.zeros(4, np.float32), device=xgrad_device).realize()
+    for _ in range(3):
+        f(a)
+    out = f(a)  # the replay's output buffer
+    for k in range(2, 5):  # fed back: each replay reads its input before overwriting the buffer it came from
+        out = f(out)
+        np.testing.assert_array_equal(out.numpy(), np.full(4, k, np.float32))
+
+
 def test_schedule_cache_key_keeps_negative_zero_and_int_constants_apart():
     x = Tensor(np.ones(4, np.float32)).realize()
     keys = [scan_graph(UOp(Ops.SINK, dtypes.void, (t.uop,)))[0] for t in (x * 0.0, x * -0.0, x * 1.0, x * 2.0)]
