@@ -266,3 +266,72 @@ def test_numerics_name_a_vector_width() -> None:
     except OSError:
         avx512 = False
     assert lanes_of("llama.cpp") == host_lanes() == (16 if avx512 else 8)
+
+
+def _buffer_bytes(tensors: list[Tensor]) -> int:
+    """Bytes of the distinct realized buffers that `tensors` (lazy views and ops over them) read."""
+    seen: dict[Any, int] = {}
+    for t in tensors:
+        for u in t.uop.toposort:
+            if u.op.name == "BUFFER":
+                seen[u] = u.arg[1] * u.dtype.itemsize
+    return sum(seen.values())
+
+
+def _weights(model: Transformer) -> list[Tensor]:
+    """Every weight tensor the model holds: W.T views, norms, and the fields of llama.cpp numerics' `BlockInts`."""
+    out = [model.tok_embd_t, model.output, model.output_norm]
+    for layer in model.layers:
+        out.extend(layer.values())
+    for ints in model.block_ints.values():
+        out.extend(x for x in (ints.q, ints.d, ints.sc, ints.m, ints.dmin) if x is not None)
+    return out
+
+
+@pytest.mark.parametrize("quantized", [True, False])
+def test_llama_cpp_numerics_hold_each_exact_matrix_once(quantized: bool, tmp_path: pathlib.Path) -> None:
+    """Under llama.cpp numerics a Q8_0 matrix (a type `ggml_x86` multiplies exactly) is held once, as the file's
+    blocks: the buffers behind every weight the model holds (its W.T views, its `BlockInts`) take exactly the file's
+    bytes (they took those plus a packed, or float32, copy before), none is packed, and the token embeddings (W.T
+    views over those blocks) are gguf's dequantisation of them, bit for bit."""
+    torch = pytest.importorskip("torch")
+    gguf = pytest.importorskip("gguf")
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from serve_helpers import SPEC, NumpyLlama
+    from tiny_models import write_gguf
+
+    from xgrad_llm.gguf import open_gguf
+
+    ref = NumpyLlama(SPEC, seed=4)
+    state = {k: torch.from_numpy(v.copy()) for k, v in ref.w.items()}
+    holder = type("M", (), {"state_dict": lambda self: state})()
+    path = write_gguf(SPEC, holder, tmp_path / "q8.gguf", gguf.GGMLQuantizationType.Q8_0)
+    f = open_gguf(path)
+    matrices = [n for n, info in f.tensors.items() if info.type == GGMLType.Q8_0]
+    assert len(matrices) == 1 + 7 * SPEC.n_layers  # tied embedding, q k v o gate up down
+    model = Transformer(f, cache_len=16, quantized=quantized, numerics="llama.cpp")
+    assert set(model.block_ints) == set(matrices)
+    assert not model.packed and not any(layer.packed for layer in model.layers)
+    assert model.weight_nbytes == sum(f.tensors[n].nbytes for n in matrices)
+    assert _buffer_bytes(_weights(model)) == sum(info.nbytes for info in f.tensors.values())  # + F32 norms
+    ids = [3, 7, 100, 270]
+    want = state["model.embed_tokens.weight"].numpy()[ids]  # gguf's dequantisation of the file's blocks
+    np.testing.assert_array_equal(model.embed(ids).numpy()[0], want)
+
+
+def test_llama_cpp_numerics_keep_moe_router_and_shared_expert_packed(tmp_path: pathlib.Path) -> None:
+    """qwen2moe's shared expert (Q8_0) is multiplied through its W.T in `moe_ffn`, not llama.cpp's sums: under
+    llama.cpp numerics it stays packed and gets no `BlockInts` (which would hold its bytes a second time)."""
+    pytest.importorskip("transformers")
+    gguf = pytest.importorskip("gguf")
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    import tiny_models as tm
+
+    from xgrad_llm.gguf import open_gguf
+
+    _, path = tm.make(tm.Spec("qwen2moe", n_layers=1), tmp_path, gguf.GGMLQuantizationType.Q8_0)
+    model = Transformer(open_gguf(path), cache_len=16, numerics="llama.cpp")
+    shared = {f"blk.0.{s}.weight" for s in ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")}
+    assert shared <= set(model.packed) and not shared & set(model.block_ints)
+    assert "attn_q" in model.layers[0].ints and "attn_q" not in model.layers[0].packed
+    assert np.isfinite(model.logits_all([2, 5, 100]).numpy()).all()

@@ -257,13 +257,22 @@ class Transformer:
         ]
 
     # ---- weights ----
-    def _matrix(self, name: str) -> Tensor:
+    def _matrix(self, name: str, exact: bool = True) -> Tensor:
         """W.T of matrix `name`: a view of float32 W, or lazy ops over its packed (or raw) quantised bytes that fuse
-        into the matmul that uses them."""
+        into the matmul that uses them.
+
+        Under llama.cpp numerics a matrix of a type in `EXACT_TYPES` whose products read `block_ints` (`exact`: the
+        caller's products go through `ggml_x86.product`) is held once, as the file's bytes: its `BlockInts` and the
+        W.T returned (read only by token-embedding lookups, a gather that no sum order changes) are lazy ops over
+        that one buffer. Packing it as well took a second copy that nothing read (Gemma 3 270M Q4_K_M loaded: peak
+        RSS 813 -> 510 MiB, llm README). Matrices whose products read W.T (`exact=False`: MoE routers, qwen2moe's
+        shared expert) are packed as under float32 numerics and get no `BlockInts`."""
         info = self.file.tensors[name]
-        if self.llama_numerics and info.type in EXACT_TYPES and len(info.shape) == 2:
+        if exact and self.llama_numerics and info.type in EXACT_TYPES and len(info.shape) == 2:
             raw = self.file.raw(name).to(self.device).contiguous().realize()
+            self.weight_nbytes += raw.nbytes()
             self.block_ints[name] = BlockInts.from_raw(raw, info.type, (info.shape[0], info.shape[1]))
+            return dequantize(raw, info.type, info.shape).T
         if not self.quantized or info.type == GGMLType.F32:
             w = self.file.tensor(name, self.device).contiguous().realize()
             self.weight_nbytes += w.nbytes()
@@ -316,7 +325,10 @@ class Transformer:
             if short.endswith("norm"):
                 w[short] = self._vector(name)
             else:
-                w[short] = self._experts(name) if short.endswith("_exps") else self._matrix(name)
+                # the router's product reads W.T (moe_ffn), not llama.cpp's sums: packed as under float32 numerics
+                w[short] = (
+                    self._experts(name) if short.endswith("_exps") else self._matrix(name, short != "ffn_gate_inp")
+                )
                 w.types[short] = self.file.tensors[name].type
                 if name in self.packed:
                     w.packed[short] = self.packed[name]
@@ -324,7 +336,7 @@ class Transformer:
                     w.ints[short] = self.block_ints[name]
         for short in ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"):  # qwen2moe's shared expert
             if (name := f"blk.{i}.{short}.weight") in self.file.tensors:
-                w[short] = self._matrix(name)
+                w[short] = self._matrix(name, exact=False)  # moe_ffn multiplies by its W.T
                 w.types[short] = self.file.tensors[name].type
         if (name := f"blk.{i}.ffn_gate_inp_shexp.weight") in self.file.tensors:  # its gate: (dim,) or (1, dim)
             w["ffn_gate_inp_shexp"] = self._vector(name).reshape(self.cfg.dim, 1)
