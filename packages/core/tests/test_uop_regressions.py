@@ -86,3 +86,37 @@ def test_prod_gradient_with_zeros_matches_torch(xgrad_device, case, axis):
 def test_prod_is_one_product_reduction():
     y = Tensor([[1.0, 2.0], [3.0, 4.0]]).prod(1, keepdim=True)
     assert y.uop.op is Ops.REDUCE_AXIS and y.uop.arg == (Ops.MUL, (1,))
+
+
+def _recursive_order(u: UOp, order: dict[UOp, None]) -> None:
+    """The reference: a recursive depth-first walk, sources left to right, each node after its sources."""
+    for s in u.src:
+        if s not in order:
+            _recursive_order(s, order)
+    order[u] = None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_toposort_is_the_recursive_depth_first_order(seed: int) -> None:
+    # schedule-cache keys list a graph's nodes in this order: a walk that ordered shared sources differently would
+    # give one graph two keys; random DAGs with shared nodes, leaves of several kinds, repeated sources
+    rng = np.random.default_rng(seed)
+    nodes = [UOp.const(dtypes.float32, float(i), "CPU", (4,)) for i in range(4)]
+    nodes.append(UOp.variable("n", 1, 8))
+    for _ in range(300):
+        picks = [nodes[int(i)] for i in rng.integers(0, len(nodes), int(rng.integers(1, 4)))]
+        ops = (Ops.ADD, Ops.MUL, Ops.MAX)
+        nodes.append(UOp(ops[int(rng.integers(0, 3))], dtypes.float32, tuple(picks)))
+    sink = UOp(Ops.SINK, dtypes.void, tuple(nodes[-40:]))
+    expected: dict[UOp, None] = {}
+    _recursive_order(sink, expected)
+    assert list(sink.toposort_into({})) == list(expected)
+    start: dict[UOp, None] = {}  # into an order that holds some nodes already: only the rest are appended
+    for n in nodes[50:60]:
+        _recursive_order(n, start)
+    order = dict(start)
+    _recursive_order(sink, order)
+    assert list(sink.toposort_into(dict(start))) == list(order)
+    leaf = nodes[0].src[0].src[0].src[0]  # a const's DEVICE: no sources
+    assert not leaf.src and list(leaf.toposort_into({})) == [leaf]
+    assert sink.toposort_into(dict(expected)) == expected  # nothing new to append

@@ -240,17 +240,26 @@ class UOp(metaclass=_UOpMeta):
         return self.toposort_into({})
 
     def toposort_into(self, order: dict[UOp, None]) -> dict[UOp, None]:
-        """`order` with this node and the nodes it depends on that `order` lacks appended, sources before users."""
-        stack: list[tuple[UOp, bool]] = [(self, False)]
+        """`order` with this node and the nodes it depends on that `order` lacks appended, sources before users.
+
+        A depth-first walk, sources left to right, each node appended once all of its sources are: the order a
+        recursive walk gives (schedule-cache keys depend on it). A stack of (node, iterator over its sources) resumes
+        each node where it left off, and a leaf is appended where it is met, with no stack entry of its own."""
+        if self in order:
+            return order
+        stack: list[tuple[UOp, Iterator[UOp]]] = [(self, iter(self.src))]
+        push, pop = stack.append, stack.pop
         while stack:
-            node, expanded = stack.pop()
-            if node in order:
-                continue
-            if expanded:
-                order[node] = None
+            node, sources = stack[-1]
+            for s in sources:
+                if s not in order:
+                    if s.src:
+                        push((s, iter(s.src)))
+                        break
+                    order[s] = None
             else:
-                stack.append((node, True))
-                stack.extend((s, False) for s in reversed(node.src) if s not in order)
+                pop()
+                order[node] = None
         return order
 
     def walk(self) -> dict[UOp, None]:
