@@ -14,11 +14,10 @@ Stages (each has a spec table in `xgrad.uop.spec`):
 from __future__ import annotations
 
 import enum
-import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from xgrad.dtype import DType, dtypes, truncate
 from xgrad.errors import ShapeError, ShardingError
@@ -208,6 +207,29 @@ class _UOpMeta(type):
         return created
 
 
+_T = TypeVar("_T")
+
+
+class _Cached(Generic[_T]):
+    """A property computed on first read and kept in the node's `__dict__` (a non-data descriptor: later reads find
+    the value there and never call this). functools.cached_property without the lock it takes on every first read
+    on Python 3.11; a node's properties are pure functions of the immutable node, so two threads racing on one
+    compute the same value."""
+
+    def __init__(self, fn: Callable[[Any], _T]) -> None:
+        self.func, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__  # (`func`: as functools names it)
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _Cached[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> _T | _Cached[_T]:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.func(obj)
+        return value
+
+
 class UOp(metaclass=_UOpMeta):
     """One node of the graph. Immutable; equal nodes are the same object, so `is` and `==` agree."""
 
@@ -234,7 +256,7 @@ class UOp(metaclass=_UOpMeta):
         return UOp(op, dtype, tuple(src), arg)
 
     # ---- graph walks ----
-    @functools.cached_property
+    @_Cached
     def toposort(self) -> dict[UOp, None]:
         """Every node this one depends on (itself last), sources before users."""
         return self.toposort_into({})
@@ -277,7 +299,7 @@ class UOp(metaclass=_UOpMeta):
         return any(x.op is op for x in self.toposort)
 
     # ---- shape (tensor graph) ----
-    @functools.cached_property
+    @_Cached
     def shape(self) -> tuple[sint, ...] | None:
         _fill_sources(self, "shape")
         return _compute_shape(self)
@@ -292,7 +314,7 @@ class UOp(metaclass=_UOpMeta):
         assert self.shape is not None, f"{self.op} has no shape"
         return int(prod(self.shape))
 
-    @functools.cached_property
+    @_Cached
     def device(self) -> str | None:
         _fill_sources(self, "device")
         if self.op is Ops.DEVICE:
@@ -517,7 +539,7 @@ class UOp(metaclass=_UOpMeta):
         return ssimplify(self)
 
     # ---- bounds (symbolic) ----
-    @functools.cached_property
+    @_Cached
     def vmin_vmax(self) -> tuple[int | float, int | float]:
         _fill_sources(self, "vmin_vmax")
         return _bounds.bounds(self)
