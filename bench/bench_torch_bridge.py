@@ -19,8 +19,10 @@ On a loaded host, wall-clock times mostly measure waiting: `--clock cpu` times t
 on the calling thread too and the three numbers count work, not the worker pool's wake-ups.
 
 `--counts` counts instead of timing (deterministic, for a loaded host): per steady-state step of native xgrad
-without TinyJit and of the bridge's eager step, the Python function calls (cProfile), the Python bytecodes executed
-(sys.settrace opcode events; torch's C++ is not counted) and the kernels run.
+without TinyJit and of the bridge's eager step (ratios to the first), and of native xgrad's TinyJit'd step, the
+compiled bridge and its no-op graphs (ratios to native TinyJit), the Python function calls (cProfile), the Python
+bytecodes executed (sys.settrace opcode events; torch's C++ is not counted) and the kernels run (a TinyJit replay
+counts none).
 
 Run: .venv/bin/python bench/bench_torch_bridge.py [--steps 30] [--ops 2000] [--rounds 3] [--clock wall|cpu] [--counts]
 (asserts nothing)
@@ -285,14 +287,21 @@ def main(argv: list[str] | None = None) -> None:
     if args.counts:
         measure = counted
         torch.set_num_threads(1)
+
+        def bridge(compiled: Any = False) -> Timing:
+            return bench_torch(torch_model(weights), "xgrad", batches, args.steps, rounds, compiled)[0]
+
         rows = [
             ("native xgrad, no TinyJit", bench_native(demo, batches, args.steps, rounds, jit=False)[0]),
-            ("torch on xgrad, eager", bench_torch(torch_model(weights), "xgrad", batches, args.steps, rounds)[0]),
+            ("torch on xgrad, eager", bridge()),
+            ("native xgrad (TinyJit)", bench_native(demo, batches, args.steps, rounds)[0]),
+            ("torch on xgrad, torch.compile", bridge(True)),
+            ("  torch's part: no-op graphs", bridge(noop_backend)),
         ]
         print(f"digits CNN training step, batch {BATCH}, per step (torch {torch.__version__})")
         print("                                  Python calls   bytecodes   kernels")
-        base = rows[0][1]
-        for name, c in rows:
+        for k, (name, c) in enumerate(rows):
+            base = rows[0 if k < 2 else 2][1]  # eager steps: to native without TinyJit; the rest: to native TinyJit
             assert isinstance(c, Counts) and isinstance(base, Counts)
             print(f"  {name:30s} {c.calls:10.0f} {c.bytecodes:11.0f} {c.kernels:9.1f}   "
                   f"{c.calls / base.calls:.2f}x calls, {c.bytecodes / base.bytecodes:.2f}x bytecodes")  # fmt: skip
