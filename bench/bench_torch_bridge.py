@@ -198,8 +198,20 @@ def bench_native(
     return measure(step, steps, 2, rounds)
 
 
+def _fresh(o: Any) -> Any:
+    """A new torch tensor over the xgrad Tensor that `o` holds (as the real backend wraps its results each call), so
+    that autograd can take a gradient over as its own instead of copying it; `o` itself when it is a view."""
+    if not isinstance(o, torch.Tensor) or o.device.type != "xgrad":
+        return o
+    whole = xgrad_torch.storage.holder_of(o).whole
+    if tuple(o.shape) != whole.shape or o.storage_offset() != 0 or not o.is_contiguous():
+        return o
+    return xgrad_torch.storage.wrap(whole, o.dtype)
+
+
 def _replaying_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
-    """An aot_autograd graph compiler whose graph runs once and then returns those outputs on every call."""
+    """An aot_autograd graph compiler whose graph runs once and then returns those outputs, in new tensors, on every
+    call."""
     first: list[Any] = []
 
     def run(args: list[Any]) -> Any:
@@ -207,7 +219,7 @@ def _replaying_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callab
         args.clear()
         if not first:
             first.append(gm(*inputs))
-        return first[0]
+        return [_fresh(o) for o in first[0]]
 
     run._boxed_call = True  # type: ignore[attr-defined]
     return run

@@ -50,6 +50,7 @@ from xgrad_llm.quants import AFFINE, BLOCK_SIZES, GGMLType
 F32, F64 = dtypes.float32, dtypes.float64
 EXACT_TYPES = (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K)
 _Q0 = (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0)
+SLICE_BYTES = 16 << 20  # the most lane sums (float32) one slice of a product writes (see `product`)
 
 
 def add32(a: Tensor, b: Tensor) -> Tensor:
@@ -96,6 +97,21 @@ class BlockInts:
     sc: Tensor | None = None
     m: Tensor | None = None
     dmin: Tensor | None = None
+
+    def rows(self, start: Any, size: int) -> BlockInts:
+        """Rows [start, start + size) of the matrix (start: an int or a bound Variable), lazily."""
+
+        def part(t: Tensor) -> Tensor:
+            return t.shrink(((start, start + size), *((None,) * (t.ndim - 1))))
+
+        return BlockInts(
+            self.type,
+            part(self.q),
+            part(self.d),
+            None if self.sc is None else part(self.sc),
+            None if self.m is None else part(self.m),
+            None if self.dmin is None else part(self.dmin),
+        )
 
     @classmethod
     def from_raw(cls, raw: Tensor, type_id: int, shape: tuple[int, int]) -> BlockInts:
@@ -149,7 +165,13 @@ def _fma_chain(d: Tensor, ints: Tensor) -> Tensor:
 
 def product(x: Tensor, w: BlockInts) -> Tensor:
     """x (..., K) times the quantised matrix w (N, K) transposed, as llama.cpp computes it: (..., N) float32. x is
-    quantised to the activation type first (Q8_0 for Q4_0/Q5_0/Q8_0 weights, Q8_K for the K-quants)."""
+    quantised to the activation type first (Q8_0 for Q4_0/Q5_0/Q8_0 weights, Q8_K for the K-quants).
+
+    The lane sums are written to memory before the FMA chain (rows x N x blocks x 8 float32), so a matrix whose
+    sums would take more than SLICE_BYTES runs SLICE_BYTES' worth of its rows at a time, each slice realized into
+    the result before the next (one compiled set of kernels for every full slice: the slice's first row is a bound
+    Variable). Every output is the same sum in the same order either way. Gemma 3 270M's output head (262,144 rows
+    of 20 Q8_0 blocks) took 168 MiB of lane sums for one input row, held by the prefill's and the decode's JITs."""
     from xgrad_llm.numerics import q8_0_quants, q8_k_quants  # (numerics imports this module)
 
     lead = x.shape[:-1]
@@ -157,10 +179,27 @@ def product(x: Tensor, w: BlockInts) -> Tensor:
     n, nb, block = w.q.shape
     xq, xd = (q8_0_quants if w.type in _Q0 else q8_k_quants)(x.reshape(rows, -1))
     qx = xq.cast(dtypes.int32).reshape(rows, 1, nb, block)
-    d = xd.reshape(rows, 1, nb) * w.d.reshape(1, n, nb)  # (rows, N, nb): the block scales' product
+    xd = xd.reshape(rows, 1, nb)
+    step = max(8, SLICE_BYTES // (rows * nb * 8 * 4)) // 8 * 8
+    if step >= n:
+        return _product(qx, xd, w).reshape(*lead, n)
+    qx, xd = qx.contiguous().realize(), xd.contiguous().realize()  # each slice reads them, not x's graph
+    out = Tensor.empty(rows, n, device=x.device)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        out.shrink((None, (r0, r1))).assign(_product(qx, xd, w.rows(r0, r1 - r0))).realize()
+    return out.reshape(*lead, n)
+
+
+def _product(qx: Tensor, xd: Tensor, w: BlockInts) -> Tensor:
+    """`product` of the quantised activations qx (rows, 1, nb, block) int32 with block scales xd (rows, 1, nb):
+    (rows, N)."""
+    rows = qx.shape[0]
+    n, nb, block = w.q.shape
+    d = xd * w.d.reshape(1, n, nb)  # (rows, N, nb): the block scales' product
     if w.type in _Q0:
         ints = _lane_sums(w.q.reshape(1, n, nb, block) * qx)
-        return hsum8(_fma_chain(d, ints.cast(F32))).contiguous().reshape(*lead, n)
+        return hsum8(_fma_chain(d, ints.cast(F32))).contiguous()
     assert w.sc is not None
     groups = w.sc.shape[-1]
     sc = w.sc.reshape(1, n, nb, groups, 1).expand(1, n, nb, groups, block // groups).reshape(1, n, nb, block)
@@ -168,16 +207,16 @@ def product(x: Tensor, w: BlockInts) -> Tensor:
         scx = sc * qx
         ints = _lane_sums(scx * (w.q.reshape(1, n, nb, block) + 32))
         ints = ints - 32 * scx.reshape(rows, n, nb, 8, 32).sum(-1)
-        return hsum8(_fma_chain(d, ints.cast(F32))).contiguous().reshape(*lead, n)
+        return hsum8(_fma_chain(d, ints.cast(F32))).contiguous()
     assert w.m is not None and w.dmin is not None  # Q4_K
     ints = _lane_sums(sc * w.q.reshape(1, n, nb, block) * qx)
     out = hsum8(_fma_chain(d, ints.cast(F32)))
     sums = qx.reshape(rows, 1, nb, 8, 32).sum(-1)  # the activations' sums per sub-block of 32
     mins = (w.m.reshape(1, n, nb, 8) * sums).reshape(rows, n, nb, 4, 2).sum(-1)
-    dmin = -xd.reshape(rows, 1, nb) * w.dmin.reshape(1, n, nb)
+    dmin = -xd * w.dmin.reshape(1, n, nb)
     acc_m = _fma_chain(dmin, mins.cast(F32))
     r = add32(acc_m[..., :2], acc_m[..., 2:])
-    return add32(out, add32(r[..., 0], r[..., 1])).contiguous().reshape(*lead, n)
+    return add32(out, add32(r[..., 0], r[..., 1])).contiguous()
 
 
 # ---- float16 dot products, softmax ----

@@ -269,7 +269,9 @@ class Transformer:
         shared expert) are packed as under float32 numerics and get no `BlockInts`."""
         info = self.file.tensors[name]
         if exact and self.llama_numerics and info.type in EXACT_TYPES and len(info.shape) == 2:
-            raw = self.file.raw(name).to(self.device).contiguous().realize()
+            # the copy itself is the buffer: `.contiguous()` would copy it again and leave the first in the
+            # allocator's cache of freed blocks (Gemma 3 270M's 170 MiB embedding: 170 MiB more resident)
+            raw = self.file.raw(name).to(self.device).realize()
             self.weight_nbytes += raw.nbytes()
             self.block_ints[name] = BlockInts.from_raw(raw, info.type, (info.shape[0], info.shape[1]))
             return dequantize(raw, info.type, info.shape).T
