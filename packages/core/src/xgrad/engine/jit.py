@@ -9,6 +9,7 @@ first, and on replay each must match the capture in shape, dtype, device and vie
 from __future__ import annotations
 
 import functools
+import operator
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,9 +78,14 @@ def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor
     return found
 
 
+_deref: Callable[[weakref.ref[UOp]], UOp | None] = weakref.ref.__call__
+_uop_of = operator.attrgetter("uop")
+
+
 def _same_uops(refs: list[weakref.ref[UOp]], args: tuple[Any, ...]) -> bool:
-    """Whether `args` are Tensors whose UOps are the live referents of `refs`, in order (a dead ref never matches)."""
-    return all(type(a) is Tensor for a in args) and [r() for r in refs] == [a.uop for a in args]
+    """Whether `args` are Tensors whose UOps are the live referents of `refs`, in order (a dead ref never matches).
+    Every replay of a step asks this: map over C callables runs no Python bytecode per argument."""
+    return set(map(type, args)) <= {Tensor} and list(map(_deref, refs)) == list(map(_uop_of, args))
 
 
 def _passes_variables(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
