@@ -26,6 +26,7 @@ point, so an installed xgrad_torch needs no import beyond `import xgrad_torch`).
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -41,6 +42,7 @@ from . import storage
 from .registration import BridgeError
 from .storage import read, to_torch_dtype, wrap
 
+_uop_of = operator.attrgetter("uop")
 KEEP_CPU_INPUT = 16  # a CPU input of up to this many elements keeps its buffer between calls
 _CONSTANT_OPS = {"CONST", "DEVICE", "RESHAPE", "EXPAND", "CAST"}  # the nodes of a lazy constant (ones_like, zeros)
 
@@ -262,21 +264,22 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> list[Any]:
         self.host_inputs = set()
         read_in = [self._input(k, a) for k, a in enumerate(args)]
-        xs = [x for x, _, _ in read_in]
-        views = [view for _, view, _ in read_in]
+        xs, views, owns = (list(column) for column in zip(*read_in)) if read_in else ([], [], [])
         storage.flush()  # pending writes to inputs (an optimizer's step) first: the replay reads their buffers
         # one xgrad Tensor per graph node: a tensor passed twice, two sharing a storage, or two storages holding the
         # same lazy value (optimizer states made by zeros_like, which realize to one buffer) go in once, and none
-        # of them is written by an assign
-        first: dict[int, int] = {}
-        unique: list[Tensor] = []
-        for x in xs:
-            if id(x.uop) not in first:
-                first[id(x.uop)] = len(unique)
-                unique.append(x)
-        positions = [first[id(x.uop)] for x in xs]
-        uses = Counter(positions)
-        assignable = [owns and uses[p] == 1 for (_, _, owns), p in zip(read_in, positions)]
+        # of them is written by an assign. (Every call of every graph does this over all its inputs: built from
+        # dict and map calls, which run no Python bytecode per input.)
+        ids = list(map(id, map(_uop_of, xs)))
+        unique_ids = list(dict.fromkeys(ids))  # in the order of their first input
+        first_tensor = dict(zip(reversed(ids), reversed(xs)))  # (a node's first input is written last, so it stays)
+        unique: list[Tensor] = list(map(first_tensor.__getitem__, unique_ids))
+        positions = list(map(dict(zip(unique_ids, range(len(unique_ids)))).__getitem__, ids))
+        if len(unique_ids) == len(ids):  # (the common case: no input shares a node with another)
+            assignable = owns
+        else:
+            uses = Counter(positions)
+            assignable = [own and uses[p] == 1 for own, p in zip(owns, positions)]
         if (positions, assignable, views) != (self.positions, self.assignable, self.input_views):
             self.jit.reset()  # a different aliasing or view of the inputs: capture again
         self.positions, self.assignable, self.input_views = positions, assignable, views
