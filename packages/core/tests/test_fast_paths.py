@@ -85,8 +85,10 @@ def test_jit_replay_never_reuses_the_handles_of_a_dropped_input(xgrad_device):
         a = Tensor(data(16), device=xgrad_device).realize()
         f(a)
         f(a)
+    assert f._last is not None  # the same input twice: its handle kept for the next replay
     del a
     gc.collect()  # a's buffer is freed; a new tensor may get its memory or its UOp's id, never its stale handle
+    assert f._last is None  # and the kept handle went with it (it would hold the freed input's memory)
     for _ in range(3):
         x = data(16)
         np.testing.assert_allclose(f(Tensor(x, device=xgrad_device).realize()).numpy(), x * 2, rtol=1e-6)

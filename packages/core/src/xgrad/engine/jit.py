@@ -82,6 +82,22 @@ _deref: Callable[[weakref.ref[UOp]], UOp | None] = weakref.ref.__call__
 _uop_of = operator.attrgetter("uop")
 
 
+def _watched_uops(jit: TinyJit[Any], args: tuple[Any, ...]) -> list[weakref.ref[UOp]]:
+    """Weak refs to the Tensor args' UOps for `jit._last`. When one of them dies, `_last` goes if it still holds
+    these refs: its buffer handles would otherwise keep a freed input's memory until the next replay. (The callback
+    holds the jit weakly and the list by id: no reference cycle.)"""
+    owner = weakref.ref(jit)
+    refs: list[weakref.ref[UOp]] = []
+    key = id(refs)
+
+    def dropped(_: weakref.ref[UOp]) -> None:
+        if (j := owner()) is not None and j._last is not None and id(j._last[0]) == key:
+            j._last = None
+
+    refs.extend(weakref.ref(a.uop, dropped) for a in args)
+    return refs
+
+
 def _same_uops(refs: list[weakref.ref[UOp]], args: tuple[Any, ...]) -> bool:
     """Whether `args` are Tensors whose UOps are the live referents of `refs`, in order (a dead ref never matches).
     Every replay of a step asks this: map over C callables runs no Python bytecode per argument."""
@@ -349,7 +365,7 @@ class TinyJit(Generic[R]):
             if (last := self._last) is not None and _same_uops(last[0], args):
                 return self._run(last[1], {})  # the same buffers as the last replay: nothing to check again
             if (bufs := self._plain_args(args)) is not None:
-                return self._launch(bufs, {}, [weakref.ref(a.uop) for a in args])
+                return self._launch(bufs, {}, _watched_uops(self, args))
         inputs = _input_tensors(args, kwargs)
         if len({id(t) for t in inputs}) != len(inputs):
             raise JitError("the same Tensor is passed to a TinyJit twice; pass it once (or pass a .clone())")
