@@ -54,9 +54,12 @@ class _Raw:
         return Tensor(self._raw)
 
 
+@pytest.mark.parametrize("sliced", [False, True])
 @pytest.mark.parametrize("kind", [GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K])
-def test_product_is_llama_cpps_vec_dot(kind: GGMLType) -> None:
-    rows, cols = 24, 512
+def test_product_is_llama_cpps_vec_dot(kind: GGMLType, sliced: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole, and (`sliced`) 8 of the matrix's 28 rows at a time as a big matrix's product runs (Gemma 3's output
+    head), the last slice shorter."""
+    rows, cols = 28, 512
     raw = random_blocks(kind, rows, cols, seed=int(kind))
     weights = ref.Weights.__new__(ref.Weights)
     weights.file = _Raw(raw, kind, (rows, cols))  # type: ignore[assignment]
@@ -64,6 +67,8 @@ def test_product_is_llama_cpps_vec_dot(kind: GGMLType) -> None:
     x = np.random.default_rng(7).standard_normal((3, cols)).astype(F32)
     x[1, :40] = 0  # a zero block
     want = np.stack([ref.matvec(weights.get("w"), r) for r in x])
+    if sliced:  # the lane sums of 8 rows: 3 inputs x 8 rows x blocks x 8 lanes x 4 bytes
+        monkeypatch.setattr(ggml_x86, "SLICE_BYTES", 3 * 8 * (cols // BLOCK_SIZES[kind][0]) * 8 * 4)
     got = ggml_x86.product(Tensor(x), ggml_x86.BlockInts.from_raw(Tensor(raw), kind, (rows, cols))).numpy()
     assert got.dtype == F32
     np.testing.assert_array_equal(got, want)

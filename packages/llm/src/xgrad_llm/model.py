@@ -265,8 +265,9 @@ class Transformer:
         caller's products go through `ggml_x86.product`) is held once, as the file's bytes: its `BlockInts` and the
         W.T returned (read only by token-embedding lookups, a gather that no sum order changes) are lazy ops over
         that one buffer. Packing it as well took a second copy that nothing read (Gemma 3 270M Q4_K_M loaded: peak
-        RSS 813 -> 510 MiB, llm README). Matrices whose products read W.T (`exact=False`: MoE routers, qwen2moe's
-        shared expert) are packed as under float32 numerics and get no `BlockInts`."""
+        RSS 813 -> 429 MiB with the single copy below, llm README). Matrices whose products read W.T
+        (`exact=False`: MoE routers, qwen2moe's shared expert) are packed as under float32 numerics and get no
+        `BlockInts`."""
         info = self.file.tensors[name]
         if exact and self.llama_numerics and info.type in EXACT_TYPES and len(info.shape) == 2:
             # the copy itself is the buffer: `.contiguous()` would copy it again and leave the first in the
