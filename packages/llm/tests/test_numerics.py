@@ -335,3 +335,31 @@ def test_llama_cpp_numerics_keep_moe_router_and_shared_expert_packed(tmp_path: p
     assert shared <= set(model.packed) and not shared & set(model.block_ints)
     assert "attn_q" in model.layers[0].ints and "attn_q" not in model.layers[0].packed
     assert np.isfinite(model.logits_all([2, 5, 100]).numpy()).all()
+
+
+def test_embeddings_under_llama_cpp_numerics_are_hidden_states(tmp_path: pathlib.Path) -> None:
+    """/v1/embeddings' model swaps the output head for the identity; under llama.cpp numerics the head's `BlockInts`
+    were still multiplied, so the "embedding" was the vocabulary's logits. Now: a (dim,) vector within llama.cpp's
+    rounding of the float32 numerics' one."""
+    import threading
+
+    torch = pytest.importorskip("torch")
+    gguf = pytest.importorskip("gguf")
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from serve_helpers import SPEC, NumpyLlama
+    from tiny_models import write_gguf
+
+    from xgrad_llm.generate import LLM
+    from xgrad_llm.server.embed import Embedder
+
+    ref = NumpyLlama(SPEC, seed=5)
+    state = {k: torch.from_numpy(v.copy()) for k, v in ref.w.items()}
+    holder = type("M", (), {"state_dict": lambda self: state})()
+    path = write_gguf(SPEC, holder, tmp_path / "q8.gguf", gguf.GGMLQuantizationType.Q8_0)
+    ids = [2, 5, 100, 270, 9]
+    got, want = (
+        Embedder(LLM.load(path, max_context=32, chunk=4, numerics=n), threading.Lock()).embed(ids)
+        for n in ("llama.cpp", "xgrad")
+    )
+    assert got.shape == want.shape == (SPEC.dim,)
+    np.testing.assert_allclose(got, want, atol=0.02)  # measured: 0.003 (of a unit vector)

@@ -225,6 +225,8 @@ class Transformer:
         self.output = self._matrix("output.weight") if "output.weight" in f.tensors else self.tok_embd_t
         # the packed output head (its products with a few rows run group by group); None: `output` as it is
         self.output_packed = self.packed.get("output.weight" if "output.weight" in f.tensors else "token_embd.weight")
+        # llama.cpp numerics: the output head's blocks (its products are llama.cpp's); None: `output` as it is
+        self.output_ints = self.block_ints.get("output.weight" if "output.weight" in f.tensors else "token_embd.weight")
         self.output_type = f.tensors["output.weight" if "output.weight" in f.tensors else "token_embd.weight"].type
         self.output_norm = self._vector("output_norm.weight")
         self.layers: list[LayerWeights] = []
@@ -381,9 +383,8 @@ class Transformer:
             h = self._block(i, w, h, start_pos).realize()
         if last is not None:
             h = h.shrink((None, (last, last + 1), None))
-        out_name = "output.weight" if "output.weight" in self.file.tensors else "token_embd.weight"
-        if out_name in self.block_ints:
-            logits = ggml_x86.product(self._norm(h, self.output_norm), self.block_ints[out_name])
+        if self.output_ints is not None:
+            logits = ggml_x86.product(self._norm(h, self.output_norm), self.output_ints)
         else:
             logits = self._product(
                 self._input(self._norm(h, self.output_norm), self.output_type), self.output, self.output_packed

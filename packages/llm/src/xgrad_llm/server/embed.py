@@ -37,6 +37,7 @@ class Embedder:
         m.cfg = dataclasses.replace(src.cfg, final_softcap=0.0)
         m.output = Tensor.eye(dim, device=src.device).contiguous().realize()
         m.output_packed = None  # the head is the identity: the hidden states come out
+        m.output_ints = None  # (llama.cpp numerics would multiply by the real head's blocks)
         m.cache_k = [Tensor.zeros(*c.shape, device=src.device).contiguous().realize() for c in src.cache_k]
         m.cache_v = [Tensor.zeros(*c.shape, device=src.device).contiguous().realize() for c in src.cache_v]
         self._model = m
