@@ -347,14 +347,33 @@ def test_graph_scan_finds_assigns_symbolic_shapes_and_multi_device_nodes():
     assert facts(Tensor.ones(4, 4).shard(("CPU", "CPU:1"), axis=0) + 1) == (False, False, True)
 
 
+def test_a_scan_extended_from_its_first_sources_scan_is_the_whole_walks_scan():
+    # a realize that assigns scans its roots, then those with the lazy tensors reading the assigned buffers, from the
+    # first scan: rows, inputs and facts must be what a whole walk gives (they are the schedule cache's key)
+    x = Tensor(np.ones(8, np.float32)).realize()
+    y, z = Tensor(data(8)).realize(), Tensor(data(8)).realize()
+    update = x.assign(x * 0.5 + y)
+    reader = (x * 2.5 + z).sum() + (y * -0.0).max()  # reads x, and a buffer (z) the update does not
+    small = UOp(Ops.SINK, dtypes.void, (update.uop,))
+    big = UOp(Ops.SINK, dtypes.void, (update.uop, reader.uop))
+    whole = scan_graph(big)
+    assert list(big.toposort) == list(big.toposort_into({}))
+    extended = scan_graph(big, (small, scan_graph(small)))
+    assert extended.rows == whole.rows and len(extended.rows) > len(scan_graph(small).rows)
+    assert extended.inputs == whole.inputs and z.uop.base in extended.inputs
+    assert (extended.assigns, extended.symbolic, extended.multi) == (True, False, False)
+    with pytest.raises(AssertionError, match="smaller SINK"):
+        scan_graph(UOp(Ops.SINK, dtypes.void, (reader.uop, update.uop)), (small, scan_graph(small)))
+
+
 @pytest.fixture
 def scans(monkeypatch) -> list[UOp]:
     """The SINKs the engine scans from now on (realize's `scan_graph`, counted)."""
     seen: list[UOp] = []
 
-    def counting_scan(sink: UOp) -> GraphScan:
+    def counting_scan(sink: UOp, smaller: tuple[UOp, GraphScan] | None = None) -> GraphScan:
         seen.append(sink)
-        return scan_graph(sink)
+        return scan_graph(sink, smaller)
 
     monkeypatch.setattr(realize, "scan_graph", counting_scan)
     return seen

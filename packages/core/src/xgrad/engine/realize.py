@@ -149,12 +149,13 @@ all_tensors = LiveSet(_tensor_dropped, _holders_of)
 lazy_tensors = LiveSet(_lazy_dropped, _lazy_walks)
 
 
-def _scan(sink: UOp) -> GraphScan:
-    """The scan of `sink`: the latest realize's when it scanned this very (hash-consed) SINK, else a new one."""
+def _scan(sink: UOp, smaller: tuple[UOp, GraphScan] | None = None) -> GraphScan:
+    """The scan of `sink`: the latest realize's when it scanned this very (hash-consed) SINK, else a new one (from
+    `smaller`'s, a SINK of `sink`'s first sources, when given: see `scan_graph`)."""
     for kept, scan in _recent:
         if kept is sink:
             return scan
-    return scan_graph(sink)
+    return scan_graph(sink, smaller)
 
 
 def _keep_recent(scanned: list[tuple[UOp, GraphScan]]) -> None:
@@ -323,7 +324,7 @@ def schedule_tensors(tensors: list[Tensor], readers_first: bool = True) -> tuple
         pending += readers
         roots = list(dict.fromkeys(t.uop for t in pending))
         whole = UOp(Ops.SINK, dtypes.void, tuple(roots))
-        scanned.append((whole, _scan(whole)))
+        scanned.append((whole, _scan(whole, scanned[0])))  # (the roots' scan is the start of this one)
     scan = scanned[-1][1]
     # bound variables leave the graph (their values go to the kernels at launch): one schedule, one compiled kernel
     unbound, var_vals = unbind_graph(roots) if scan.symbolic else (roots, {})

@@ -9,6 +9,7 @@ with their bound variables stripped (see `xgrad.uop.symshape`), so different val
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -113,19 +114,38 @@ class GraphScan(NamedTuple):
         return not (self.assigns or self.symbolic or self.multi)
 
 
-def scan_graph(sink: UOp) -> GraphScan:
+def scan_graph(sink: UOp, smaller: tuple[UOp, GraphScan] | None = None) -> GraphScan:
     """The scan of the graph under `sink`. The key lists every node as (op, dtype, positions of its sources, arg,
     type of arg), with the k-th BUFFER as a placeholder (k, size): equal keys are graphs that differ only in which
-    buffers they read. Args are told apart like the UOp cache does (1, 1.0, True, -0.0)."""
-    index: dict[UOp, int] = {}
+    buffers they read. Args are told apart like the UOp cache does (1, 1.0, True, -0.0).
+
+    `smaller`: a SINK whose sources are the first of `sink`'s, in the same order, and its scan (a realize that
+    assigns scans its roots, then those with the lazy tensors that read the assigned buffers). `sink`'s walk is
+    then the smaller one's without its SINK, the new nodes, and `sink`: the shared part's rows are taken as they
+    are, and only the new nodes are walked and scanned."""
     rows: list[tuple[Any, ...]] = []
     inputs: list[UOp] = []
     assigns = symbolic = multi = False
+    if smaller is None:
+        order = sink.toposort
+        start = 0
+    else:
+        small, small_scan = smaller
+        assert sink.src[: len(small.src)] == small.src, "the smaller SINK's sources must come first"
+        order = dict(small.toposort)
+        del order[small]  # (its last node)
+        for root in sink.src[len(small.src) :]:
+            root.toposort_into(order)
+        order[sink] = None
+        sink.__dict__.setdefault("toposort", order)  # (the passes after the scan walk this SINK again)
+        rows, inputs = list(small_scan.rows[:-1]), list(small_scan.inputs)
+        assigns, symbolic, multi = small_scan.assigns, small_scan.symbolic, small_scan.multi
+        start = len(rows)
+    index = dict(zip(order, range(len(order))))  # (one C call: no per-node Python for the positions)
     position, append = index.__getitem__, rows.append
     # locals: reading an Enum member off its class costs ~100 ns on Python 3.11 (EnumType has a __getattr__)
     buffer_op, assign_op, device_op = Ops.BUFFER, Ops.ASSIGN, Ops.DEVICE
-    for i, u in enumerate(sink.toposort):  # the hot path of a schedule-cache hit: checks by type, inline
-        index[u] = i
+    for u in itertools.islice(order, start, None):  # the hot path of a schedule-cache hit: checks by type, inline
         op, arg = u.op, u.arg
         if op is buffer_op:
             append((op, u.dtype, tuple(map(position, u.src)), len(inputs), arg[1]))
