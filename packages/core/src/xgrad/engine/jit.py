@@ -320,6 +320,7 @@ class TinyJit(Generic[R]):
         # the last fast replay's inputs (weak refs to their UOps) and their buffers' handles: a replay whose inputs are
         # those same UOps (parameters, optimizer states, a caller's captured outputs passed back) reuses the handles
         self._last: tuple[list[weakref.ref[UOp]], list[Any]] | None = None
+        self._kernels_only = False  # the replay runs kernels only (no copy or collective, which take the Buffers)
         if fxn is not None:
             functools.update_wrapper(self, fxn)
 
@@ -336,6 +337,7 @@ class TinyJit(Generic[R]):
         self._written = set()
         self._returned_inputs = {}
         self._last = None
+        self._kernels_only = False
 
     @property
     def captured(self) -> CapturedJit | None:
@@ -365,7 +367,7 @@ class TinyJit(Generic[R]):
             if (last := self._last) is not None and _same_uops(last[0], args):
                 return self._run(last[1], {})  # the same buffers as the last replay: nothing to check again
             if (bufs := self._plain_args(args)) is not None:
-                return self._launch(bufs, {}, _watched_uops(self, args))
+                return self._launch(bufs, {}, _watched_uops(self, args) if self._kernels_only else None)
         inputs = _input_tensors(args, kwargs)
         if len({id(t) for t in inputs}) != len(inputs):
             raise JitError("the same Tensor is passed to a TinyJit twice; pass it once (or pass a .clone())")
@@ -456,6 +458,7 @@ class TinyJit(Generic[R]):
                     trim()
         self.steps, self.result, self.calls, self.var_vals = steps, ret, 2, passed
         self.runs = _batched(steps)
+        self._kernels_only = all(not isinstance(st, _Step) or st.handles is not None for st in self.runs)
         self.names = _arg_names(args, kwargs)
         self._written = {
             id(st.item.bufs[j].base or st.item.bufs[j])
@@ -505,14 +508,15 @@ class TinyJit(Generic[R]):
         return ret
 
     def _launch(self, bufs: list[Buffer], var_vals: dict[str, int], refs: list[weakref.ref[UOp]] | None = None) -> R:
-        """Replay on the input buffers `bufs`. `refs`: weak refs to the inputs' UOps, whose handles the next call
-        may reuse (`_last`) when the replay runs kernels only (a copy or a collective takes the Buffers)."""
+        """Replay on the input buffers `bufs`. `refs` (given only when the replay runs kernels only: a copy or a
+        collective takes the Buffers): weak refs to the inputs' UOps, whose handles the next call may reuse
+        (`_last`)."""
         self._last = None
         if any(id(b.base or b) in self._written for b in bufs):  # e.g. the last output passed back in: the replay
             bufs = [_copy_of(b) if id(b.base or b) in self._written else b for b in bufs]  # would overwrite it
             refs = None  # (the copies are new each call)
         inputs = [b.handle for b in bufs]
-        if refs is not None and all(not isinstance(st, _Step) or st.handles is not None for st in self.runs):
+        if refs is not None:
             self._last = (refs, inputs)  # (a live UOp holds its buffer, so the handles stay valid while refs do)
         return self._run(inputs, var_vals, bufs)
 
