@@ -220,26 +220,31 @@ def _llama_numerics_logits(w: dict[str, np.ndarray], spec: object, ids: list[int
     return mm(rms(h, w["model.norm.weight"]), w["model.embed_tokens.weight"])
 
 
-def test_tiny_llama_with_llama_cpp_numerics_matches_a_numpy_forward(tmp_path: pathlib.Path) -> None:
-    """A 2-layer Q8_0 llama run with numerics="llama.cpp" (llama.cpp's sums for this machine's vector width: prefill,
-    then decode steps through the float16 KV cache) against `_llama_numerics_logits`, and float32 numerics against
-    it. (The oracle computes in float64: a value
-    within float32 error of a rounding boundary could round the other way on one side; none does here.)"""
+def _q8_llama(tmp_path: pathlib.Path, seed: int) -> tuple[dict[str, Any], pathlib.Path, Any]:
+    """A tiny llama (serve_helpers' SPEC) with seeded weights, written as a Q8_0 GGUF: (its float32 state as torch
+    tensors, the file, SPEC)."""
     torch = pytest.importorskip("torch")
     gguf = pytest.importorskip("gguf")
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
     from serve_helpers import SPEC, NumpyLlama
     from tiny_models import write_gguf
 
+    state = {k: torch.from_numpy(v.copy()) for k, v in NumpyLlama(SPEC, seed=seed).w.items()}
+    holder = type("M", (), {"state_dict": lambda self: state})()
+    return state, write_gguf(SPEC, holder, tmp_path / "q8.gguf", gguf.GGMLQuantizationType.Q8_0), SPEC
+
+
+def test_tiny_llama_with_llama_cpp_numerics_matches_a_numpy_forward(tmp_path: pathlib.Path) -> None:
+    """A 2-layer Q8_0 llama run with numerics="llama.cpp" (llama.cpp's sums for this machine's vector width: prefill,
+    then decode steps through the float16 KV cache) against `_llama_numerics_logits`, and float32 numerics against
+    it. (The oracle computes in float64: a value
+    within float32 error of a rounding boundary could round the other way on one side; none does here.)"""
     from xgrad_llm.generate import LLM
 
-    ref = NumpyLlama(SPEC, seed=3)
-    state = {k: torch.from_numpy(v.copy()) for k, v in ref.w.items()}
-    holder = type("M", (), {"state_dict": lambda self: state})()
-    path = write_gguf(SPEC, holder, tmp_path / "q8.gguf", gguf.GGMLQuantizationType.Q8_0)
+    state, path, spec = _q8_llama(tmp_path, seed=3)
     w = {k: v.numpy().astype(np.float64) for k, v in state.items()}  # gguf's dequantisation of the file's blocks
     ids = [2, 5, 100, 270, 271, 30, 260, 262, 263, 9, 40, 200]
-    want = _llama_numerics_logits(w, SPEC, ids)
+    want = _llama_numerics_logits(w, spec, ids)
     llm = LLM.load(path, max_context=32, chunk=4, numerics="llama.cpp")
     assert llm.model.cache_v[0].dtype.name == "float16"
     got = np.stack([llm.runner.feed(ids[: n + 1]) for n in range(3, len(ids))])  # a prefill, then decodes
@@ -294,21 +299,12 @@ def test_llama_cpp_numerics_hold_each_exact_matrix_once(quantized: bool, tmp_pat
     blocks: the buffers behind every weight the model holds (its W.T views, its `BlockInts`) take exactly the file's
     bytes (they took those plus a packed, or float32, copy before), none is packed, and the token embeddings (W.T
     views over those blocks) are gguf's dequantisation of them, bit for bit."""
-    torch = pytest.importorskip("torch")
-    gguf = pytest.importorskip("gguf")
-    sys.path.insert(0, str(pathlib.Path(__file__).parent))
-    from serve_helpers import SPEC, NumpyLlama
-    from tiny_models import write_gguf
-
     from xgrad_llm.gguf import open_gguf
 
-    ref = NumpyLlama(SPEC, seed=4)
-    state = {k: torch.from_numpy(v.copy()) for k, v in ref.w.items()}
-    holder = type("M", (), {"state_dict": lambda self: state})()
-    path = write_gguf(SPEC, holder, tmp_path / "q8.gguf", gguf.GGMLQuantizationType.Q8_0)
+    state, path, spec = _q8_llama(tmp_path, seed=4)
     f = open_gguf(path)
     matrices = [n for n, info in f.tensors.items() if info.type == GGMLType.Q8_0]
-    assert len(matrices) == 1 + 7 * SPEC.n_layers  # tied embedding, q k v o gate up down
+    assert len(matrices) == 1 + 7 * spec.n_layers  # tied embedding, q k v o gate up down
     model = Transformer(f, cache_len=16, quantized=quantized, numerics="llama.cpp")
     assert set(model.block_ints) == set(matrices)
     assert not model.packed and not any(layer.packed for layer in model.layers)
@@ -343,23 +339,14 @@ def test_embeddings_under_llama_cpp_numerics_are_hidden_states(tmp_path: pathlib
     rounding of the float32 numerics' one."""
     import threading
 
-    torch = pytest.importorskip("torch")
-    gguf = pytest.importorskip("gguf")
-    sys.path.insert(0, str(pathlib.Path(__file__).parent))
-    from serve_helpers import SPEC, NumpyLlama
-    from tiny_models import write_gguf
-
     from xgrad_llm.generate import LLM
     from xgrad_llm.server.embed import Embedder
 
-    ref = NumpyLlama(SPEC, seed=5)
-    state = {k: torch.from_numpy(v.copy()) for k, v in ref.w.items()}
-    holder = type("M", (), {"state_dict": lambda self: state})()
-    path = write_gguf(SPEC, holder, tmp_path / "q8.gguf", gguf.GGMLQuantizationType.Q8_0)
+    state, path, spec = _q8_llama(tmp_path, seed=5)
     ids = [2, 5, 100, 270, 9]
     got, want = (
         Embedder(LLM.load(path, max_context=32, chunk=4, numerics=n), threading.Lock()).embed(ids)
         for n in ("llama.cpp", "xgrad")
     )
-    assert got.shape == want.shape == (SPEC.dim,)
+    assert got.shape == want.shape == (spec.dim,)
     np.testing.assert_allclose(got, want, atol=0.02)  # measured: 0.003 (of a unit vector)
