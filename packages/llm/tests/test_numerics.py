@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from xgrad import Tensor
+from xgrad.dtype import dtypes
 from xgrad_llm.model import ModelError, Transformer
 from xgrad_llm.numerics import activations, gelu_f16, q8_0_values, q8_k_values, round_bf16, round_f16
 from xgrad_llm.packed import PackedMatrix
@@ -342,11 +343,13 @@ def test_embeddings_under_llama_cpp_numerics_are_hidden_states(tmp_path: pathlib
     from xgrad_llm.generate import LLM
     from xgrad_llm.server.embed import Embedder
 
-    state, path, spec = _q8_llama(tmp_path, seed=5)
+    _, path, spec = _q8_llama(tmp_path, seed=5)
     ids = [2, 5, 100, 270, 9]
-    got, want = (
-        Embedder(LLM.load(path, max_context=32, chunk=4, numerics=n), threading.Lock()).embed(ids)
-        for n in ("llama.cpp", "xgrad")
+    llama, plain = (
+        Embedder(LLM.load(path, max_context=32, chunk=4, numerics=n), threading.Lock()) for n in ("llama.cpp", "xgrad")
     )
+    got, want = llama.embed(ids), plain.embed(ids)
     assert got.shape == want.shape == (spec.dim,)
     np.testing.assert_allclose(got, want, atol=0.02)  # measured: 0.003 (of a unit vector)
+    # the embedding model's own KV cache is llama.cpp's float16, like the model it copies (it was float32)
+    assert llama._model.cache_k[0].dtype == llama.llm.model.cache_k[0].dtype == dtypes.float16

@@ -98,8 +98,8 @@ class BlockInts:
     m: Tensor | None = None
     dmin: Tensor | None = None
 
-    def rows(self, start: Any, size: int) -> BlockInts:
-        """Rows [start, start + size) of the matrix (start: an int or a bound Variable), lazily."""
+    def rows(self, start: int, size: int) -> BlockInts:
+        """Rows [start, start + size) of the matrix, lazily."""
 
         def part(t: Tensor) -> Tensor:
             return t.shrink(((start, start + size), *((None,) * (t.ndim - 1))))
@@ -169,8 +169,9 @@ def product(x: Tensor, w: BlockInts) -> Tensor:
 
     The lane sums are written to memory before the FMA chain (rows x N x blocks x 8 float32), so a matrix whose
     sums would take more than SLICE_BYTES runs SLICE_BYTES' worth of its rows at a time, each slice realized into
-    the result before the next (one compiled set of kernels for every full slice: the slice's first row is a bound
-    Variable). Every output is the same sum in the same order either way. Gemma 3 270M's output head (262,144 rows
+    the result before the next (each slice's first row is a plain int, so each slice compiles its own kernels: a
+    bound Variable would have to be an argument of the TinyJit that captures the forward). Every output is the same
+    sum in the same order either way. Gemma 3 270M's output head (262,144 rows
     of 20 Q8_0 blocks) took 168 MiB of lane sums for one input row, held by the prefill's and the decode's JITs."""
     from xgrad_llm.numerics import q8_0_quants, q8_k_quants  # (numerics imports this module)
 

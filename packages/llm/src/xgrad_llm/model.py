@@ -28,6 +28,8 @@ table. The default, "xgrad", is float32 throughout.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -222,12 +224,13 @@ class Transformer:
         self.weight_nbytes = 0  # of the weight matrices as held in memory (what a decode step reads)
         self.packed: dict[str, PackedMatrix] = {}  # by tensor name: the matrices `_matrix` packed
         self.tok_embd_t = self._matrix("token_embd.weight")  # (dim, vocab): a token's embedding is a column
-        self.output = self._matrix("output.weight") if "output.weight" in f.tensors else self.tok_embd_t
+        head = "output.weight" if "output.weight" in f.tensors else "token_embd.weight"  # (tied embeddings)
+        self.output = self._matrix(head) if head == "output.weight" else self.tok_embd_t
         # the packed output head (its products with a few rows run group by group); None: `output` as it is
-        self.output_packed = self.packed.get("output.weight" if "output.weight" in f.tensors else "token_embd.weight")
+        self.output_packed = self.packed.get(head)
         # llama.cpp numerics: the output head's blocks (its products are llama.cpp's); None: `output` as it is
-        self.output_ints = self.block_ints.get("output.weight" if "output.weight" in f.tensors else "token_embd.weight")
-        self.output_type = f.tensors["output.weight" if "output.weight" in f.tensors else "token_embd.weight"].type
+        self.output_ints = self.block_ints.get(head)
+        self.output_type: int | None = f.tensors[head].type
         self.output_norm = self._vector("output_norm.weight")
         self.layers: list[LayerWeights] = []
         for i in range(cfg.n_layers):
@@ -514,20 +517,23 @@ class Transformer:
         else:
             qk = (qg.unsqueeze(-2) * keys.unsqueeze(-3)).sum(-1)  # (B, KV, G, T, S)
         scores = softcap(qk * cfg.attn_scale, cfg.attn_softcap)
-        window = cfg.sliding_window if sliding else 0
-        if t > 1 or window:
-            rows = Tensor.arange(start_pos, end, device=self.device).reshape(t, 1)
-            cols = Tensor.arange(end, device=self.device).reshape(1, -1)
-            keep = cols <= rows
-            if window:
-                keep = keep & (cols > rows - window)
-            scores = keep.where(scores, -math.inf)
+        if t > 1 or (sliding and cfg.sliding_window):
+            scores = self._visible(start_pos, t, end, sliding).where(scores, -math.inf)
         probs = self._f16(scores.softmax(-1))
         if t == 1:  # realized: else each output lane of the product below recomputes its row's exponentials
             probs = probs.contiguous()
         out = (probs.unsqueeze(-1) * values.unsqueeze(-3)).sum(-2)  # (B, KV, G, T, vd)
         out = out.permute(0, 3, 1, 2, 4).reshape(b, t, cfg.n_heads * vd)
         return self._project(w, "attn_output", out)
+
+    def _visible(self, start_pos: Size, t: int, length: int | Size, sliding: bool) -> Tensor:
+        """(T, length) bool: the cache positions query t' (at position start_pos + t') attends to: those up to its own,
+        and on a sliding layer only the last `sliding_window` of them."""
+        rows = Tensor.arange(start_pos, start_pos + t, device=self.device).reshape(t, 1)
+        cols = Tensor.arange(length, device=self.device).reshape(1, -1)
+        keep = cols <= rows
+        window = self.cfg.sliding_window if sliding else 0
+        return keep & (cols > rows - window) if window else keep
 
     def _attend_ggml(self, q: Tensor, ck: Tensor, cv: Tensor, start_pos: Size, sliding: bool) -> Tensor:
         """Attention of queries q (B, T, heads, hd) over the whole float16 cache (masked past the current positions)
@@ -540,15 +546,25 @@ class Transformer:
         keys = ck.cast(dtypes.float32).reshape(b, kv, 1, 1, slots, cfg.head_dim)
         qk = ggml_x86.dot_f16(qg.unsqueeze(-2), keys, self.lanes, t)  # (B, KV, G, T, S)
         scores = softcap(qk * cfg.attn_scale, cfg.attn_softcap)
-        rows = Tensor.arange(start_pos, start_pos + t, device=self.device).reshape(t, 1)
-        cols = Tensor.arange(slots, device=self.device).reshape(1, -1)
-        keep = cols <= rows
-        if sliding and cfg.sliding_window:
-            keep = keep & (cols > rows - cfg.sliding_window)
-        probs = round_f16(ggml_x86.softmax(keep.where(scores, -math.inf), self.lanes))
+        probs = round_f16(
+            ggml_x86.softmax(self._visible(start_pos, t, slots, sliding).where(scores, -math.inf), self.lanes)
+        )
         values = cv.cast(dtypes.float32).transpose(2, 3).reshape(b, kv, 1, 1, cfg.value_dim, slots)
         out = ggml_x86.dot_f16(probs.unsqueeze(-2), values, self.lanes, t)  # (B, KV, G, T, vd)
         return out.permute(0, 3, 1, 2, 4).reshape(b, t, cfg.n_heads * cfg.value_dim)
+
+    def with_identity_head(self) -> Transformer:
+        """A shallow copy that shares these weights, has a KV cache of its own (same dtype) and the identity as its
+        output head (no final softcap, its input not quantised): its `forward` returns the final normed hidden
+        states, (B, dim), instead of logits (what /v1/embeddings runs)."""
+        m = copy.copy(self)
+        m.cfg = dataclasses.replace(self.cfg, final_softcap=0.0)
+        m.output = Tensor.eye(self.cfg.dim, device=self.device).contiguous().realize()
+        m.output_packed, m.output_ints, m.output_type = None, None, None
+        m.cache_k, m.cache_v = (
+            [c.zeros_like().contiguous().realize() for c in cs] for cs in (self.cache_k, self.cache_v)
+        )
+        return m
 
     def logits_all(self, ids: list[int]) -> Tensor:
         """Logits (1, len(ids), vocab) of every position of `ids` from position 0: one full pass (for tests)."""

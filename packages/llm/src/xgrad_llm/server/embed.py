@@ -1,16 +1,14 @@
 """/v1/embeddings: token ids in, one vector per input out: the model's last hidden states (after its final norm),
 mean-pooled over the positions and L2-normalised.
 
-The vectors come from a shallow copy of the model that shares its weights and has its own KV cache, with the output
-head swapped for the identity (and no final softcap), so `forward` returns hidden states instead of logits. Inputs
+The vectors come from `Transformer.with_identity_head`, a shallow copy of the model that shares its weights and has
+its own KV cache, so `forward` returns hidden states instead of logits. Inputs
 run in chunks of the runner's chunk size at a bound position, one JIT-captured program for every chunk; the padded
 end of the last chunk is left out of the mean (attention is causal: it changes no earlier position).
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -32,14 +30,8 @@ class Embedder:
 
     def _build(self) -> None:
         src = self.llm.model
-        m = copy.copy(src)
+        m = src.with_identity_head()
         dim = src.cfg.dim
-        m.cfg = dataclasses.replace(src.cfg, final_softcap=0.0)
-        m.output = Tensor.eye(dim, device=src.device).contiguous().realize()
-        m.output_packed = None  # the head is the identity: the hidden states come out
-        m.output_ints = None  # (llama.cpp numerics would multiply by the real head's blocks)
-        m.cache_k = [Tensor.zeros(*c.shape, device=src.device).contiguous().realize() for c in src.cache_k]
-        m.cache_v = [Tensor.zeros(*c.shape, device=src.device).contiguous().realize() for c in src.cache_v]
         self._model = m
         self.rows = Tensor.zeros(self.chunk, dim, device=src.device).contiguous().realize()
         self.pos = Variable("start_pos", 0, self.max_context - 1)
