@@ -18,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 
 from xgrad.errors import CompileError, DeviceError
@@ -179,7 +180,10 @@ class CCompiler:
     `CCompiler()` picks `$CC`, else clang, else gcc, and raises `CompilerNotFoundError` if none exists. It builds for
     `-march=<march>` (default: the CPU_MARCH knob, `native`); a target other than native is checked first
     (`check_target`). `compiles` counts how many times this instance actually ran the compiler (cache misses).
+    Each compile is its own process in its own directory, so threads may compile at once (`concurrent`).
     """
+
+    concurrent = True
 
     def __init__(self, cc: str = "", extra_flags: Sequence[str] = (), march: str = "") -> None:
         self.cmd: list[str] = find_compiler(cc)
@@ -197,6 +201,7 @@ class CCompiler:
             # left off (clang, preferred when installed, gets the same kernels right with its vectorizers on).
             self.flags += ("-fno-tree-vectorize",)
         self.compiles = 0
+        self._count_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"CCompiler({self.name}, {' '.join(self.cmd)})"
@@ -228,7 +233,8 @@ class CCompiler:
         return disk_cached("cpu", f"{self.cache_key(src)}.so", lambda: self._compile(src))
 
     def _compile(self, src: str) -> bytes:
-        self.compiles += 1
+        with self._count_lock:
+            self.compiles += 1
         with tempfile.TemporaryDirectory(prefix="xgrad-cc-") as tmp:
             src_path = os.path.join(tmp, "kernel.c")
             out_path = os.path.join(tmp, "kernel.so")

@@ -3,13 +3,17 @@ and a program loader; this class runs the codegen pipeline, caches programs per 
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextvars import copy_context
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from xgrad.buffer import Allocator, ProgramInfo
 from xgrad.dtype import dtypes
-from xgrad.helpers import BEAM, CACHELEVEL, DEBUG, Effect, knobs_key, prod
+from xgrad.helpers import BEAM, CACHELEVEL, DEBUG, PARALLEL, Effect, dedup, knobs_key, prod
 from xgrad.uop.ops import AxisType, GroupOp, KernelInfo, Ops, UOp
 from xgrad_codegen.opt import OptError
 from xgrad_codegen.pipeline import full_rewrite
@@ -21,6 +25,10 @@ H = TypeVar("H")
 
 
 class Compiler(Protocol):
+    """Source -> binary. Optional attribute `concurrent: bool`: True where `compile` may run on several threads at
+    once (each call its own subprocess or otherwise thread-safe), so a schedule's kernels build in parallel
+    (`CompiledDevice.compile_ahead`)."""
+
     def compile(self, src: str) -> bytes: ...
 
 
@@ -68,6 +76,33 @@ def program_info(name: str, uops: list[UOp], src: str) -> ProgramInfo:
     return ProgramInfo(name, src, ops, mem, global_size, tuple(var_names), outs, extra)
 
 
+@dataclass(frozen=True)
+class Lowered:
+    """A kernel AST through codegen: its name, uops (empty when read from the disk program cache), source and info;
+    `disk_key` where the program is to be stored in the disk program cache once it builds."""
+
+    name: str
+    uops: list[UOp]
+    src: str
+    program: ProgramInfo
+    disk_key: str | None
+
+
+_pool: tuple[tuple[int, int], ThreadPoolExecutor] | None = None
+
+
+def compile_pool() -> ThreadPoolExecutor:
+    """The threads `CompiledDevice.compile_ahead` compiles on: `PARALLEL` of them (0 = the cores this process may
+    use), made again when the knob changes and in a forked child (which has none of its parent's threads)."""
+    global _pool
+    key = (PARALLEL.value if PARALLEL.value > 0 else len(os.sched_getaffinity(0)), os.getpid())
+    if _pool is None or _pool[0] != key:
+        if _pool is not None and _pool[0][1] == key[1]:
+            _pool[1].shutdown(wait=False)
+        _pool = (key, ThreadPoolExecutor(max_workers=key[0], thread_name_prefix="xgrad-compile"))
+    return _pool[1]
+
+
 class CompiledProgram:
     """A kernel ready to launch: the backend's raw program plus its `ProgramInfo`."""
 
@@ -102,6 +137,38 @@ class CompiledDevice:
         key = (ast, knobs_key(PROGRAM_KNOBS))  # `Context(NOOPT=1)` must not find the program built without it
         if (hit := self._programs.get(key)) is not None:
             return hit
+        lowered = self._lower(ast)
+        return self._keep(key, lowered, self.build(lowered.name, lowered.uops, lowered.src))
+
+    def compile_ahead(self, asts: Sequence[UOp]) -> None:
+        """Build the programs of `asts` (the kernels one schedule runs next) that are not built yet, several at once:
+        codegen renders each here while a pool of `PARALLEL` threads runs the compiler on the sources already
+        rendered (a C compiler is a subprocess, so they run in parallel). `compile` then finds them. Only for a
+        compiler that declares `concurrent = True` on a device that builds from the source alone with this class's
+        `compile`; not under BEAM, whose timings want a quiet machine. A failure raises here, before any of the
+        kernels ran."""
+        if (
+            BEAM.value >= 1
+            or not getattr(self.compiler, "concurrent", False)
+            or type(self).build is not CompiledDevice.build
+            or type(self).compile is not CompiledDevice.compile  # a device that compiles its own way keeps it
+        ):
+            return
+        knobs = knobs_key(PROGRAM_KNOBS)
+        missing = dedup(key for ast in asts if (key := (ast, knobs)) not in self._programs)
+        if len(missing) < 2:
+            return  # built inline by `compile`: a thread would only add its hand-off
+        pool = compile_pool()
+        pending: list[tuple[tuple[UOp, str], Lowered, Future[bytes]]] = []
+        for key in missing:
+            lowered = self._lower(key[0])
+            # the worker reads knobs (CACHELEVEL, DEBUG, ...): it runs in a copy of this thread's `Context`
+            pending.append((key, lowered, pool.submit(copy_context().run, self.compiler.compile, lowered.src)))
+        for key, lowered, fut in pending:
+            self._keep(key, lowered, self.program_factory(lowered.name, fut.result()))
+
+    def _lower(self, ast: UOp) -> Lowered:
+        """`ast` through codegen to source and its `ProgramInfo` (or both from the disk program cache)."""
         info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
         opts = None
         if BEAM.value >= 1:  # search the actions (or read them from the BEAM disk cache); None = not searched
@@ -112,22 +179,23 @@ class CompiledDevice:
         disk_key = self._disk_key(ast, opts) if CACHELEVEL and type(self).build is CompiledDevice.build else None
         if disk_key is not None and (stored := load_program(disk_key)) is not None:
             src, program = stored
-            raw = self.build(info.name, [], src)  # this device's build reads only the source
-        else:
-            try:
-                uops = full_rewrite(ast, self.renderer, opts)
-            except OptError:  # only "this action does not apply here": any other failure is a bug and raises
-                if opts is None:
-                    raise
-                uops = full_rewrite(ast, self.renderer)  # a cached BEAM result that no longer applies: the heuristic
-            src = self.renderer.render(info.name, uops)
-            program = program_info(info.name, uops, src)
-            raw = self.build(info.name, uops, src)
-            if disk_key is not None:
-                store_program(disk_key, src, program)
+            return Lowered(info.name, [], src, program, None)  # this device's build reads only the source
+        try:
+            uops = full_rewrite(ast, self.renderer, opts)
+        except OptError:  # only "this action does not apply here": any other failure is a bug and raises
+            if opts is None:
+                raise
+            uops = full_rewrite(ast, self.renderer)  # a cached BEAM result that no longer applies: the heuristic
+        src = self.renderer.render(info.name, uops)
+        return Lowered(info.name, uops, src, program_info(info.name, uops, src), disk_key)
+
+    def _keep(self, key: tuple[UOp, str], lowered: Lowered, raw: RawProgram) -> CompiledProgram:
+        """Remember the program built from `lowered` (on disk too, once it built)."""
+        if lowered.disk_key is not None:
+            store_program(lowered.disk_key, lowered.src, lowered.program)
         if DEBUG >= 4:
-            print(src)
-        prg = CompiledProgram(self, raw, program)
+            print(lowered.src)
+        prg = CompiledProgram(self, raw, lowered.program)
         self._programs[key] = prg
         self.compiled_count += 1
         return prg

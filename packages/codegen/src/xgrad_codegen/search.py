@@ -32,6 +32,7 @@ import os
 import pathlib
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextvars import copy_context
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -401,7 +402,8 @@ def compile_all(
         except Exception as e:
             _crashed(e, c.opts, "rendering")
             continue
-        pending.append((c, uops, src, pool.submit(device.compiler.compile, src)))
+        # the worker reads knobs (CACHELEVEL, DEBUG, ...): it runs in a copy of this thread's `Context`
+        pending.append((c, uops, src, pool.submit(copy_context().run, device.compiler.compile, src)))
     rendered = time.perf_counter()
     stats.render_s += rendered - start
     out = []

@@ -71,7 +71,9 @@ class Program(Protocol):
 
 class RuntimeDevice(Protocol):
     """What `Device[name]` returns for a device that runs kernels. Optional attribute `max_kernel_buffers: int`: the
-    most buffers (output included) one kernel may bind; the scheduler reads it (the MAX_KERNEL_BUFFERS knob wins)."""
+    most buffers (output included) one kernel may bind; the scheduler reads it (the MAX_KERNEL_BUFFERS knob wins).
+    Optional method `compile_ahead(asts: list[UOp]) -> None`: the kernels one schedule runs next, in order, before
+    the first runs: a device may build them at once (in parallel), so that `compile` of each then finds it built."""
 
     name: str
     allocator: Allocator

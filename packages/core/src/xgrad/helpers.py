@@ -261,7 +261,12 @@ JITBEAM = knob(
 IGNORE_BEAM_CACHE = knob(
     "IGNORE_BEAM_CACHE", 0, "1 = search again even when the BEAM disk cache has a result", Effect.NONE
 )
-PARALLEL = knob("PARALLEL", 0, "BEAM compile workers (0 = the cores this process may use)", Effect.RUNTIME)
+PARALLEL = knob(
+    "PARALLEL",
+    0,
+    "compile workers: BEAM's candidates, a schedule's new kernels (0 = the cores this process may use)",
+    Effect.RUNTIME,
+)
 NOOPT = knob("NOOPT", 0, "1 = skip kernel optimizations (plain loops)", Effect.CODEGEN)
 TRANSCENDENTAL = knob(
     "TRANSCENDENTAL",

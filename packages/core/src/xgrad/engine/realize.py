@@ -429,11 +429,25 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = No
     if DEBUG >= 1 and items:
         kernels = sum(it.is_kernel for it in items)
         print(f"*** realize: {kernels} kernel{'s' if kernels != 1 else ''}, {len(items) - kernels} copies")
+    if len(items) > 1:
+        compile_ahead(items)
     for item in items:
         if item.is_kernel:
             run_kernel(item, vals)
         else:
             run_transfer(item, *item.bufs)
+
+
+def compile_ahead(items: list[ScheduleItem]) -> None:
+    """Let each device build the kernels it is about to run all at once, where it can (the optional
+    `RuntimeDevice.compile_ahead`: a schedule's cold kernels compile in parallel rather than one per launch)."""
+    by_device: dict[str, list[UOp]] = {}
+    for item in items:
+        if item.is_kernel:
+            by_device.setdefault(item.device, []).append(item.ast)
+    for device, asts in by_device.items():
+        if len(asts) > 1 and (ahead := getattr(Device[device], "compile_ahead", None)) is not None:
+            ahead(asts)
 
 
 def run_transfer(item: ScheduleItem, dst: Buffer, *srcs: Buffer) -> None:
