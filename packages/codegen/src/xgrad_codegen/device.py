@@ -78,10 +78,9 @@ def program_info(name: str, uops: list[UOp], src: str) -> ProgramInfo:
 
 @dataclass(frozen=True)
 class Lowered:
-    """A kernel AST through codegen: its name, uops (empty when read from the disk program cache), source and info;
-    `disk_key` where the program is to be stored in the disk program cache once it builds."""
+    """A kernel AST through codegen: its uops (empty when read from the disk program cache), source and info (which
+    names it); `disk_key` where the program is to be stored in the disk program cache once it builds."""
 
-    name: str
     uops: list[UOp]
     src: str
     program: ProgramInfo
@@ -101,6 +100,12 @@ def compile_pool() -> ThreadPoolExecutor:
             _pool[1].shutdown(wait=False)
         _pool = (key, ThreadPoolExecutor(max_workers=key[0], thread_name_prefix="xgrad-compile"))
     return _pool[1]
+
+
+def submit_compile(compiler: Compiler, src: str) -> Future[bytes]:
+    """`compiler.compile(src)` on the compile pool, in a copy of this thread's `Context` (the compiler reads knobs:
+    CACHELEVEL, DEBUG, ...)."""
+    return compile_pool().submit(copy_context().run, compiler.compile, src)
 
 
 class CompiledProgram:
@@ -132,13 +137,20 @@ class CompiledDevice:
         self.program_factory = program_factory
         self._programs: dict[Any, CompiledProgram] = {}
         self.compiled_count = 0  # programs built (cache misses): tests prove one kernel serves every variable value
+        # `compile_ahead` builds in parallel for a compiler safe on several threads, on a device that compiles and
+        # builds the way this class does (a device that does its own keeps it)
+        self._compiles_ahead = (
+            getattr(compiler, "concurrent", False) is True
+            and type(self).build is CompiledDevice.build
+            and type(self).compile is CompiledDevice.compile
+        )
 
     def compile(self, ast: UOp) -> CompiledProgram:
         key = (ast, knobs_key(PROGRAM_KNOBS))  # `Context(NOOPT=1)` must not find the program built without it
         if (hit := self._programs.get(key)) is not None:
             return hit
         lowered = self._lower(ast)
-        return self._keep(key, lowered, self.build(lowered.name, lowered.uops, lowered.src))
+        return self._keep(key, lowered, self.build(lowered.program.name, lowered.uops, lowered.src))
 
     def compile_ahead(self, asts: Sequence[UOp]) -> None:
         """Build the programs of `asts` (the kernels one schedule runs next) that are not built yet, several at once:
@@ -147,25 +159,18 @@ class CompiledDevice:
         compiler that declares `concurrent = True` on a device that builds from the source alone with this class's
         `compile`; not under BEAM, whose timings want a quiet machine. A failure raises here, before any of the
         kernels ran."""
-        if (
-            BEAM.value >= 1
-            or not getattr(self.compiler, "concurrent", False)
-            or type(self).build is not CompiledDevice.build
-            or type(self).compile is not CompiledDevice.compile  # a device that compiles its own way keeps it
-        ):
+        if not self._compiles_ahead or BEAM.value >= 1:
             return
         knobs = knobs_key(PROGRAM_KNOBS)
         missing = dedup(key for ast in asts if (key := (ast, knobs)) not in self._programs)
         if len(missing) < 2:
             return  # built inline by `compile`: a thread would only add its hand-off
-        pool = compile_pool()
         pending: list[tuple[tuple[UOp, str], Lowered, Future[bytes]]] = []
         for key in missing:
             lowered = self._lower(key[0])
-            # the worker reads knobs (CACHELEVEL, DEBUG, ...): it runs in a copy of this thread's `Context`
-            pending.append((key, lowered, pool.submit(copy_context().run, self.compiler.compile, lowered.src)))
+            pending.append((key, lowered, submit_compile(self.compiler, lowered.src)))
         for key, lowered, fut in pending:
-            self._keep(key, lowered, self.program_factory(lowered.name, fut.result()))
+            self._keep(key, lowered, self.program_factory(lowered.program.name, fut.result()))
 
     def _lower(self, ast: UOp) -> Lowered:
         """`ast` through codegen to source and its `ProgramInfo` (or both from the disk program cache)."""
@@ -179,7 +184,7 @@ class CompiledDevice:
         disk_key = self._disk_key(ast, opts) if CACHELEVEL and type(self).build is CompiledDevice.build else None
         if disk_key is not None and (stored := load_program(disk_key)) is not None:
             src, program = stored
-            return Lowered(info.name, [], src, program, None)  # this device's build reads only the source
+            return Lowered([], src, program, None)  # this device's build reads only the source
         try:
             uops = full_rewrite(ast, self.renderer, opts)
         except OptError:  # only "this action does not apply here": any other failure is a bug and raises
@@ -187,7 +192,7 @@ class CompiledDevice:
                 raise
             uops = full_rewrite(ast, self.renderer)  # a cached BEAM result that no longer applies: the heuristic
         src = self.renderer.render(info.name, uops)
-        return Lowered(info.name, uops, src, program_info(info.name, uops, src), disk_key)
+        return Lowered(uops, src, program_info(info.name, uops, src), disk_key)
 
     def _keep(self, key: tuple[UOp, str], lowered: Lowered, raw: RawProgram) -> CompiledProgram:
         """Remember the program built from `lowered` (on disk too, once it built)."""

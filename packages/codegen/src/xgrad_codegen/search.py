@@ -28,11 +28,9 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import pathlib
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextvars import copy_context
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +48,6 @@ from xgrad.helpers import (
     DEBUG,
     IGNORE_BEAM_CACHE,
     NOOPT,
-    PARALLEL,
     SPEC,
     Effect,
     cache_dir,
@@ -59,13 +56,13 @@ from xgrad.helpers import (
 )
 from xgrad.uop.ops import AxisType, KernelInfo, Ops, UOp
 from xgrad_codegen import opt as opt_module
+from xgrad_codegen.device import CompiledDevice, CompiledProgram, program_info, submit_compile
 from xgrad_codegen.gpu_opt import apply_opts, gpu_candidates, optimize_for
 from xgrad_codegen.opt import Opt, OptError, apply_opt, kernel_ranges, range_size
 from xgrad_codegen.pipeline import before_optimize, full_rewrite
 from xgrad_codegen.program_cache import codegen_sources_hash, module_hash
 
 if TYPE_CHECKING:
-    from xgrad_codegen.device import CompiledDevice, CompiledProgram
     from xgrad_codegen.renderer import Renderer
 
 # bump when the search or the cache format changes meaning (3: an Opt's axis is a range id, no longer a position;
@@ -377,8 +374,6 @@ def _render(base: UOp, device: CompiledDevice, opts: list[Opt]) -> tuple[list[UO
 
 
 def _load(device: CompiledDevice, name: str, uops: list[UOp], src: str, lib: bytes) -> CompiledProgram:
-    from xgrad_codegen.device import CompiledDevice, CompiledProgram, program_info
-
     if type(device).build is CompiledDevice.build:
         raw = device.program_factory(name, lib)  # the bytes compiled on the pool; don't compile them again
     else:
@@ -386,11 +381,9 @@ def _load(device: CompiledDevice, name: str, uops: list[UOp], src: str, lib: byt
     return CompiledProgram(device, raw, program_info(name, uops, src))
 
 
-def compile_all(
-    base: UOp, device: CompiledDevice, cands: list[Candidate], pool: ThreadPoolExecutor
-) -> list[tuple[Candidate, CompiledProgram]]:
-    """Render each candidate here (Python) while the pool compiles the ones already rendered; a candidate that fails
-    to render, compile or load is dropped."""
+def compile_all(base: UOp, device: CompiledDevice, cands: list[Candidate]) -> list[tuple[Candidate, CompiledProgram]]:
+    """Render each candidate here (Python) while the compile pool (`submit_compile`) compiles the ones already
+    rendered; a candidate that fails to render, compile or load is dropped."""
     pending: list[tuple[Candidate, list[UOp], str, Future[bytes]]] = []
     start = time.perf_counter()
     for c in cands:
@@ -402,8 +395,7 @@ def compile_all(
         except Exception as e:
             _crashed(e, c.opts, "rendering")
             continue
-        # the worker reads knobs (CACHELEVEL, DEBUG, ...): it runs in a copy of this thread's `Context`
-        pending.append((c, uops, src, pool.submit(copy_context().run, device.compiler.compile, src)))
+        pending.append((c, uops, src, submit_compile(device.compiler, src)))
     rendered = time.perf_counter()
     stats.render_s += rendered - start
     out = []
@@ -450,7 +442,6 @@ def _time_all(
     device: CompiledDevice,
     cands: list[Candidate],
     scratch: Scratch,
-    pool: ThreadPoolExecutor,
     knobs: SearchKnobs,
     best: float = math.inf,
     seeds: bool = False,
@@ -458,7 +449,7 @@ def _time_all(
     """Compile all (in parallel), then time one at a time (nothing else compiling meanwhile). `best` is the fastest
     time known so far: a launch slower than 3x the fastest ends that candidate's timing early; one slower than
     BEAM_TIMEOUT_SEC drops the candidate (not a seed: a slow kernel is still searched from the heuristic)."""
-    programs = compile_all(base, device, cands, pool)
+    programs = compile_all(base, device, cands)
     timed = []
     for c, prg in programs:
         try:
@@ -485,10 +476,8 @@ def _search(
     if scratch is None:
         return None
     stats.searches += 1
-    workers = PARALLEL.value if PARALLEL.value > 0 else len(os.sched_getaffinity(0))
     try:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="xgrad-beam") as pool:
-            return _search_with(base, device, width, knobs, scratch, pool, start)
+        return _search_with(base, device, width, knobs, scratch, start)
     finally:
         free_scratch(scratch)
 
@@ -499,7 +488,6 @@ def _search_with(
     width: int,
     knobs: SearchKnobs,
     scratch: Scratch,
-    pool: ThreadPoolExecutor,
     start: float,
 ) -> tuple[list[Opt], dict[str, Any]] | None:
     before = (stats.render_s, stats.compile_wait_s, stats.run_s)
@@ -513,7 +501,7 @@ def _search_with(
     if heur:
         seeds.append(Candidate([], base))
     seen = {c.applied for c in seeds}
-    beam = _keep(_time_all(base, device, seeds, scratch, pool, knobs, seeds=True), width)
+    beam = _keep(_time_all(base, device, seeds, scratch, knobs, seeds=True), width)
     if heur_c.program is None or not beam:  # the heuristic's own program did not build: nothing to compare with
         return None
     tried = len(seeds)
@@ -535,7 +523,7 @@ def _search_with(
         if not fresh:
             break
         tried += len(fresh)
-        timed = _time_all(base, device, fresh, scratch, pool, knobs, beam[0].seconds)
+        timed = _time_all(base, device, fresh, scratch, knobs, beam[0].seconds)
         merged = _keep(beam + timed, width)
         if DEBUG.value >= 3:
             print(
